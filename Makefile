@@ -1,0 +1,45 @@
+# The README's two commands live here: `make repro` and `make test`. Each bootstraps the virtual
+# environment it needs (Python 3.11, the pinned stack) when it is missing or pyproject.toml changed.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Offline by design: no telemetry, no update checks.
+export DO_NOT_TRACK := 1
+export DVC_NO_ANALYTICS := 1
+export DVC_NO_UPDATER := 1
+export GX_ANALYTICS_ENABLED := false
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY := false
+export PREFECT_UI_ENABLED ?= true
+export PYTHONUNBUFFERED := 1
+
+.PHONY: repro test lint ui bench clean-venv
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and pinned: an unpinned resolution would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+repro: $(STAMP)
+	$(BIN)/dvc repro
+
+test: $(STAMP)
+	$(BIN)/ruff check src stages flows tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+ui: $(STAMP)
+	$(BIN)/python -m flows.deploy
+
+bench: $(STAMP)
+	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean-venv:
+	rm -rf $(VENV)
