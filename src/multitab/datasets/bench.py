@@ -34,7 +34,6 @@ import pandas as pd
 
 from multitab.config import ConfigError, section
 from multitab.datasets.config import PreprocessConfig, SplitConfig
-from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import schema_from_meta
 from multitab.datasets.split import SPLITS, split_frames
 from multitab.io import atomic_dir, write_json
@@ -267,6 +266,8 @@ def make_splits(
         "features": [{"name": f, "kind": "numerical", "cardinality": None} for f in f_names],
         "tasks": [{"name": tn, "type": "regression", "n_classes": None} for tn in t_names],
     }
+    from multitab.datasets.preprocess import preprocess  # scikit-learn: imported only when splitting
+
     schema = schema_from_meta(stub)
     data = pd.DataFrame(X, columns=f_names, copy=False)
     for j, tn in enumerate(t_names):
@@ -332,6 +333,29 @@ def pairwise_correlations(Y: np.ndarray) -> np.ndarray:
     C = np.corrcoef(Y, rowvar=False)
     i, j = np.triu_indices(Y.shape[1], k=1)
     return np.asarray(C[i, j])
+
+
+def expected_label_correlation(
+    degree_i: int, degree_j: int, correlation: float, noise_i: float = 0.0, noise_j: float = 0.0
+) -> float:
+    """The exact Pearson correlation of y_i and y_j (population value, no sampling error).
+
+    z_i = w_iᵀx and z_j = w_jᵀx are standard normal with correlation p (unit rows, cosine p). Expanding
+    f(z) = Σ_{k=1..PD} z^k in probabilists' Hermite polynomials, f = Σ_m a_m He_m, and using
+    E[He_m(z_i) He_n(z_j)] = δ_mn m! p^m (Mehler): cov = Σ_{m>=1} a_m b_m m! p^m, var = Σ_{m>=1} a_m² m! + σ²."""
+    degree_i = _check_int("degree_i", degree_i, 1)
+    degree_j = _check_int("degree_j", degree_j, 1)
+    p = _check_correlation(correlation, 2)
+    a = np.polynomial.hermite_e.poly2herme([0.0] + [1.0] * degree_i)
+    b = np.polynomial.hermite_e.poly2herme([0.0] + [1.0] * degree_j)
+    m = np.arange(max(len(a), len(b)))
+    a = np.pad(a, (0, len(m) - len(a)))
+    b = np.pad(b, (0, len(m) - len(b)))
+    fact = np.array([math.factorial(int(k)) for k in m], dtype=np.float64)
+    cov = float(np.sum((a * b * fact * p**m)[1:]))
+    var_i = float(np.sum((a * a * fact)[1:])) + noise_i**2
+    var_j = float(np.sum((b * b * fact)[1:])) + noise_j**2
+    return cov / math.sqrt(var_i * var_j)
 
 
 def label_correlations(

@@ -10,7 +10,8 @@ over datasets (and, for the pooled curves, over the task pairs of each dataset) 
 - Figure 4: different degrees (e.g. PD = [2, 3, 4]); one curve per task pair (Ti-Tj), plus the pooled one.
 
 Tables are wide CSVs: a column `p`, then `<curve>_mean`, `<curve>_std`, `<curve>_lower`, `<curve>_upper`
-(mean ∓ 2 std) for every curve.
+(mean ∓ 2 std) and `<curve>_exact` (the population correlation, `bench.expected_label_correlation`) for
+every curve. The plots draw the exact values dashed: the measured means must sit on them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from multitab.datasets.bench import LabelCorrelationConfig, label_correlations
+from multitab.datasets.bench import LabelCorrelationConfig, expected_label_correlation, label_correlations
 from multitab.io import atomic_path
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def correlation_table(
         for curve, v in parts:
             for stat, arr in _summarise(v).items():
                 columns[f"{curve.key}_{stat}"] = arr
+            columns[f"{curve.key}_exact"] = _exact(curve, grid, cfg.noise)
             curves.append(curve)
         logger.info(
             "label correlations %s: mean at p=%s: %s",
@@ -111,10 +113,27 @@ def correlation_table(
     return pd.DataFrame(columns), curves
 
 
+def _exact(curve: Curve, grid: np.ndarray, noise: float) -> np.ndarray:
+    """Population correlation of the curve (mean over its pairs for a pooled curve)."""
+    t = len(curve.degrees)
+    pairs = [curve.pair] if curve.pair is not None else list(zip(*np.triu_indices(t, k=1)))
+    return np.array(
+        [
+            np.mean(
+                [
+                    expected_label_correlation(curve.degrees[i], curve.degrees[j], p, noise, noise)
+                    for i, j in pairs
+                ]
+            )
+            for p in grid
+        ]
+    )
+
+
 def _subtitle(cfg: LabelCorrelationConfig) -> str:
     return (
         f"{cfg.n_datasets} datasets x {cfg.n_samples:,} samples per point, d = {cfg.n_features}, "
-        f"noise {cfg.noise:g}; line: mean, band: ±2σ"
+        f"noise {cfg.noise:g}\nsolid: mean, band: ±2σ over datasets, dashed: exact population value"
     )
 
 
@@ -122,6 +141,7 @@ def _draw(ax: Axes, table: pd.DataFrame, curves: Sequence[Curve]) -> None:
     ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls=":", label="y = p")
     for curve in curves:
         (line,) = ax.plot(table["p"], table[f"{curve.key}_mean"], marker="o", ms=3, label=curve.label)
+        ax.plot(table["p"], table[f"{curve.key}_exact"], color=line.get_color(), lw=0.9, ls="--")
         ax.fill_between(
             table["p"],
             table[f"{curve.key}_lower"],
@@ -158,7 +178,7 @@ def figure3(cfg: LabelCorrelationConfig, figures: Path, tables: Path) -> pd.Data
     settings = [[k] * t for t in cfg.figure3_n_tasks for k in cfg.figure3_degrees]
     table, curves = correlation_table(cfg, settings, per_pair=False)
     fig, axes = plt.subplots(
-        1, len(cfg.figure3_n_tasks), figsize=(5 * len(cfg.figure3_n_tasks), 4.4), squeeze=False
+        1, len(cfg.figure3_n_tasks), figsize=(5 * len(cfg.figure3_n_tasks), 4.8), squeeze=False
     )
     for ax, t in zip(axes[0], cfg.figure3_n_tasks):
         _draw(ax, table, [c for c in curves if len(c.degrees) == t])
@@ -180,7 +200,7 @@ def figure4(cfg: LabelCorrelationConfig, figures: Path, tables: Path) -> pd.Data
 
     table, curves = correlation_table(cfg, cfg.figure4_degrees, per_pair=True)
     n = len(cfg.figure4_degrees)
-    fig, axes = plt.subplots(1, n, figsize=(5.5 * n, 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(max(6.5, 5.5 * n), 4.8), squeeze=False)
     for ax, degrees in zip(axes[0], cfg.figure4_degrees):
         _draw(ax, table, [c for c in curves if c.degrees == tuple(degrees) and c.pair is not None])
         ax.set_title(f"PD = {list(degrees)}")
