@@ -231,18 +231,40 @@ def test_label_correlations_stage(params: dict, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------
 # DVC wiring.
 def test_dvc_yaml_stages_read_only_their_params() -> None:
-    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    syn = dvc["synthesize"]
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    syn = dvc["stages"]["synthesize"]
     assert syn["foreach"] == "${bench.configs}"
     assert syn["do"]["params"] == ["bench.data", "bench.configs.${key}"]
     assert "--out data/synthetic/${key}" in syn["do"]["cmd"] and syn["do"]["outs"] == [
         "data/synthetic/${key}"
     ]
-    lc = dvc["label_correlations"]
+    lc = dvc["stages"]["label_correlations"]
     assert lc["params"] == ["bench.label_correlations"]
-    plots = [next(iter(p)) for p in lc["plots"]]
-    assert "results/figures/fig3_label_correlations.png" in plots
-    assert "results/tables/fig4_label_correlations.csv" in plots
+    assert [next(iter(p)) for p in lc["plots"]] == [
+        "results/figures/fig3_label_correlations.png",
+        "results/figures/fig4_label_correlations.png",
+    ]
+    tables = [next(iter(o)) for o in lc["outs"]]
+    assert tables == [
+        "results/tables/fig3_label_correlations.csv",
+        "results/tables/fig4_label_correlations.csv",
+    ]
+    # the top-level data-series plots name columns the stage writes (default params)
+    written = {
+        "results/tables/fig3_label_correlations.csv": {
+            f"pd{k}_t{t}_mean" for k in (1, 2, 3, 4) for t in (2, 4)
+        },
+        "results/tables/fig4_label_correlations.csv": {
+            "pd234_T1T2_mean",
+            "pd234_T1T3_mean",
+            "pd234_T2T3_mean",
+        },
+    }
+    for plot in dvc["plots"]:
+        spec = next(iter(plot.values()))
+        if isinstance(spec, dict) and any("label_correlations" in f for f in spec.get("y", {})):
+            for f, cols in spec["y"].items():
+                assert set(cols) <= written[f], (f, cols)
 
 
 @pytest.mark.skipif(
