@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _http_fixture import FixtureServer, Reply
 
+from _http_fixture import FixtureServer, Reply
 from multitab.datasets import download
 from multitab.datasets.download import DownloadError, check_integrity, fetch
 
