@@ -183,7 +183,9 @@ def test_integrity_checks(tmp_path: Path) -> None:
     assert check_integrity(z) is not None
 
 
-def test_logs_through_logging(server: FixtureServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_logs_through_logging(
+    server: FixtureServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     url = server.add("/f.bin", Reply(status=500), Reply(DATA))
     with caplog.at_level(logging.INFO, logger="multitab.datasets.download"):
         fetch(url, tmp_path / "f.bin", sha256=SHA, retries=1, **FAST)

@@ -175,7 +175,9 @@ def _attempt(
             mode = "ab"
         else:
             if offset:
-                log.warning("%s: server ignored the Range request (HTTP %d); restarting from zero", url, status)
+                log.warning(
+                    "%s: server ignored the Range request (HTTP %d); restarting from zero", url, status
+                )
             offset = 0
             mode = "wb"
             etag = resp.headers.get("ETag")
@@ -238,7 +240,9 @@ def fetch(
         if reason is None:
             log.info("%s: using the cached, verified copy %s", url, dest)
             return dest
-        log.warning("%s: cached copy %s fails verification (%s); deleting it and downloading again", url, dest, reason)
+        log.warning(
+            "%s: cached copy %s fails verification (%s); deleting it and downloading again", url, dest, reason
+        )
         dest.unlink()
 
     validator: dict[str, str] = {}
@@ -253,7 +257,12 @@ def fetch(
             last_exc = None
             try:
                 _attempt(
-                    session, url, part, timeout_seconds=timeout_seconds, progress=progress, validator=validator
+                    session,
+                    url,
+                    part,
+                    timeout_seconds=timeout_seconds,
+                    progress=progress,
+                    validator=validator,
                 )
             except _Retry as e:
                 last_exc = e
