@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from _http_fixture import FixtureServer, Reply
 
+from _http_fixture import FixtureServer, Reply
 from multitab.datasets.config import LocalConfig, RemoteConfig
 from multitab.datasets.schema import DatasetSchema, get_schema
 from multitab.datasets.sources import SourceError, acquire_local, acquire_remote, read_raw_file
