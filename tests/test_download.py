@@ -191,3 +191,9 @@ def test_logs_through_logging(
     with caplog.at_level(logging.INFO, logger="multitab.datasets.download"):
         fetch(url, tmp_path / "f.bin", sha256=SHA, retries=1, **FAST)
     assert any("HTTP 500" in r.getMessage() for r in caplog.records)
+
+
+def test_content_encoding_is_not_decoded(server: FixtureServer, tmp_path: Path) -> None:
+    # Some servers label a .gz file "Content-Encoding: gzip"; the file on disk must be the bytes as stored.
+    url = server.add("/d.csv.gz", Reply(GZ, headers={"Content-Encoding": "gzip"}))
+    assert fetch(url, tmp_path / "d.csv.gz", **FAST).read_bytes() == GZ

@@ -24,6 +24,7 @@ import zlib
 from pathlib import Path
 
 import requests
+import urllib3
 from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
@@ -201,11 +202,12 @@ def _attempt(
         )
         try:
             with open(part, mode) as f:
-                for chunk in resp.iter_content(chunk_size=NET_CHUNK_BYTES):
+                # Raw bytes as stored (no Content-Encoding decoding): the checksum and byte ranges refer to them.
+                for chunk in resp.raw.stream(NET_CHUNK_BYTES, decode_content=False):
                     f.write(chunk)
                     received += len(chunk)
                     bar.update(len(chunk))
-        except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as e:
+        except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as e:
             # The bytes received so far stay in `part`: the next attempt resumes after them.
             raise _Retry(f"transfer broke after {offset + received} bytes: {type(e).__name__}: {e}") from e
         finally:
