@@ -350,3 +350,44 @@ def test_remote_404_is_a_clear_error(server: FixtureServer, tmp_path: Path) -> N
     with pytest.raises(Exception, match=r"HTTP 404.*params\.yaml"):
         acquire_remote(HIGGS, _remote(url, "csv.gz"), tmp_path / "raw", tmp_path / "cache")
     assert len(server.seen("/gone.csv.gz")) == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Through the data steps: what `local` writes is what split@D reads
+
+
+def _valid_for_split(schema: DatasetSchema, n: int, seed: int) -> pd.DataFrame:
+    df = raw_frame(schema, n, seed)
+    rng = np.random.default_rng(seed)
+    for f in schema.features:
+        if f.levels is not None:  # Higgs b-tags take three float values
+            df[f.name] = rng.choice(np.asarray(f.levels, dtype=np.float32), n)
+    return df
+
+
+@pytest.mark.parametrize("name", ["higgs", "acs_income", "aliexpress"])
+def test_local_source_feeds_the_split_step(name: str, tmp_path: Path) -> None:
+    import dataclasses
+
+    from multitab.datasets.config import load_dataset_config
+    from multitab.datasets.steps import acquire, split
+
+    schema = get_schema(name)
+    if name == "aliexpress":
+        src = tmp_path / "AliExpress_NL"
+        src.mkdir()
+        _valid_for_split(schema, 400, 1).to_csv(src / "train.csv", index=False)
+        _valid_for_split(schema, 100, 2).to_csv(src / "test.csv", index=False)
+        total = 500
+    elif name == "higgs":
+        src = write_higgs_gz(tmp_path / "HIGGS.csv.gz", _valid_for_split(schema, 400, 1))
+        total = 400
+    else:
+        src = tmp_path / "acs.parquet"
+        _valid_for_split(schema, 400, 1).to_parquet(src)
+        total = 400
+    cfg = dataclasses.replace(load_dataset_config(name), source="local", local=LocalConfig(path=str(src)))
+    acquire(schema, cfg, tmp_path / "raw", tmp_path / "cache")
+    info = split(schema, cfg, tmp_path / "raw", tmp_path / "splits")
+    assert info["source"] == "local" and info["standin"] is False
+    assert sum(info["n_rows"].values()) == total
