@@ -14,8 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from stages import label_correlations as label_correlations_stage
-from stages import synthesize as synthesize_stage
 
 from multitab.config import ConfigError, load_params
 from multitab.datasets.bench import (
@@ -26,6 +24,8 @@ from multitab.datasets.bench import (
 )
 from multitab.datasets.bench import main as bench_main
 from multitab.datasets.schema import schema_from_meta
+from stages import label_correlations as label_correlations_stage
+from stages import synthesize as synthesize_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 
