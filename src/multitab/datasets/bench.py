@@ -213,6 +213,7 @@ def generate(
         ValueError / TypeError naming the bad argument, before any work.
     """
     s = _validate(n_samples, n_features, correlation, degrees, noise, seed)
+    # NOTE[DIFF]: one stream per random quantity (the listing draws all from torch's global generator).
     rng_u, rng_x, rng_eps = (np.random.default_rng(c) for c in np.random.SeedSequence(s.seed).spawn(3))
     W = weight_matrix(
         correlation_matrix(s.n_tasks, s.correlation), orthonormal_columns(s.n_features, s.n_tasks, rng_u)
