@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multitab.datasets.schema import Task
+from multitab.models.base import task_output_dim
 
 
 def check_dims(name: str, dims: Sequence[int], *, allow_empty: bool = False) -> list[int]:
@@ -35,15 +36,6 @@ def check_dropout(dropout: float) -> float:
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"{dropout=} must be in [0, 1)")
     return float(dropout)
-
-
-def task_output_dim(task: Task) -> int:
-    """Width of a task's output layer: n_classes logits for multiclass, one value otherwise."""
-    if task.type == "multiclass":
-        if task.n_classes is None or task.n_classes < 2:
-            raise ValueError(f"multiclass task {task.name!r} needs n_classes >= 2, got {task.n_classes}")
-        return task.n_classes
-    return 1
 
 
 def task_output(task: Task, y: Tensor) -> Tensor:
@@ -68,7 +60,9 @@ class BatchNorm1d(nn.BatchNorm1d):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.training and x.shape[0] == 1:
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+            return F.batch_norm(
+                x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         return super().forward(x)
 
 
@@ -142,6 +136,8 @@ class ExtractionLayer(nn.Module):
     output [n_tasks + 1, B, d_hidden[-1]] (task outputs, then the shared output). Experts are ordered
     task 0's, ..., task T-1's, then the shared ones.
     """
+
+    own: Tensor  # (n_tasks, n_experts) bool buffer, only with gate_all_experts
 
     def __init__(
         self,

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from multitab.datasets.schema import Task
+from multitab.datasets.schema import DatasetSchema
+from multitab.models.base import MultitaskModel, cat_cardinalities
 from multitab.models.mlp_blocks import BatchedMLP, Towers, check_dims, check_dropout, init_normal_
 from multitab.models.tokenizer import FeatureTokenizer
 
 
-class MMoE(nn.Module):
+class MMoE(MultitaskModel):
     """Multi-gate mixture of experts.
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or
@@ -34,30 +35,27 @@ class MMoE(nn.Module):
     def __init__(
         self,
         *,
-        n_num: int,
-        cat_cardinalities: Sequence[int],
-        tasks: Sequence[Task],
+        schema: DatasetSchema,
         d_embedding: int = 16,
         n_experts: int = 8,
         expert_d_hidden: Sequence[int] = (256, 128),
         tower_d_hidden: Sequence[int] = (64,),
         dropout: float = 0.0,
     ) -> None:
-        super().__init__()
-        if not tasks:
-            raise ValueError("tasks must name at least one task")
+        super().__init__(schema=schema)
         if n_experts < 1:
             raise ValueError(f"{n_experts=} must be >= 1")
         expert_d_hidden = check_dims("expert_d_hidden", expert_d_hidden)
         tower_d_hidden = check_dims("tower_d_hidden", tower_d_hidden, allow_empty=True)
         dropout = check_dropout(dropout)
-        self.n_tasks = len(tasks)
         self.n_experts = n_experts
-        self.tokenizer = FeatureTokenizer(n_num=n_num, cat_cardinalities=cat_cardinalities, d_embedding=d_embedding)
+        self.tokenizer = FeatureTokenizer(
+            n_num=schema.n_num, cat_cardinalities=cat_cardinalities(schema), d_embedding=d_embedding
+        )
         d_in = self.tokenizer.n_tokens * d_embedding
         self.experts = BatchedMLP(n_experts, d_in, expert_d_hidden, dropout)
         self.gates = nn.Linear(d_in, self.n_tasks * n_experts)  # = one Linear(d_in, n_experts) per task
-        self.towers = Towers(tasks, expert_d_hidden[-1], tower_d_hidden, dropout)
+        self.towers = Towers(schema.tasks, expert_d_hidden[-1], tower_d_hidden, dropout)
         init_normal_(self)
 
     def _gates(self, x: Tensor) -> Tensor:

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torch import Tensor, nn
+from torch import Tensor
 
-from multitab.datasets.schema import Task
+from multitab.datasets.schema import DatasetSchema
+from multitab.models.base import MultitaskModel, cat_cardinalities
 from multitab.models.mlp_blocks import BatchedMLP, Towers, check_dims, check_dropout, init_normal_
 from multitab.models.tokenizer import FeatureTokenizer
 
 
-class MTLSharedBottom(nn.Module):
+class MTLSharedBottom(MultitaskModel):
     """Shared-bottom multitask MLP.
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or
@@ -30,25 +31,22 @@ class MTLSharedBottom(nn.Module):
     def __init__(
         self,
         *,
-        n_num: int,
-        cat_cardinalities: Sequence[int],
-        tasks: Sequence[Task],
+        schema: DatasetSchema,
         d_embedding: int = 16,
         shared_d_hidden: Sequence[int] = (256, 128),
         tower_d_hidden: Sequence[int] = (64,),
         dropout: float = 0.0,
     ) -> None:
-        super().__init__()
-        if not tasks:
-            raise ValueError("tasks must name at least one task")
+        super().__init__(schema=schema)
         shared_d_hidden = check_dims("shared_d_hidden", shared_d_hidden)
         tower_d_hidden = check_dims("tower_d_hidden", tower_d_hidden, allow_empty=True)
         dropout = check_dropout(dropout)
-        self.tokenizer = FeatureTokenizer(n_num=n_num, cat_cardinalities=cat_cardinalities, d_embedding=d_embedding)
+        self.tokenizer = FeatureTokenizer(
+            n_num=schema.n_num, cat_cardinalities=cat_cardinalities(schema), d_embedding=d_embedding
+        )
         d_in = self.tokenizer.n_tokens * d_embedding
-        self.n_tasks = len(tasks)
         self.shared = BatchedMLP(1, d_in, shared_d_hidden, dropout)
-        self.towers = Towers(tasks, shared_d_hidden[-1], tower_d_hidden, dropout)
+        self.towers = Towers(schema.tasks, shared_d_hidden[-1], tower_d_hidden, dropout)
         init_normal_(self)
 
     def forward(self, x_num: Tensor, x_cat: Tensor) -> dict[str, Tensor]:

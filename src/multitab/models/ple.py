@@ -21,12 +21,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from multitab.datasets.schema import Task
+from multitab.datasets.schema import DatasetSchema
+from multitab.models.base import MultitaskModel, cat_cardinalities
 from multitab.models.mlp_blocks import ExtractionLayer, Towers, check_dims, check_dropout, init_normal_
 from multitab.models.tokenizer import FeatureTokenizer
 
 
-class PLE(nn.Module):
+class PLE(MultitaskModel):
     """Progressive layered extraction with shared and task-specific experts.
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or
@@ -36,9 +37,7 @@ class PLE(nn.Module):
     def __init__(
         self,
         *,
-        n_num: int,
-        cat_cardinalities: Sequence[int],
-        tasks: Sequence[Task],
+        schema: DatasetSchema,
         d_embedding: int = 16,
         n_layers: int = 1,
         n_task_experts: int = 1,
@@ -47,9 +46,7 @@ class PLE(nn.Module):
         tower_d_hidden: Sequence[int] = (64,),
         dropout: float = 0.0,
     ) -> None:
-        super().__init__()
-        if not tasks:
-            raise ValueError("tasks must name at least one task")
+        super().__init__(schema=schema)
         if n_layers < 1:
             raise ValueError(f"{n_layers=} must be >= 1")
         if n_task_experts < 0 or n_shared_experts < 1:
@@ -57,11 +54,13 @@ class PLE(nn.Module):
         expert_d_hidden = check_dims("expert_d_hidden", expert_d_hidden)
         tower_d_hidden = check_dims("tower_d_hidden", tower_d_hidden, allow_empty=True)
         dropout = check_dropout(dropout)
-        self.tokenizer = FeatureTokenizer(n_num=n_num, cat_cardinalities=cat_cardinalities, d_embedding=d_embedding)
+        self.tokenizer = FeatureTokenizer(
+            n_num=schema.n_num, cat_cardinalities=cat_cardinalities(schema), d_embedding=d_embedding
+        )
         d_in = self.tokenizer.n_tokens * d_embedding
         self.layers = nn.ModuleList(
             ExtractionLayer(
-                n_tasks=len(tasks),
+                n_tasks=self.n_tasks,
                 n_task_experts=n_task_experts,
                 n_shared_experts=n_shared_experts,
                 d_in=d_in if i == 0 else expert_d_hidden[-1],
@@ -71,12 +70,11 @@ class PLE(nn.Module):
             )
             for i in range(n_layers)
         )
-        self.towers = Towers(tasks, 2 * expert_d_hidden[-1], tower_d_hidden, dropout)
+        self.towers = Towers(schema.tasks, 2 * expert_d_hidden[-1], tower_d_hidden, dropout)
         init_normal_(self)
 
     def forward(self, x_num: Tensor, x_cat: Tensor) -> dict[str, Tensor]:
         h = self.tokenizer(x_num, x_cat).flatten(1)  # (B, n_features * d_embedding), the same for all
         for layer in self.layers:
             h = layer(h)  # (n_tasks + 1, B, d_expert)
-        n_tasks = h.shape[0] - 1
-        return self.towers(torch.cat([h[:-1], h[-1:].expand(n_tasks, -1, -1)], dim=-1))
+        return self.towers(torch.cat([h[:-1], h[-1:].expand(self.n_tasks, -1, -1)], dim=-1))

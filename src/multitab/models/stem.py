@@ -24,12 +24,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from multitab.datasets.schema import Task
+from multitab.datasets.schema import DatasetSchema
+from multitab.models.base import MultitaskModel, cat_cardinalities
 from multitab.models.mlp_blocks import ExtractionLayer, Towers, check_dims, check_dropout, init_normal_
 from multitab.models.tokenizer import FeatureTokenizer
 
 
-class STEM(nn.Module):
+class STEM(MultitaskModel):
     """Shared and task-specific embeddings with all-expert, stop-gradient gating.
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or
@@ -39,9 +40,7 @@ class STEM(nn.Module):
     def __init__(
         self,
         *,
-        n_num: int,
-        cat_cardinalities: Sequence[int],
-        tasks: Sequence[Task],
+        schema: DatasetSchema,
         d_embedding: int = 16,
         n_layers: int = 1,
         n_task_experts: int = 1,
@@ -51,9 +50,7 @@ class STEM(nn.Module):
         dropout: float = 0.0,
         stop_gradient_shared: bool = False,
     ) -> None:
-        super().__init__()
-        if not tasks:
-            raise ValueError("tasks must name at least one task")
+        super().__init__(schema=schema)
         if n_layers < 1:
             raise ValueError(f"{n_layers=} must be >= 1")
         if n_task_experts < 1 or n_shared_experts < 1:
@@ -61,11 +58,12 @@ class STEM(nn.Module):
         expert_d_hidden = check_dims("expert_d_hidden", expert_d_hidden)
         tower_d_hidden = check_dims("tower_d_hidden", tower_d_hidden, allow_empty=True)
         dropout = check_dropout(dropout)
-        self.n_tasks = len(tasks)
         self.d_embedding = d_embedding
         # T task embeddings + 1 shared embedding, side by side in one tokenizer.
         self.tokenizer = FeatureTokenizer(
-            n_num=n_num, cat_cardinalities=cat_cardinalities, d_embedding=(self.n_tasks + 1) * d_embedding
+            n_num=schema.n_num,
+            cat_cardinalities=cat_cardinalities(schema),
+            d_embedding=(self.n_tasks + 1) * d_embedding,
         )
         d_in = self.tokenizer.n_tokens * d_embedding
         self.layers = nn.ModuleList(
@@ -81,14 +79,18 @@ class STEM(nn.Module):
             )
             for i in range(n_layers)
         )
-        self.towers = Towers(tasks, 2 * expert_d_hidden[-1], tower_d_hidden, dropout)
+        self.towers = Towers(schema.tasks, 2 * expert_d_hidden[-1], tower_d_hidden, dropout)
         init_normal_(self)
 
     def embed(self, x_num: Tensor, x_cat: Tensor) -> Tensor:
         """-> [n_tasks + 1, B, n_features * d_embedding]: task t's embedding at t, the shared one last."""
         tokens = self.tokenizer(x_num, x_cat)  # (B, n_features, (T + 1) * d)
         b, f, _ = tokens.shape
-        return tokens.view(b, f, self.n_tasks + 1, self.d_embedding).permute(2, 0, 1, 3).reshape(self.n_tasks + 1, b, -1)
+        return (
+            tokens.view(b, f, self.n_tasks + 1, self.d_embedding)
+            .permute(2, 0, 1, 3)
+            .reshape(self.n_tasks + 1, b, -1)
+        )
 
     def forward(self, x_num: Tensor, x_cat: Tensor) -> dict[str, Tensor]:
         h = self.embed(x_num, x_cat)
