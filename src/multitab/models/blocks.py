@@ -40,6 +40,8 @@ class Rotary(nn.Module):
     The frequencies are a buffer; the authors' rotary module holds them as d_head / 2 parameters that
     never train, so their parameter counts are d_head / 2 higher per rotary layer (e.g. 58 on Higgs)."""
 
+    inv_freq: Tensor
+
     def __init__(self, d_head: int, base: float = 10_000.0) -> None:
         super().__init__()
         if d_head % 2:
@@ -216,6 +218,8 @@ class TaskHeads(nn.Module):
     x [B, n_tasks, d_in] (task i reads x[:, i]) -> [B, sum(d_out)]; task i owns output columns
     ``slices[i]``. Per task: Linear(d_in, h1) -> ReLU -> dropout -> ... -> Linear(h_last, d_out_i),
     the same parameters as n_tasks separate nn.Sequential heads."""
+
+    out_task: Tensor
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ fixed (order and size).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -63,6 +63,8 @@ class MultiTabNet(MultitaskModel):
     """forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits,
     regression) or [B, n_classes] (multiclass logits)}."""
 
+    mask: Tensor | None
+
     def __init__(
         self,
         *,
@@ -97,7 +99,7 @@ class MultiTabNet(MultitaskModel):
             "mask", attention_mask(self.n_task_tokens, self.tokenizer.n_tokens, mask), persistent=False
         )
         self.inter_sample = inter_sample
-        common = {
+        common: dict[str, Any] = {
             "n_heads": n_heads,
             "ffn_d_hidden": ffn_d_hidden,
             "attention_dropout": attention_dropout,

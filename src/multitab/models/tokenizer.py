@@ -57,6 +57,8 @@ class FeatureTokenizer(nn.Module):
     reserved index 0). Either kind may have zero columns; pass an empty [B, 0] tensor (or None).
     """
 
+    cat_offsets: Tensor
+
     def __init__(
         self,
         *,
