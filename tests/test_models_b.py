@@ -271,6 +271,37 @@ def test_stem_stop_gradient_shared_reproduces_the_authors_code() -> None:
     assert w is not None and w[0].abs().sum() > 0 and w[1:].abs().sum() == 0
 
 
+def test_stem_papers_design_isolates_tasks_end_to_end() -> None:
+    # Towers read the task outputs alone; one layer (a deeper stack's intermediate shared gate mixes all
+    # experts into the next layer's shared input without stop-gradient, in the paper as here).
+    model = build("stem", towers_read_shared=False, n_layers=1)
+    x_num, x_cat, _ = batch(16)
+    model(x_num, x_cat)["bin"].sum().backward()  # task 0 only
+    d = SMALL["stem"]["d_embedding"]
+    assert isinstance(d, int)
+    num_w = model.tokenizer.num_weight.grad  # (n_num, (n_tasks + 1) * d): task 0, 1, 2, shared
+    assert num_w is not None
+    assert num_w[:, d : 3 * d].abs().sum() == 0, "task 0's loss reached other tasks' embeddings"
+    assert num_w[:, :d].abs().sum() > 0 and num_w[:, 3 * d :].abs().sum() > 0
+    assert model.layers[-1].shared_gate is None
+    deeper = build("stem", towers_read_shared=False)
+    assert deeper.layers[0].shared_gate is not None and deeper.layers[1].shared_gate is None
+    # The authors' design (default) lets task 0's loss reach them through the shared output.
+    model = build("stem", n_layers=1)
+    model(x_num, x_cat)["bin"].sum().backward()
+    assert model.tokenizer.num_weight.grad[:, d : 3 * d].abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", ["ple", "stem"])
+def test_papers_tower_design_trains(name: str) -> None:
+    model = build(name, towers_read_shared=False)
+    x_num, x_cat, y = batch(16)
+    loss, out = loss_and_outputs(model, x_num, x_cat, y)
+    loss.backward()
+    assert out["multi"].shape == (16, 3)
+    assert all(p.grad is not None for p in model.parameters())
+
+
 # --- MAYA ----------------------------------------------------------------------------------------------
 def test_maya_branch_weights_sum_to_one_and_follow_branch_losses() -> None:
     model = build("maya", ema_momentum=0.0)  # no smoothing: weights = softmax(this step's losses)
