@@ -79,6 +79,11 @@ class BatchedLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
+    def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
+        """MACs as ptflops counts `n` separate nn.Linear layers (the bias once per layer and call)."""
+        n, _, d_out = output.shape
+        return output.numel() * self.weight.shape[1] + n * d_out
+
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() == 2:  # shared input: (B, d_in) @ (n, d_in, d_out) broadcasts to (n, B, d_out)
             return torch.matmul(x, self.weight) + self.bias
@@ -95,6 +100,7 @@ class BatchedMLP(nn.Module):
         dims = [d_in, *d_hidden]
         self.linears = nn.ModuleList(BatchedLinear(n, a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.norms = nn.ModuleList(BatchNorm1d(n * b) for b in dims[1:])
+        self.activation = nn.ReLU()  # a module, so that ptflops-style counting sees it
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -103,7 +109,7 @@ class BatchedMLP(nn.Module):
             n, b, d = x.shape
             # Each (layer i, unit j) is its own BatchNorm channel, as with separate MLPs.
             x = norm(x.transpose(0, 1).reshape(b, n * d)).reshape(b, n, d).transpose(0, 1)
-            x = self.dropout(F.relu(x))
+            x = self.dropout(self.activation(x))
         return x
 
 
