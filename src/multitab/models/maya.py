@@ -87,8 +87,18 @@ class _MOABlock(nn.Module):
         """LayerNorm(sum_j w_j Branch_j(z) + z) (eq. 10 with the residual of eq. 7)."""
         return self.norm(torch.einsum("n,nbld->bld", self.branch_weights, branches) + z)
 
-    def forward(self, z: Tensor) -> Tensor:
-        return self.mix(self.branches(z), z)
+    def forward(
+        self, z: Tensor, branch_loss: Callable[[Tensor], Tensor] | None = None, momentum: float = 0.0
+    ) -> tuple[Tensor, Tensor | None]:
+        """-> (the block's output, the branch losses or None). With `branch_loss` (training), the branch
+        weights are first updated from branch_loss([n_branches, B, d] branch [CLS] tokens) -> [n_branches]."""
+        branches = self.branches(z)  # (n_branches, B, L, d)
+        losses = None
+        if branch_loss is not None:
+            with torch.no_grad():
+                losses = branch_loss(branches[:, :, 0].detach())
+            self.update_branch_weights(losses, momentum)
+        return self.mix(branches, z), losses
 
     def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
         """MACs beyond the child layers (qkv, out, FFN, final norm), in SelfAttention's convention:
@@ -220,14 +230,10 @@ class MAYA(MultitaskModel):
         z = F.relu(self.tokenizer(x_num, x_cat))
         z = torch.cat([self.cls.expand(z.shape[0], 1, -1), z], dim=1)  # (B, 1 + n_features, d)
         outs, self.last_branch_losses = [], []
-        for block in typing.cast(list[_MOABlock], self.blocks):
-            branches = block.branches(z)  # (n_branches, B, L, d)
-            if branch_loss is not None:
-                with torch.no_grad():
-                    losses = branch_loss(branches[:, :, 0].detach())
-                block.update_branch_weights(losses, self.ema_momentum)
+        for block in self.blocks:
+            z, losses = block(z, branch_loss, self.ema_momentum)
+            if losses is not None:
                 self.last_branch_losses.append(losses)
-            z = block.mix(branches, z)
             outs.append(z)
         return self.encoder_norm(torch.stack(outs).mean(0))[:, 0]
 
