@@ -1,0 +1,87 @@
+"""Figures 5 and 6: Δm (STL-relative) with standard-error bars per MultiTab-Bench configuration.
+
+Matplotlib's Agg backend only (no display). A figure built from any stand-in input carries a "STAND-IN
+DATA" watermark and title; a missing value is drawn as the word "missing" where its bar would stand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from multitab.evaluation.tables import STANDIN_MARK  # noqa: E402
+from multitab.io import atomic_path  # noqa: E402
+
+GROUP_TITLES = {"correlation": "Task correlation", "complexity": "Task complexity", "count": "Task count",
+                "nonuniform": "Non-uniform complexities", "other": "Other configurations"}
+
+
+def _bars(ax: Axes, frame: pd.DataFrame, models: Sequence[str]) -> None:
+    levels = list(dict.fromkeys(frame["level"]))
+    width = 0.8 / max(len(models), 1)
+    for i, model in enumerate(models):
+        part = frame[frame.model == model].set_index("level")
+        for j, level in enumerate(levels):
+            x = j - 0.4 + width * (i + 0.5)
+            rec = part.loc[level] if level in part.index else None
+            if rec is None or bool(rec["missing"]):
+                ax.text(x, 0.0, "missing", rotation=90, ha="center", va="bottom", fontsize=7, color="0.4")
+                continue
+            se = float(rec["se"])
+            ax.bar(x, float(rec["delta_m"]), width, yerr=None if math.isnan(se) else se, capsize=3,
+                   color=f"C{i}", label=model if j == 0 else None)
+    ax.axhline(0.0, color="0.3", linewidth=0.8)
+    ax.set_xticks(range(len(levels)), levels, fontsize=8)
+    ax.set_ylabel("Δm (%)")
+
+
+def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[str], title: str) -> Figure:
+    """One panel per group present in `frame` (columns as `study.synthetic_delta_m`)."""
+    present = [g for g in groups if (frame.group == g).any()]
+    n = max(len(present), 1)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    for ax, group in zip(axes[0], present):
+        _bars(ax, frame[frame.group == group], models)
+        ax.set_title(GROUP_TITLES.get(group, group), fontsize=10)
+    if not present:
+        axes[0][0].text(0.5, 0.5, "missing: no MultiTab-Bench configuration\nof these groups was run",
+                        ha="center", va="center", transform=axes[0][0].transAxes)
+        axes[0][0].set_axis_off()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, 0.93))
+    standin = bool(frame[frame.group.isin(present)]["standin"].any()) if present else False
+    mark_figure(fig, title, standin)
+    fig.tight_layout(rect=(0, 0, 1, 0.86))
+    return fig
+
+
+def mark_figure(fig: Figure, title: str, standin: bool) -> None:
+    """Title, and for stand-in inputs a title suffix plus a diagonal watermark."""
+    fig.suptitle(title + (f"  [{STANDIN_MARK.upper()}]" if standin else ""), fontsize=11,
+                 color="firebrick" if standin else "black")
+    if standin:
+        fig.text(0.5, 0.45, STANDIN_MARK.upper(), fontsize=40, color="firebrick", alpha=0.15,
+                 ha="center", va="center", rotation=20)
+
+
+def save_figure(fig: Figure, folder: str | Path, name: str, dpi: int) -> list[Path]:
+    """<folder>/<name>.png and .svg, each written atomically."""
+    folder = Path(folder)
+    paths = []
+    for ext in ("png", "svg"):
+        path = folder / f"{name}.{ext}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=ext, dpi=dpi)
+        paths.append(path)
+    plt.close(fig)
+    return paths
