@@ -13,6 +13,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in SVG (searchable, smaller)
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
@@ -48,7 +49,7 @@ def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[
     """One panel per group present in `frame` (columns as `study.synthetic_delta_m`)."""
     present = [g for g in groups if (frame.group == g).any()]
     n = max(len(present), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False)
     for ax, group in zip(axes[0], present):
         _bars(ax, frame[frame.group == group], models)
         ax.set_title(GROUP_TITLES.get(group, group), fontsize=10)
@@ -58,16 +59,16 @@ def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[
         axes[0][0].set_axis_off()
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, 0.93))
+        fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, 0.88))
     standin = bool(frame[frame.group.isin(present)]["standin"].any()) if present else False
     mark_figure(fig, title, standin)
-    fig.tight_layout(rect=(0, 0, 1, 0.86))
+    fig.tight_layout(rect=(0, 0, 1, 0.80))
     return fig
 
 
 def mark_figure(fig: Figure, title: str, standin: bool) -> None:
     """Title, and for stand-in inputs a title suffix plus a diagonal watermark."""
-    fig.suptitle(title + (f"  [{STANDIN_MARK.upper()}]" if standin else ""), fontsize=11,
+    fig.suptitle(title + (f"\n[{STANDIN_MARK.upper()}]" if standin else ""), fontsize=11,
                  color="firebrick" if standin else "black")
     if standin:
         fig.text(0.5, 0.45, STANDIN_MARK.upper(), fontsize=40, color="firebrick", alpha=0.15,

@@ -53,7 +53,8 @@ def load_published(folder: str | Path = FOLDER) -> Published:
                   for _, r in t57.iterrows()}
     sig = _read("paper_significance_tables8_9.csv", folder)
     base_labels = [c for c in sig.columns if c not in ("test", "dataset")]
-    table8, table9 = {}, {}
+    table8: dict[tuple[str, str], float] = {}
+    table9: dict[tuple[str, str], float] = {}
     for _, r in sig.iterrows():
         target = table8 if r.test == "t_test_one_sided" else table9
         for lab in base_labels:

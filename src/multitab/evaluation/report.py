@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from multitab.evaluation import figures, study as st
+from multitab.evaluation import figures
+from multitab.evaluation import study as st
 from multitab.evaluation.config import AggregateConfig, SyntheticConfig
 from multitab.evaluation.published import Published
 from multitab.evaluation.runs import RunSet
@@ -58,23 +59,24 @@ def build_tables(study: st.Study, complexity_csv: str | Path) -> list[Table]:
 
 
 def _figure_data_csv(frame: pd.DataFrame, groups: Sequence[str]) -> str:
-    """Long-form series for `dvc plots` (x = level, y = delta_m, one line per model); missing -> 'missing'."""
+    """Long-form series for `dvc plots` (bar_horizontal: x = delta_m, y = label "group | level | model");
+    a missing value is the string 'missing' (Vega draws no bar for it)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["group", "level", "model", "delta_m", "se", "n_seeds", "data"])
+    w.writerow(["label", "group", "level", "model", "delta_m", "se", "n_seeds", "data"])
     for _, r in frame[frame.group.isin(groups)].iterrows():
         missing = bool(r["missing"])
-        w.writerow([r["group"], r["level"], r["model"],
+        w.writerow([f"{r['group']} | {r['level']} | {r['model']}", r["group"], r["level"], r["model"],
                     MISSING if missing else f"{r['delta_m']:.6f}",
                     MISSING if missing or math.isnan(r["se"]) else f"{r['se']:.6f}", r["n_seeds"],
-                    STANDIN_MARK if r["standin"] else "real"])
+                    r["data"]])
     return buf.getvalue()
 
 
 def _summary(study: st.Study, tables: Sequence[Table]) -> dict[str, object]:
     """results/metrics.json: the headline numbers, strings "missing" where a value is missing."""
     cfg = study.config
-    delta = {}
+    delta: dict[str, dict[str, object]] = {}
     for d in cfg.datasets:
         delta[d] = {}
         for m in cfg.models:
