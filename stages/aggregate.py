@@ -22,7 +22,7 @@ def aggregate(a: argparse.Namespace) -> None:
     synthetic = read_bench_configs(load_params(a.params), str(a.params))
     runs = RunSet(load_runs(a.runs), seeds=config.seeds)
     outputs = Outputs(tables=a.tables, figures=a.figures, plots=a.plots, report=a.report, metrics=a.metrics)
-    build_results(runs, config, load_published(), synthetic, a.complexity, outputs)
+    build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs)
 
 
 def main(argv: list[str] | None = None) -> int:

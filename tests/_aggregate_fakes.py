@@ -18,9 +18,14 @@ TYPES = {"click": "binary", "conversion": "binary", "income": "binary", "marital
 
 def write_run(root: Path, dataset: str, model: str, seed: int, test: dict[str, float | None],
               task_types: dict[str, str], *, standin: bool = True,
-              test_mse: dict[str, float] | None = None) -> Path:
+              test_mse: dict[str, float] | None = None, curve: list[float] | None = None) -> Path:
     path = root / dataset / model / f"seed{seed}" / "metrics.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    if curve is not None:  # dvclive's layout: plots/metrics/<name>.tsv with columns step, <name>
+        folder = path.parent / "dvclive" / "plots" / "metrics"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "val_mean.tsv").write_text("step\tval_mean\n" + "".join(f"{i}\t{v}\n" for i, v in enumerate(curve)))
+        (folder / "train_loss.tsv").write_text("step\ttrain_loss\n" + "".join(f"{i}\t{1 - v}\n" for i, v in enumerate(curve)))
     path.write_text(json.dumps({
         "dataset": dataset, "model": model, "seed": seed, "standin": standin, "source": "standin" if standin else "local",
         "task_types": task_types, "test": test, "val": test, "test_mse": test_mse or {},
@@ -46,4 +51,7 @@ def published_runs(root: Path, *, seeds=(0, 1, 2), noise: float = 0.002, standin
                     continue
                 test = {t: float(v) / 100 + float(rng.normal(0, noise)) for t, v in zip(g.task, g[label])}
                 mse = {t: 1 - v for t, v in test.items() if types[t] == "regression"}
-                write_run(root, str(dataset), model, seed, test, types, standin=standin, test_mse=mse)
+                # learning curve: 3 + seed epochs rising to the mean test metric
+                final = float(np.mean(list(test.values())))
+                curve = [final - 0.01 * (2 + seed - i) for i in range(3 + seed)]
+                write_run(root, str(dataset), model, seed, test, types, standin=standin, test_mse=mse, curve=curve)

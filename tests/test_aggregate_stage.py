@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -112,6 +113,16 @@ def test_stage_end_to_end(tmp_path: Path) -> None:
     assert ",missing,missing,0,stand-in data" in stem_t5
     mtn = next(line for line in fig5 if line.startswith("count | t=5 | MultiTab-Net")).split(",")
     assert 2.5 < float(mtn[4]) < 3.5  # the 3% gain written above
+    # Learning curves: seed means over the seeds that reached each step (3, 4 and 5 epochs written).
+    curves = pd.read_csv(tmp_path / "results/plots/learning_curves_aliexpress_val_mean.csv")
+    assert list(curves.columns) == ["step", "STL", "MTL", "MMoE", "PLE", "TabT", "FT-T", "SAINT", "XGB", "STEM",
+                                    "MultiTab-Net", "MAYA"]
+    assert list(curves.step) == [0, 1, 2, 3, 4] and curves["MAYA"].isna().all()
+    logs = [pd.read_csv(tmp_path / f"runs/aliexpress/mmoe/seed{s}/dvclive/plots/metrics/val_mean.tsv", sep="\t")
+            for s in range(3)]
+    assert curves.loc[0, "MMoE"] == pytest.approx(np.mean([f.val_mean[0] for f in logs]), abs=1e-6)
+    assert curves.loc[4, "MMoE"] == pytest.approx(logs[2].val_mean[4], abs=1e-6)
+    assert (tmp_path / "results/figures/learning_curves.svg").exists() and "## Learning curves" in report
 
 
 def test_stage_without_any_run_renders_everything_missing(tmp_path: Path) -> None:
@@ -176,4 +187,7 @@ def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
     sh(str(dvc), "plots", "show", "-o", "plots_html")
     html = (repo / "plots_html/index.html").read_text()
     assert "figure5_delta_m.png" in html and "delta_m" in html
+    shown_plots = sh(str(dvc), "plots", "show", "--json")
+    assert "Learning curves higgs (validation mean metric, seed mean)" in shown_plots
+    assert "MultiTab-Net" in shown_plots and "errors" not in json.loads(shown_plots)
     assert "up to date" in sh(str(dvc), "status", "aggregate") or "unchanged" in sh(str(dvc), "repro", "aggregate")

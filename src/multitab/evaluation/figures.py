@@ -86,3 +86,31 @@ def save_figure(fig: Figure, folder: str | Path, name: str, dpi: int) -> list[Pa
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def curves_figure(curves: dict[str, pd.DataFrame], ylabel: str, title: str, standin: bool) -> Figure:
+    """One panel per dataset: a line per model (columns of each frame, index = step)."""
+    n = max(len(curves), 1)
+    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False)
+    for ax, (dataset, frame) in zip(axes[0], curves.items()):
+        drawn = False
+        for i, label in enumerate(frame.columns):
+            series = frame[label].dropna()
+            if not series.empty:
+                ax.plot(series.index + 1, series.to_numpy(), label=label, color=f"C{i % 10}", linewidth=1.2)
+                drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "missing: no learning-curve log", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(dataset, fontsize=10)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
+    handles: dict[str, object] = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=min(len(handles), 6),
+                   fontsize=8, bbox_to_anchor=(0.5, 0.88))
+    mark_figure(fig, title, standin)
+    fig.tight_layout(rect=(0, 0, 1, 0.76))
+    return fig

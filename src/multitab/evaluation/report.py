@@ -22,6 +22,7 @@ import pandas as pd
 from multitab.evaluation import figures
 from multitab.evaluation import study as st
 from multitab.evaluation.config import AggregateConfig, SyntheticConfig
+from multitab.evaluation.curves import CURVES, seed_mean_curves
 from multitab.evaluation.published import Published
 from multitab.evaluation.runs import RunSet
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
@@ -136,7 +137,7 @@ def _agreement_section(tables: Sequence[Table]) -> list[str]:
 
 
 def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Sequence[Table],
-                  figure_paths: dict[str, Path], report_path: Path) -> str:
+                  figure_paths: dict[str, Path], report_path: Path, curves_section: str = "") -> str:
     cfg = study.config
     standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
     lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
@@ -171,15 +172,50 @@ def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Seque
                       "Error bars: standard error of the per-seed Δm.", ""]
             lines.append(ft.to_markdown(heading="###"))
     lines += _agreement_section(tables)
-    lines += ["## Learning curves", "",
-              "Per-run training curves are registered as DVC plots: `dvc plots show` renders them with the "
-              "figures above.", ""]
+    if curves_section:
+        lines.append(curves_section)
     return "\n".join(lines)
 
 
+def write_curves(study: st.Study, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:
+    """results/plots/learning_curves_<dataset>_<curve>.csv (dvc plots) and results/figures/learning_curves.*;
+    returns the paths and the report section."""
+    cfg = study.config
+    models = list(cfg.models)
+    labels = [cfg.label(m) for m in models]
+    written: list[Path] = []
+    val_curves = {}
+    for d in cfg.datasets:
+        for name in CURVES:
+            frame = seed_mean_curves(runs_dir, d, models, labels, study.runs.seeds(d), name)
+            if name == "val_mean":
+                val_curves[d] = frame
+            path = out.plots / f"learning_curves_{d}_{name}.csv"
+            with atomic_path(path) as tmp:
+                frame.reset_index().to_csv(tmp, index=False, float_format="%.6f")
+            written.append(path)
+    standin = study.standin(cfg.datasets)
+    fig = figures.curves_figure(val_curves, "validation mean metric (AUC / EV)",
+                                "Learning curves: validation mean metric, seed mean", bool(standin))
+    paths = figures.save_figure(fig, out.figures, "learning_curves", cfg.figures.dpi)
+    written += paths
+    have = {d: [c for c in f.columns if f[c].notna().any()] for d, f in val_curves.items()}
+    rel = os.path.relpath(paths[0], out.report.parent)
+    lines = [f"## Learning curves{' [' + STANDIN_MARK + ']' if standin else ''}", "",
+             f"![Learning curves]({rel})", "",
+             "Seed mean of the per-epoch validation mean metric (the early-stopping criterion) from each run's dvclive "
+             "log; `dvc plots show` draws these and the training loss from results/plots/learning_curves_*.csv.", ""]
+    lines += [f"- {d}: " + (", ".join(have[d]) if have[d] else MISSING)
+              + (f"; {MISSING}: " + ", ".join(lab for lab in labels if lab not in have[d]) if have[d] and
+                 len(have[d]) < len(labels) else "") for d in cfg.datasets]
+    return written, "\n".join(lines) + "\n"
+
+
 def build_results(runs: RunSet, config: AggregateConfig, published: Published,
-                  synthetic: dict[str, SyntheticConfig], complexity_csv: str | Path, out: Outputs) -> list[Path]:
-    """Compute and write every output; returns the paths written."""
+                  synthetic: dict[str, SyntheticConfig], complexity_csv: str | Path, out: Outputs,
+                  runs_dir: str | Path | None = None) -> list[Path]:
+    """Compute and write every output; returns the paths written. `runs_dir`: where the runs' dvclive
+    learning-curve logs are (None: no curves)."""
     study = st.Study(runs, config, published, synthetic)
     tables = build_tables(study, complexity_csv)
     synth = st.synthetic_delta_m(study)
@@ -213,9 +249,13 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
         _write_text(plot_path, _figure_data_csv(synth, groups))
         written.append(plot_path)
 
+    curves_section = ""
+    if runs_dir is not None:
+        paths, curves_section = write_curves(study, Path(runs_dir), out)
+        written += paths
     write_json(out.metrics, _summary(study, tables))
     written.append(out.metrics)
-    _write_text(out.report, render_report(study, tables, figure_tables, figure_paths, out.report))
+    _write_text(out.report, render_report(study, tables, figure_tables, figure_paths, out.report, curves_section))
     written.append(out.report)
     log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(study, tables)["standin"]))
     return written
