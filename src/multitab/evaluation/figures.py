@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in SVG (searchable, smaller)
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -49,7 +50,7 @@ def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[
     """One panel per group present in `frame` (columns as `study.synthetic_delta_m`)."""
     present = [g for g in groups if (frame.group == g).any()]
     n = max(len(present), 1)
-    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False, layout="constrained")
     for ax, group in zip(axes[0], present):
         _bars(ax, frame[frame.group == group], models)
         ax.set_title(GROUP_TITLES.get(group, group), fontsize=10)
@@ -59,10 +60,9 @@ def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[
         axes[0][0].set_axis_off()
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, 0.88))
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     standin = bool(frame[frame.group.isin(present)]["standin"].any()) if present else False
     mark_figure(fig, title, standin)
-    fig.tight_layout(rect=(0, 0, 1, 0.80))
     return fig
 
 
@@ -91,7 +91,7 @@ def save_figure(fig: Figure, folder: str | Path, name: str, dpi: int) -> list[Pa
 def curves_figure(curves: dict[str, pd.DataFrame], ylabel: str, title: str, standin: bool) -> Figure:
     """One panel per dataset: a line per model (columns of each frame, index = step)."""
     n = max(len(curves), 1)
-    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False, layout="constrained")
     for ax, (dataset, frame) in zip(axes[0], curves.items()):
         drawn = False
         for i, label in enumerate(frame.columns):
@@ -104,13 +104,12 @@ def curves_figure(curves: dict[str, pd.DataFrame], ylabel: str, title: str, stan
         ax.set_title(dataset, fontsize=10)
         ax.set_xlabel("epoch")
         ax.set_ylabel(ylabel)
-    handles: dict[str, object] = {}
+    handles: dict[str, Artist] = {}
     for ax in axes[0]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=min(len(handles), 6),
-                   fontsize=8, bbox_to_anchor=(0.5, 0.88))
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=min(len(handles), 6),
+                   fontsize=8)
     mark_figure(fig, title, standin)
-    fig.tight_layout(rect=(0, 0, 1, 0.76))
     return fig
