@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from multitab.evaluation.delta_m import delta_m, delta_m_per_seed, task_gains, task_gains_per_seed
 
@@ -82,3 +85,21 @@ def test_errors_name_the_task() -> None:
     runs = pd.DataFrame({"a": [0.5]}, index=[7])
     with pytest.raises(ValueError, match="seed 7"):
         delta_m_per_seed(runs, pd.DataFrame({"a": [0.5]}, index=[0]), pairing="seed")
+
+
+_metrics = arrays(float, (4, 3), elements=st.floats(0.05, 1.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(runs=_metrics, base=_metrics, scale=st.floats(0.1, 100.0))
+def test_properties_of_delta_m(runs, base, scale) -> None:  # type: ignore[no-untyped-def]
+    runs_f = pd.DataFrame(runs, columns=["a", "b", "c"])
+    base_f = pd.DataFrame(base, columns=["a", "b", "c"])
+    headline = delta_m(runs_f.mean().to_dict(), base_f.mean().to_dict(), lower_is_better={"c"})
+    # mean pairing: the per-seed Δm average to the headline Δm (Δm is linear in the method's metrics)
+    per_seed = delta_m_per_seed(runs_f, base_f, lower_is_better={"c"})
+    assert per_seed.mean() == pytest.approx(headline, rel=1e-9, abs=1e-9)
+    # a common unit change of every metric leaves Δm unchanged; the baseline against itself gives 0
+    assert delta_m((scale * runs_f.mean()).to_dict(), (scale * base_f.mean()).to_dict(),
+                   lower_is_better={"c"}) == pytest.approx(headline, rel=1e-9, abs=1e-9)
+    assert delta_m(base_f.mean().to_dict(), base_f.mean().to_dict()) == 0.0

@@ -145,3 +145,30 @@ def test_bench_configs_reader() -> None:
         read_bench_configs({"bench": {"configs": {"bad": {"group": "colour"}}}})
     # The project's params.yaml loads strictly.
     assert config().baseline == "stl_mlp" and load_params(ROOT / "params.yaml")["aggregate"]
+
+
+def test_delta_m_on_mse_flips_the_sign(tmp_path: Path) -> None:
+    """`regression_metric: mse`: Higgs Δm uses test_mse for the regression tasks, lower being better."""
+    import dataclasses
+
+    import numpy as np
+
+    from multitab.evaluation.delta_m import delta_m
+
+    published_runs(tmp_path, seeds=(0, 1), noise=0.002)
+    runs = RunSet(load_runs(tmp_path))
+    study = Study(runs, dataclasses.replace(config(), regression_metric="mse"), load_published())
+
+    def means(model: str) -> dict[str, float]:
+        rs = runs.runs("higgs", model)
+        out = {"target": float(np.mean([r.test["target"] for r in rs.values()]))}
+        for t in ("m_jj", "m_jjj", "m_lv", "m_jlv", "m_bb", "m_wbb", "m_wwbb"):
+            out[t] = float(np.mean([r.test_mse[t] for r in rs.values()]))
+        return out
+
+    m, b = means("multitab_net"), means("stl_mlp")
+    expected = (100 * (m["target"] - b["target"]) / b["target"]
+                - sum(100 * (m[t] - b[t]) / b[t] for t in m if t != "target")) / 8
+    assert study.delta_m("higgs", "multitab_net") == pytest.approx(expected)
+    lower = {t for t in m if t != "target"}
+    assert study.delta_m("higgs", "multitab_net") == pytest.approx(delta_m(m, b, lower_is_better=lower))

@@ -248,7 +248,8 @@ def table4(study: Study, complexity_csv: str | Path) -> Table:
         label = cfg.label(model)
         row: list[Cell | str] = [label]
         for d in cfg.datasets:
-            hit = None if frame is None else frame[(frame.dataset == d) & (frame.model == model)]
+            # the complexity stage names models by registry name; the paper's label is accepted too
+            hit = None if frame is None else frame[(frame.dataset == d) & frame.model.isin([model, label])]
             p = pub.table4.get((label, d))
             if hit is None or hit.empty:
                 row += [Cell(None, 2, p[0] if p else None), Cell(None, 2, p[1] if p else None)]
