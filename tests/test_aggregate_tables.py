@@ -172,3 +172,15 @@ def test_delta_m_on_mse_flips_the_sign(tmp_path: Path) -> None:
     assert study.delta_m("higgs", "multitab_net") == pytest.approx(expected)
     lower = {t for t in m if t != "target"}
     assert study.delta_m("higgs", "multitab_net") == pytest.approx(delta_m(m, b, lower_is_better=lower))
+
+
+def test_zero_baseline_gives_n_a_not_a_crash(tmp_path: Path) -> None:
+    types = {"target": "binary", "m_jj": "regression"}
+    for model, ev in (("stl_mlp", 0.0), ("multitab_net", 0.2), ("mmoe", 0.1)):
+        for seed in (0, 1):
+            write_run(tmp_path, "higgs", model, seed, {"target": 0.8 + seed / 100, "m_jj": ev}, types)
+    study = Study(RunSet(load_runs(tmp_path)), config(), load_published())
+    assert study.delta_m("higgs", "multitab_net") != study.delta_m("higgs", "multitab_net")  # NaN
+    row = {r[0]: r for r in table3(study).rows}["MultiTab-Net"]
+    assert [c.text() for c in row if isinstance(c, Cell)][-1] == "n/a"
+    assert {r[0]: r for r in table8(study).rows}["higgs"][3].text() == "n/a"  # type: ignore[union-attr]

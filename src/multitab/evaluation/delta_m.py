@@ -26,6 +26,10 @@ import pandas as pd
 Pairing = Literal["mean", "seed"]
 
 
+class UndefinedDeltaM(ValueError):
+    """A baseline metric is 0: the relative change of Equation 5 is undefined."""
+
+
 def task_gains(
     metrics: Mapping[str, float],
     baseline: Mapping[str, float],
@@ -51,7 +55,7 @@ def task_gains(
         if not (math.isfinite(m) and math.isfinite(b)):
             raise ValueError(f"Δm: task {task!r} has a non-finite value (method {m}, baseline {b})")
         if b == 0:
-            raise ValueError(f"Δm: baseline value of task {task!r} is 0; the relative change is undefined")
+            raise UndefinedDeltaM(f"Δm: baseline value of task {task!r} is 0; the relative change is undefined")
         sign = -1.0 if task in lower_is_better else 1.0
         gains[task] = 100.0 * sign * (m - b) / b
     return gains

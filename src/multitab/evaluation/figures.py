@@ -35,8 +35,9 @@ def _bars(ax: Axes, frame: pd.DataFrame, models: Sequence[str]) -> None:
         for j, level in enumerate(levels):
             x = j - 0.4 + width * (i + 0.5)
             rec = part.loc[level] if level in part.index else None
-            if rec is None or bool(rec["missing"]):
-                ax.text(x, 0.0, "missing", rotation=90, ha="center", va="bottom", fontsize=7, color="0.4")
+            if rec is None or bool(rec["missing"]) or math.isnan(float(rec["delta_m"])):
+                word = "n/a" if rec is not None and not bool(rec["missing"]) else "missing"
+                ax.text(x, 0.0, word, rotation=90, ha="center", va="bottom", fontsize=7, color="0.4")
                 continue
             se = float(rec["se"])
             ax.bar(x, float(rec["delta_m"]), width, yerr=None if math.isnan(se) else se, capsize=3,

@@ -68,10 +68,14 @@ def _figure_data_csv(frame: pd.DataFrame, groups: Sequence[str]) -> str:
     for _, r in frame[frame.group.isin(groups)].iterrows():
         missing = bool(r["missing"])
         w.writerow([f"{r['group']} | {r['level']} | {r['model']}", r["group"], r["level"], r["model"],
-                    MISSING if missing else f"{r['delta_m']:.6f}",
+                    MISSING if missing else ("n/a" if math.isnan(r["delta_m"]) else f"{r['delta_m']:.6f}"),
                     MISSING if missing or math.isnan(r["se"]) else f"{r['se']:.6f}", r["n_seeds"],
                     r["data"]])
     return buf.getvalue()
+
+
+def _json_value(value: float | None) -> object:
+    return MISSING if value is None else ("n/a" if math.isnan(value) else round(value, 6))
 
 
 def _summary(study: st.Study, tables: Sequence[Table]) -> dict[str, object]:
@@ -82,7 +86,7 @@ def _summary(study: st.Study, tables: Sequence[Table]) -> dict[str, object]:
         delta[d] = {}
         for m in cfg.models:
             v = study.delta_m(d, m)
-            delta[d][cfg.label(m)] = MISSING if v is None else round(v, 6)
+            delta[d][cfg.label(m)] = _json_value(v)
     by_name = {t.name: t for t in tables}
     pvals: dict[str, dict[str, dict[str, object]]] = {}
     for name in ("table8_t_test", "table9_wilcoxon"):
@@ -92,8 +96,7 @@ def _summary(study: st.Study, tables: Sequence[Table]) -> dict[str, object]:
         pvals[name] = {}
         for row in t.rows:
             scope = str(row[0])
-            pvals[name][scope] = {col: (MISSING if c.value is None else round(c.value, 6))  # type: ignore[union-attr]
-                                  for col, c in zip(t.header[1:], row[1:])}
+            pvals[name][scope] = {col: _json_value(c.value) for col, c in zip(t.header[1:], row[1:])}  # type: ignore[union-attr]
     return {
         "standin": {d: study.runs.standin(d) for d in (*cfg.datasets, *study.synthetic)},
         "delta_m": delta,

@@ -17,7 +17,7 @@ import pandas as pd
 
 from multitab.datasets.schema import SCHEMAS
 from multitab.evaluation.config import AggregateConfig, SyntheticConfig
-from multitab.evaluation.delta_m import delta_m, delta_m_per_seed, task_gains_per_seed
+from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m, delta_m_per_seed, task_gains_per_seed
 from multitab.evaluation.published import Published
 from multitab.evaluation.runs import RunSet
 from multitab.evaluation.significance import t_test_greater, wilcoxon_greater
@@ -88,23 +88,35 @@ class Study:
         base = self.delta_inputs(dataset, self.config.baseline)
         if runs is None or base is None:
             return None
-        return delta_m(runs.mean(axis=0).to_dict(), base.mean(axis=0).to_dict(), self._lower_is_better(dataset))
+        try:
+            return delta_m(runs.mean(axis=0).to_dict(), base.mean(axis=0).to_dict(), self._lower_is_better(dataset))
+        except UndefinedDeltaM as e:  # printed as n/a: the runs exist, the value does not
+            log.warning("%s / %s: %s", dataset, model, e)
+            return math.nan
 
     def delta_m_per_seed(self, dataset: str, model: str) -> pd.Series | None:
         runs = self.delta_inputs(dataset, model)
         base = self.delta_inputs(dataset, self.config.baseline)
         if runs is None or base is None:
             return None
-        return delta_m_per_seed(runs, base, pairing=self.config.pairing,
-                                lower_is_better=self._lower_is_better(dataset))
+        try:
+            return delta_m_per_seed(runs, base, pairing=self.config.pairing,
+                                    lower_is_better=self._lower_is_better(dataset))
+        except UndefinedDeltaM as e:
+            log.warning("%s / %s: %s", dataset, model, e)
+            return pd.Series(math.nan, index=runs.index)
 
     def task_gains_per_seed(self, dataset: str, model: str) -> pd.DataFrame | None:
         runs = self.delta_inputs(dataset, model)
         base = self.delta_inputs(dataset, self.config.baseline)
         if runs is None or base is None:
             return None
-        return task_gains_per_seed(runs, base, pairing=self.config.pairing,
-                                   lower_is_better=self._lower_is_better(dataset))
+        try:
+            return task_gains_per_seed(runs, base, pairing=self.config.pairing,
+                                       lower_is_better=self._lower_is_better(dataset))
+        except UndefinedDeltaM as e:
+            log.warning("%s / %s: %s", dataset, model, e)
+            return pd.DataFrame(math.nan, index=runs.index, columns=runs.columns)
 
     def delta_m_spread(self, dataset: str, model: str) -> tuple[float, float, int] | None:
         """(std, standard error, n) of the per-seed Δm."""
@@ -283,12 +295,31 @@ def _significance_rows(study: Study, kind: str) -> tuple[list[str], list[list[Ce
 
 
 def _p_value(study: Study, kind: str, scope: str, model: str, baseline: str) -> float | None:
+    """None when a run set is missing; NaN (printed n/a) when a Δm is undefined."""
+    try:
+        return _p_value_of(study, kind, scope, model, baseline)
+    except _Undefined:
+        return math.nan
+
+
+class _Undefined(Exception):
+    pass
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    if not np.all(np.isfinite(values)):
+        raise _Undefined
+    return values
+
+
+def _p_value_of(study: Study, kind: str, scope: str, model: str, baseline: str) -> float | None:
     cfg = study.config
     if kind == "t":
         a, b = study.delta_m_per_seed(scope, model), study.delta_m_per_seed(scope, baseline)
         if a is None or b is None:
             return None
-        return t_test_greater(a.to_numpy(), b.to_numpy(), equal_var=cfg.significance.equal_var).pvalue
+        return t_test_greater(_finite(a.to_numpy()), _finite(b.to_numpy()),
+                              equal_var=cfg.significance.equal_var).pvalue
     if scope == "global":
         xs, ys = [], []
         for d in cfg.datasets:
@@ -297,12 +328,12 @@ def _p_value(study: Study, kind: str, scope: str, model: str, baseline: str) -> 
                 return None
             xs.append(a.to_numpy())
             ys.append(b.loc[a.index].to_numpy())  # paired by (dataset, seed)
-        return wilcoxon_greater(np.concatenate(xs), np.concatenate(ys)).pvalue
+        return wilcoxon_greater(_finite(np.concatenate(xs)), _finite(np.concatenate(ys))).pvalue
     ga, gb = study.task_gains_per_seed(scope, model), study.task_gains_per_seed(scope, baseline)
     if ga is None or gb is None:
         return None
     gb = gb.loc[ga.index, ga.columns]  # paired by (task, seed)
-    return wilcoxon_greater(ga.to_numpy().ravel(), gb.to_numpy().ravel()).pvalue
+    return wilcoxon_greater(_finite(ga.to_numpy().ravel()), _finite(gb.to_numpy().ravel())).pvalue
 
 
 def table8(study: Study) -> Table:
