@@ -33,7 +33,7 @@ def make_inputs(root: Path) -> Path:
     """runs (stand-in) for the public datasets and the bench configs, an ablation variant, a missing run,
     a complexity table and a params file with a bench section; returns the params path."""
     published_runs(root / "runs", seeds=(0, 1, 2), skip=(("higgs", "saint", 2),),
-                   variants={"multitab_net@single_none": "PLE"})
+                   variants={"multitab_net@single_none": "PLE", "multitab_net@rope_off": "STEM"})
     rng = np.random.default_rng(1)
     for name, conf in BENCH.items():
         tasks = [f"task_{i}" for i in range(len(conf["degrees"]))]
@@ -87,6 +87,7 @@ def test_stage_end_to_end(tmp_path: Path) -> None:
     assert positions == sorted(positions)
     assert report.count("STAND-IN DATA") >= 10
     assert "![Figure 5" in report and "(figures/figure5_delta_m.png)" in report
+    assert "Run sets in no table" in report and "higgs/multitab_net@rope_off" in report
     # The missing SAINT seed on Higgs: missing, with the published value beside it, never a number.
     saint = next(line for line in report.splitlines() if line.startswith("| SAINT |") and "85.54" in line)
     assert "missing (2/3 seeds) (paper 85.54)" in saint

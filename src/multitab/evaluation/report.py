@@ -120,6 +120,14 @@ def _inputs_section(study: st.Study) -> list[str]:
         incomplete = [f"{m} ({study.runs.n_found(d, m)}/{len(seeds)})" for m in names if m not in complete]
         lines.append(f"| {d} | {data} | {', '.join(map(str, seeds)) or MISSING} | {len(complete)} | "
                      f"{', '.join(incomplete) or '—'} |")
+    unused = [d for d in study.runs.datasets if d not in cfg.datasets and d not in study.synthetic]
+    if unused:
+        lines += ["", f"Runs of datasets named neither in aggregate.datasets nor in bench.configs (not used): "
+                      f"{', '.join(unused)}."]
+    shown = {*cfg.models, *(r.model for r in cfg.ablation)}
+    extra = [f"{d}/{m}" for d in cfg.datasets for m in study.runs.models(d) if m not in shown]
+    if extra:
+        lines += ["", f"Run sets in no table (add them to aggregate.models or aggregate.ablation): {', '.join(extra)}."]
     return lines + [""]
 
 
