@@ -166,6 +166,8 @@ def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
         shutil.copytree(ROOT / item, repo / item, ignore=shutil.ignore_patterns("__pycache__"))
     dvcyaml = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     dvcyaml["stages"] = {"aggregate": dvcyaml["stages"]["aggregate"]}
+    # Keep only the top-level plots drawn from the aggregate stage's own outputs.
+    dvcyaml["plots"] = [p for p in dvcyaml.get("plots", []) if "label_correlations" not in json.dumps(p)]
     (repo / "dvc.yaml").write_text(yaml.safe_dump(dvcyaml, sort_keys=False, allow_unicode=True))
     shutil.copy(make_inputs(tmp_path), repo / "params.yaml")
     shutil.copytree(tmp_path / "runs", repo / "results/runs")

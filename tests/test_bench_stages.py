@@ -261,6 +261,8 @@ def test_dvc_yaml_stages_read_only_their_params() -> None:
         },
     }
     for plot in dvc["plots"]:
+        if not isinstance(plot, dict):
+            continue  # a plain file entry (another stage's figure)
         spec = next(iter(plot.values()))
         if isinstance(spec, dict) and any("label_correlations" in f for f in spec.get("y", {})):
             for f, cols in spec["y"].items():
