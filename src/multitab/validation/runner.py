@@ -6,7 +6,7 @@ Layout (one context for the whole repository, `gx/`):
   DataFrame as a batch parameter), and the Data Docs site `multitab` whose files go to the report folder
   (reports/validation/, git-ignored).
 - Built at run time from the schema (git-ignored): suites in gx/expectations/, validation definitions,
-  checkpoints (one per stage, dataset and split, named `<stage>-<dataset>-<split>`), and the validation
+  validation definitions (one per stage, dataset and split, named `<stage>-<dataset>-<split>`), and the validation
   results in gx/uncommitted/. Before a suite runs, its earlier results and their pages are removed, so the
   Data Docs index shows the latest result of every stage, dataset and split: what was checked, what failed.
 
@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import html
 import logging
 import math
 import os
 import shutil
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +35,14 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 import numpy as np
 import pandas as pd
-from great_expectations.checkpoint import UpdateDataDocsAction
 
+from multitab.io import atomic_path, read_json, write_json
 from multitab.validation.config import ReportConfig
 
 log = logging.getLogger(__name__)
 
 SITE = "multitab"
+GX_SITE_DIR = "gx"  # GX's own site, under the report folder; our static index.html sits above it
 DATASOURCE, ASSET, BATCH = "multitab", "frame", "whole_frame"
 
 
@@ -70,6 +73,7 @@ class SplitResult:
     n_rows: int
     n_expectations: int
     failures: tuple[Failure, ...]
+    seconds: float = 0.0  # wall time of the GX validation of this split
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ def _configure(context: Any, context_dir: Path, report_dir: Path) -> None:
         "show_how_to_buttons": False,
         "store_backend": {
             "class_name": "TupleFilesystemStoreBackend",
-            "base_directory": os.path.relpath(report_dir, context_dir) + "/",
+            "base_directory": os.path.relpath(report_dir / GX_SITE_DIR, context_dir) + "/",
         },
         "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
     }
@@ -187,42 +191,61 @@ def run_suites(
     report: ReportConfig,
     inputs: Mapping[str, str] | None = None,
 ) -> Outcome:
-    """Validate each split's frame with its suite (one checkpoint per split, updating Data Docs)."""
+    """Validate each split's frame with its suite (one validation definition per split), then
+    update Data Docs once."""
     bd = context.data_sources.get(DATASOURCE).get_asset(ASSET).get_batch_definition(BATCH)
     report_dir = Path(report_dir)
     results: dict[str, SplitResult] = {}
+    names: list[str] = []
     for split, frame in frames.items():
         name = f"{stage}-{dataset}-{split}"
         _forget(context, name, report_dir)
-        suite = context.suites.add_or_update(
-            gx.ExpectationSuite(name=name, expectations=list(suites[split]), meta={"stage": stage, "dataset": dataset, "split": split})
-        )
-        vd = context.validation_definitions.add_or_update(gx.ValidationDefinition(name=name, data=bd, suite=suite))
-        checkpoint = context.checkpoints.add_or_update(
-            gx.Checkpoint(
+        # add, not add_or_update: GX's add_or_update compares expectations pairwise (quadratic, ~40 s
+        # for a 1,000-expectation suite); _forget removed the old ones.
+        suite = context.suites.add(
+            gx.ExpectationSuite(
                 name=name,
-                validation_definitions=[vd],
-                actions=[UpdateDataDocsAction(name="data_docs", site_names=[SITE])],
-                result_format={"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows},
+                expectations=list(suites[split]),
+                meta={"stage": stage, "dataset": dataset, "split": split},
             )
         )
-        run = checkpoint.run(batch_parameters={"dataframe": frame})
-        (vr,) = run.run_results.values()
+        vd = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=bd, suite=suite))
+        t0 = time.perf_counter()
+        vr = vd.run(
+            batch_parameters={"dataframe": frame},
+            result_format={"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows},
+        )
+        names.append(name)
         failures = tuple(
             _failure(split, r, frame, report.offending_rows) for r in vr.results if not r.success
         )
-        results[split] = SplitResult(split, len(frame), len(vr.results), failures)
-        log.info("%s: %d expectations, %d failed", name, len(vr.results), len(failures))
-    return Outcome(stage, dataset, results, report_dir / "index.html", dict(inputs or {}))
+        results[split] = SplitResult(split, len(frame), len(vr.results), failures, time.perf_counter() - t0)
+        log.info("%s: %d expectations, %d failed (%.1f s)", name, len(vr.results), len(failures), results[split].seconds)
+    # One Data Docs build for all splits (pages of these results, and the index of every result).
+    ids = [
+        k for k in context.validation_results_store.list_keys() if k.expectation_suite_identifier.name in names
+    ]
+    context.build_data_docs(site_names=[SITE], resource_identifiers=ids)
+    outcome = Outcome(stage, dataset, results, report_dir / "index.html", dict(inputs or {}))
+    for split in results:
+        write_json(report_dir / "results" / f"{stage}-{dataset}-{split}.json", _page_record(outcome, split, report_dir))
+    write_index(report_dir)
+    return outcome
 
 
 def _forget(context: Any, name: str, report_dir: Path) -> None:
-    """Remove earlier validation results of suite `name` and their Data Docs pages."""
+    """Remove the checkpoint (if any), validation definition and suite called `name`, earlier validation results
+    of the suite and their Data Docs pages."""
+    for named in (context.checkpoint_store, context.validation_definition_store, context.expectations_store):
+        key = named.get_key(name=name, id=None)
+        if named.has_key(key):
+            named.remove_key(key)
     store = context.validation_results_store
     for key in store.list_keys():
         if key.expectation_suite_identifier.name == name:
             store.remove_key(key)
-    shutil.rmtree(report_dir / "validations" / name, ignore_errors=True)
+    shutil.rmtree(report_dir / GX_SITE_DIR / "validations" / name, ignore_errors=True)
+    (report_dir / "results" / f"{name}.json").unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------------------------------------ failures
@@ -252,6 +275,10 @@ def _failure(split: str, r: Any, frame: pd.DataFrame, k: int) -> Failure:
             observed += f", e.g. {_short(res['partial_unexpected_list'][:k])}"
         return Failure(split, column, check, cfg.type, observed, rows)
     observed = f"observed {_short(res.get('observed_value'))}"
+    partition = (res.get("details") or {}).get("observed_partition")
+    if res.get("observed_value") is None and partition:  # KL divergence: infinite when a class is new
+        shares = dict(zip(partition["values"], partition["weights"]))
+        observed = "observed class shares " + ", ".join(f"{_short(k)}: {w:.4f}" for k, w in shares.items())
     if cfg.type == "expect_table_columns_to_match_ordered_list":
         observed = _column_diff(cfg.kwargs["column_list"], list(frame.columns))
     elif check == "class_balance" and "expected_share" in meta:
@@ -319,3 +346,64 @@ def sha256(path: str | Path, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ index
+def _page_record(outcome: Outcome, split: str, report_dir: Path) -> dict[str, Any]:
+    r = outcome.splits[split]
+    name = f"{outcome.stage}-{outcome.dataset}-{split}"
+    pages = sorted((report_dir / GX_SITE_DIR / "validations" / name).rglob("*.html"))
+    return {
+        "stage": outcome.stage,
+        "dataset": outcome.dataset,
+        "split": split,
+        "success": not r.failures,
+        "rows": r.n_rows,
+        "expectations": r.n_expectations,
+        "failures": [f.line() for f in r.failures],
+        "page": pages[-1].relative_to(report_dir).as_posix() if pages else None,
+    }
+
+
+def write_index(report_dir: str | Path) -> Path:
+    """reports/validation/index.html: one static page (no scripts, opens offline) listing the latest
+    result of every stage, dataset and split, the failed expectations in full, and links to Great
+    Expectations' page of each result. (GX's own index, gx/index.html, draws its table with scripts
+    from CDNs, so it stays empty offline.)"""
+    report_dir = Path(report_dir)
+    records = [read_json(p) for p in sorted((report_dir / "results").glob("*.json"))]
+    order = {"train": 0, "val": 1, "test": 2}
+    records.sort(key=lambda r: (r["stage"] != "validate_raw", r["dataset"], order.get(r["split"], 9)))
+    n_bad = sum(not r["success"] for r in records)
+    rows = []
+    for r in records:
+        status = "passed" if r["success"] else "FAILED"
+        link = f'<a href="{html.escape(r["page"])}">expectations and results</a>' if r["page"] else ""
+        fails = "".join(f"<li>{html.escape(line)}</li>" for line in r["failures"])
+        rows.append(
+            f'<tr class="{"ok" if r["success"] else "failed"}"><td>{r["stage"]}@{html.escape(r["dataset"])}</td>'
+            f'<td>{r["split"]}</td><td class="status">{status}</td><td>{r["rows"]}</td>'
+            f'<td>{r["expectations"]}</td><td>{len(r["failures"])}</td><td>{link}</td></tr>'
+            + (f'<tr class="failed-list"><td colspan="7"><ul>{fails}</ul></td></tr>' if fails else "")
+        )
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>multitab: data validation</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }} table {{ border-collapse: collapse; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; }}
+tr.ok .status {{ color: #176f2c; }} tr.failed .status {{ color: #b00020; font-weight: bold; }}
+tr.failed-list li {{ font-family: monospace; white-space: pre-wrap; }}
+</style></head><body>
+<h1>Data validation (Great Expectations {html.escape(gx.__version__)})</h1>
+<p>{len(records)} validation results, <strong>{n_bad} failed</strong>. Latest result of every stage, dataset
+and split. Failed expectations are listed under their split; each result links to its Great Expectations page
+(<a href="{GX_SITE_DIR}/index.html">Great Expectations' own index</a> needs network access for its table).</p>
+<table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>rows</th><th>expectations</th>
+<th>failed</th><th>details</th></tr></thead><tbody>
+{"".join(rows)}
+</tbody></table></body></html>
+"""
+    path = report_dir / "index.html"
+    with atomic_path(path) as tmp:
+        tmp.write_text(page)
+    return path
