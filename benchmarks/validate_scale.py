@@ -17,7 +17,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from multitab.datasets.config import DatasetConfig, LocalConfig, PreprocessConfig, RemoteConfig, SplitConfig, StandinConfig
+from multitab.datasets.config import (
+    DatasetConfig,
+    LocalConfig,
+    PreprocessConfig,
+    RemoteConfig,
+    SplitConfig,
+    StandinConfig,
+)
 from multitab.datasets.schema import get_schema
 from multitab.io import write_json
 from multitab.validation import load_validation_config, validate_processed, validate_raw
@@ -37,15 +44,21 @@ def _frame(n: int, rng: np.random.Generator, processed: bool) -> pd.DataFrame:
                 else rng.uniform(f.low or 0.0, f.high or 1.0, n).astype(np.float32)
             )
         else:
-            cols[f.name] = rng.integers(1 if processed else 0, (f.cardinality or 2) + (1 if processed else 0), n)
+            cols[f.name] = rng.integers(
+                1 if processed else 0, (f.cardinality or 2) + (1 if processed else 0), n
+            )
     for t in schema.tasks:
         if t.type == "binary":
             cols[t.name] = (rng.random(n) < (t.class_ratio or (50, 50))[1] / 100).astype(np.int64)
         else:
-            cols[t.name] = rng.standard_normal(n, dtype=np.float32) * (1 if processed else 20) + (0 if processed else 100)
+            cols[t.name] = rng.standard_normal(n, dtype=np.float32) * (1 if processed else 20) + (
+                0 if processed else 100
+            )
     df = pd.DataFrame(cols)
     for f in schema.features:
-        assert str(df[f.name].dtype) == (("float32" if f.kind == "numerical" else "int64") if processed else RAW_DTYPES[f.kind])
+        assert str(df[f.name].dtype) == (
+            ("float32" if f.kind == "numerical" else "int64") if processed else RAW_DTYPES[f.kind]
+        )
     for t in schema.tasks:
         assert str(df[t.name].dtype) == TASK_DTYPES[t.type]
     return df
@@ -78,26 +91,46 @@ def main() -> None:
                 _frame(n, rng, kind == "processed").to_parquet(root / kind / f"{split}.parquet", index=False)
                 meta_rows[split] = n
         schema = get_schema("higgs")
-        write_json(root / "processed" / "meta.json", {
-            "dataset": "higgs",
-            "features": [{"name": f.name, "kind": f.kind, "cardinality": (f.cardinality + 1) if f.cardinality else None} for f in schema.features],
-            "tasks": [{"name": t.name, "type": t.type, "n_classes": t.n_classes} for t in schema.tasks],
-            "source": "standin", "standin": True, "n_rows": meta_rows, "target_stats": {}, "inputs": {},
-        })
+        write_json(
+            root / "processed" / "meta.json",
+            {
+                "dataset": "higgs",
+                "features": [
+                    {
+                        "name": f.name,
+                        "kind": f.kind,
+                        "cardinality": (f.cardinality + 1) if f.cardinality else None,
+                    }
+                    for f in schema.features
+                ],
+                "tasks": [{"name": t.name, "type": t.type, "n_classes": t.n_classes} for t in schema.tasks],
+                "source": "standin",
+                "standin": True,
+                "n_rows": meta_rows,
+                "target_stats": {},
+                "inputs": {},
+            },
+        )
         print(f"built {sum(sizes.values()):,} rows x 29 columns twice in {time.perf_counter() - t0:.1f} s")
         for stage in ("validate_raw", "validate_processed"):
             t0 = time.perf_counter()
             if stage == "validate_raw":
-                out = validate_raw(root / "splits", schema, data, cfg, context_dir=root / "gx", report_dir=root / "reports")
+                out = validate_raw(
+                    root / "splits", schema, data, cfg, context_dir=root / "gx", report_dir=root / "reports"
+                )
             else:
-                out = validate_processed(root / "processed", cfg, context_dir=root / "gx", report_dir=root / "reports")
+                out = validate_processed(
+                    root / "processed", cfg, context_dir=root / "gx", report_dir=root / "reports"
+                )
             total = time.perf_counter() - t0
             per = ", ".join(f"{s.split} {s.n_rows:,} rows {s.seconds:.1f} s" for s in out.splits.values())
             print(f"{stage}: {total:.1f} s in all (read + hash + GX + Data Docs); GX per split: {per}")
             if not out.success:
                 print(out.summary())
                 raise SystemExit(f"{stage}: the generated data should pass")
-            print(f"{stage}: train split ({N_TRAIN:,} rows) {'UNDER' if out.splits['train'].seconds < 120 else 'OVER'} the 2-minute bar")
+            print(
+                f"{stage}: train split ({N_TRAIN:,} rows) {'UNDER' if out.splits['train'].seconds < 120 else 'OVER'} the 2-minute bar"
+            )
 
 
 if __name__ == "__main__":

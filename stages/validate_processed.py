@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from multitab.validation import load_validation_config, validate_processed
 from stages.validate_raw import finish
+
+from multitab.validation import load_validation_config, validate_processed
 
 
 def main(argv: list[str] | None = None) -> int:

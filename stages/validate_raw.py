@@ -46,7 +46,10 @@ def finish(outcome, out: str, *, warn_only: bool, max_failures: int) -> int:  # 
         if not outcome.success:
             print(f"--warn-only: verdict {out} written with success=false", file=sys.stderr)
         return 0
-    print(f"no verdict written ({out}): fix the data or the thresholds in params.yaml (validation:)", file=sys.stderr)
+    print(
+        f"no verdict written ({out}): fix the data or the thresholds in params.yaml (validation:)",
+        file=sys.stderr,
+    )
     return 1
 
 

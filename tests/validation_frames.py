@@ -79,7 +79,12 @@ def write_splits(folder: Path, dataset: str, params: dict, seed: int = 0) -> dic
     for i, (split, n) in enumerate(split_sizes(dataset, params).items()):
         frames[split] = canonical_frame(schema, n, seed + i)
         frames[split].to_parquet(folder / f"{split}.parquet", index=False)
-    info = {"dataset": dataset, "source": "standin", "standin": True, "n_rows": {s: len(f) for s, f in frames.items()}}
+    info = {
+        "dataset": dataset,
+        "source": "standin",
+        "standin": True,
+        "n_rows": {s: len(f) for s, f in frames.items()},
+    }
     (folder / "info.json").write_text(json.dumps(info))
     return frames
 

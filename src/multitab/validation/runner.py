@@ -135,7 +135,9 @@ def open_context(context_dir: str | Path, report_dir: str | Path) -> Iterator[An
     report_dir = Path(report_dir).resolve()
     if not (context_dir / "great_expectations.yml").exists():
         if context_dir.name != "gx":
-            raise ValueError(f"{context_dir}: no great_expectations.yml here; a new context folder must be named 'gx'")
+            raise ValueError(
+                f"{context_dir}: no great_expectations.yml here; a new context folder must be named 'gx'"
+            )
         context_dir.parent.mkdir(parents=True, exist_ok=True)
         gx.get_context(mode="file", project_root_dir=context_dir.parent)
     lock_path = context_dir / "uncommitted" / "multitab.lock"
@@ -220,15 +222,26 @@ def run_suites(
             _failure(split, r, frame, report.offending_rows) for r in vr.results if not r.success
         )
         results[split] = SplitResult(split, len(frame), len(vr.results), failures, time.perf_counter() - t0)
-        log.info("%s: %d expectations, %d failed (%.1f s)", name, len(vr.results), len(failures), results[split].seconds)
+        log.info(
+            "%s: %d expectations, %d failed (%.1f s)",
+            name,
+            len(vr.results),
+            len(failures),
+            results[split].seconds,
+        )
     # One Data Docs build for all splits (pages of these results, and the index of every result).
     ids = [
-        k for k in context.validation_results_store.list_keys() if k.expectation_suite_identifier.name in names
+        k
+        for k in context.validation_results_store.list_keys()
+        if k.expectation_suite_identifier.name in names
     ]
     context.build_data_docs(site_names=[SITE], resource_identifiers=ids)
     outcome = Outcome(stage, dataset, results, report_dir / "index.html", dict(inputs or {}))
     for split in results:
-        write_json(report_dir / "results" / f"{stage}-{dataset}-{split}.json", _page_record(outcome, split, report_dir))
+        write_json(
+            report_dir / "results" / f"{stage}-{dataset}-{split}.json",
+            _page_record(outcome, split, report_dir),
+        )
     write_index(report_dir)
     return outcome
 
@@ -284,7 +297,9 @@ def _failure(split: str, r: Any, frame: pd.DataFrame, k: int) -> Failure:
     elif check == "class_balance" and "expected_share" in meta:
         observed += f" (Table 1: {meta['expected_share']}; allowed [{cfg.kwargs['min_value']:.4g}, {cfg.kwargs['max_value']:.4g}])"
     elif "min_value" in cfg.kwargs or "max_value" in cfg.kwargs:
-        observed += f", allowed [{_short(cfg.kwargs.get('min_value'))}, {_short(cfg.kwargs.get('max_value'))}]"
+        observed += (
+            f", allowed [{_short(cfg.kwargs.get('min_value'))}, {_short(cfg.kwargs.get('max_value'))}]"
+        )
     elif cfg.type == "expect_column_values_to_be_of_type":
         observed += f", expected {cfg.kwargs['type_']}"
     return Failure(split, column, check, cfg.type, observed, offending_rows(frame, check, column, meta, k))
@@ -304,7 +319,7 @@ def offending_rows(
         return _rows_at(frame, column, np.flatnonzero(bad)[:k].tolist())
     if check == "constant":
         return _rows_at(frame, column, list(range(min(k, len(frame)))))
-    if check == "dtype" and s.dtype == object:
+    if check == "dtype" and not pd.api.types.is_numeric_dtype(s):
         bad = pd.to_numeric(s, errors="coerce").isna() & s.notna()
         return _rows_at(frame, column, np.flatnonzero(bad.to_numpy())[:k].tolist())
     return ()
@@ -326,8 +341,16 @@ def _column_diff(expected: Sequence[str], observed: Sequence[str]) -> str:
     if extra:
         parts.append(f"unexpected {_short(extra)}")
     if not parts:
-        first = next(i for i, (a, b) in enumerate(zip(expected, observed)) if a != b) if list(expected) != list(observed) else None
-        parts.append("same columns" if first is None else f"order differs from position {first}: '{observed[first]}' where '{expected[first]}' belongs")
+        first = (
+            next(i for i, (a, b) in enumerate(zip(expected, observed)) if a != b)
+            if list(expected) != list(observed)
+            else None
+        )
+        parts.append(
+            "same columns"
+            if first is None
+            else f"order differs from position {first}: '{observed[first]}' where '{expected[first]}' belongs"
+        )
     return f"{len(observed)} columns, expected {len(expected)}: " + "; ".join(parts)
 
 
@@ -383,7 +406,7 @@ def write_index(report_dir: str | Path) -> Path:
         rows.append(
             f'<tr class="{"ok" if r["success"] else "failed"}"><td>{r["stage"]}@{html.escape(r["dataset"])}</td>'
             f'<td>{r["split"]}</td><td class="status">{status}</td><td>{r["rows"]}</td>'
-            f'<td>{r["expectations"]}</td><td>{len(r["failures"])}</td><td>{link}</td></tr>'
+            f"<td>{r['expectations']}</td><td>{len(r['failures'])}</td><td>{link}</td></tr>"
             + (f'<tr class="failed-list"><td colspan="7"><ul>{fails}</ul></td></tr>' if fails else "")
         )
     page = f"""<!DOCTYPE html>

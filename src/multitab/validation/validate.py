@@ -71,7 +71,11 @@ def _train_values(schema: DatasetSchema, train: pd.DataFrame) -> dict[str, list[
     """The values of each categorical feature seen in train (integer columns only)."""
     out = {}
     for f in schema.features:
-        if f.kind == "categorical" and f.name in train.columns and pd.api.types.is_integer_dtype(train[f.name]):
+        if (
+            f.kind == "categorical"
+            and f.name in train.columns
+            and pd.api.types.is_integer_dtype(train[f.name])
+        ):
             out[f.name] = np.unique(train[f.name].to_numpy()).tolist()
     return out
 
@@ -127,7 +131,9 @@ def validate_processed(
     processed_dir = Path(processed_dir)
     meta_path = processed_dir / "meta.json"
     if not meta_path.exists():
-        raise FileNotFoundError(f"validate_processed: {meta_path} not found; run preprocess (or synthesize) first")
+        raise FileNotFoundError(
+            f"validate_processed: {meta_path} not found; run preprocess (or synthesize) first"
+        )
     meta = read_json(meta_path)
     schema = schema_from_meta(meta)
     n_rows = meta.get("n_rows") or {}
