@@ -30,6 +30,9 @@ class RawConfig:
     max_cardinality_factor: float
     # val/test values of a categorical feature never seen in train: at most this fraction of rows.
     unseen_max_fraction: float
+    # ... checked only where train holds at least this many rows per distinct value: with fewer, values
+    # unseen in train are what sampling gives (a 5,000-value column on a few thousand stand-in rows).
+    unseen_min_rows_per_value: float
     class_balance: ClassBalanceConfig
 
 

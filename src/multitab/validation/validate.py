@@ -67,16 +67,27 @@ def _read_splits(folder: Path, stage: str) -> tuple[dict[str, pd.DataFrame], dic
     return frames, inputs
 
 
-def _train_values(schema: DatasetSchema, train: pd.DataFrame) -> dict[str, list[int]]:
-    """The values of each categorical feature seen in train (integer columns only)."""
+def _train_values(
+    schema: DatasetSchema, train: pd.DataFrame, min_rows_per_value: float
+) -> dict[str, list[int]]:
+    """The values of each categorical feature seen in train (integer columns only), for the columns where
+    train has enough rows per value for "unseen in train" to mean something."""
     out = {}
     for f in schema.features:
-        if (
-            f.kind == "categorical"
-            and f.name in train.columns
-            and pd.api.types.is_integer_dtype(train[f.name])
-        ):
-            out[f.name] = np.unique(train[f.name].to_numpy()).tolist()
+        if f.kind != "categorical" or f.name not in train.columns:
+            continue
+        if not pd.api.types.is_integer_dtype(train[f.name]):
+            continue  # the dtype expectation reports it
+        values = np.unique(train[f.name].to_numpy())
+        if len(train) >= min_rows_per_value * len(values):
+            out[f.name] = values.tolist()
+        else:
+            log.info(
+                "%s: %d values on %d train rows: unseen-in-train check skipped",
+                f.name,
+                len(values),
+                len(train),
+            )
     return out
 
 
@@ -94,7 +105,7 @@ def validate_raw(
     frames, inputs = _read_splits(splits_dir, "validate_raw")
     rows = expected_rows(schema, data, cfg.raw.row_count_slack, {s: len(f) for s, f in frames.items()})
     train = frames["train"]
-    values = _train_values(schema, train)
+    values = _train_values(schema, train, cfg.raw.unseen_min_rows_per_value)
     built = {
         split: suites.raw_suite(
             schema,
