@@ -69,7 +69,8 @@ def main() -> None:
     p.add_argument("--work", default=None, help="folder for the generated splits (default: a temporary one)")
     p.add_argument("--params", default="params.yaml")
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("multitab").setLevel(logging.INFO)
     cfg = load_validation_config(args.params)
     data = DatasetConfig(
         source="local",  # row counts: the split fractions of the rows found

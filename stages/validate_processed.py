@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stages.validate_raw import finish
-
 from multitab.validation import load_validation_config, validate_processed
+from stages.validate_raw import finish
 
 
 def main(argv: list[str] | None = None) -> int:

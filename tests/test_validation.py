@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from stages import validate_processed, validate_raw
 
 import validation_frames as vf  # tests/ is on sys.path (pytest's default import mode)
 from multitab.datasets.config import load_dataset_config
 from multitab.datasets.schema import get_schema
 from multitab.validation import expected_rows
+from stages import validate_processed, validate_raw
 
 REPO = Path(__file__).resolve().parents[1]
 Frames = dict[str, pd.DataFrame]
@@ -428,3 +428,16 @@ def test_expected_rows_exact_for_remote() -> None:
     rows = expected_rows(get_schema("aliexpress"), ali, 2, {"train": 0, "val": 0, "test": 0})
     assert rows["test"] == (5_559_299, 5_559_303)
     assert math.isclose(sum((lo + hi) / 2 for lo, hi in (rows["train"], rows["val"])), 12_157_894, abs_tol=1)
+
+
+def test_fast_decimal_check_answers_as_great_expectations() -> None:
+    import decimal
+
+    import great_expectations.util as gx_util
+
+    from multitab.validation.runner import _contains_decimal
+
+    assert gx_util.does_ndarray_contain_decimal_dtype is _contains_decimal  # installed by the runner
+    assert not _contains_decimal(np.arange(5, dtype=np.float32))
+    assert _contains_decimal(np.array([1.0, decimal.Decimal("2.5")], dtype=object))
+    assert not _contains_decimal(np.array([1.0, "a"], dtype=object))
