@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
@@ -44,7 +44,7 @@ from multitab.validation.config import ReportConfig
 log = logging.getLogger(__name__)
 
 
-def _contains_decimal(data: np.ndarray) -> bool:
+def _contains_decimal(data: np.ndarray) -> TypeGuard[np.ndarray]:
     """Whether a 1-D array holds decimal.Decimal objects: only an object array can."""
     return data.dtype == object and any(isinstance(v, decimal.Decimal) for v in data)
 
