@@ -1,32 +1,34 @@
-"""validate_processed@<dataset>: check processed splits (or a MultiTab-Bench output) before training.
+"""validate_processed@<dataset>: check processed splits (data/processed/<D>, or a MultiTab-Bench output in
+the same format) before training.
 
-Writes the verdict (data/validated/<D>.json), which training stages depend on, only when every
-expectation passes (or with --warn-only); otherwise prints a short summary and exits 1.
+Writes the verdict (data/validated/<D>.json), which training stages depend on, only when every expectation
+passes (or with --warn-only); otherwise prints a short summary and exits 1.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+from pathlib import Path
 
-from multitab.validation import load_validation_config, validate_processed
-from stages.validate_raw import finish
+from multitab.io import read_json
+from multitab.validation import Outcome, load_validation_config, validate_processed
+from stages._common import parser
+from stages.validate_raw import add_common, run_validation
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m stages.validate_processed", description=__doc__)
+    p = parser(__doc__ or "")
     p.add_argument("--processed", required=True, help="folder with train/val/test.parquet and meta.json")
-    p.add_argument("--out", required=True, help="verdict JSON (data/validated/<D>.json)")
-    p.add_argument("--context", default="gx", help="Great Expectations context folder")
-    p.add_argument("--report", default="reports/validation", help="Data Docs folder")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--warn-only", action="store_true", help="report failures but pass (exploration only)")
-    args = p.parse_args(argv)
+    add_common(p)
+    a = p.parse_args(argv)
 
-    cfg = load_validation_config(args.params)
-    outcome = validate_processed(args.processed, cfg, context_dir=args.context, report_dir=args.report)
-    return finish(outcome, args.out, warn_only=args.warn_only, max_failures=cfg.report.max_failures)
+    def body() -> Outcome:
+        cfg = load_validation_config(a.params)
+        return validate_processed(a.processed, cfg, context_dir=a.context, report_dir=a.report)
+
+    meta = Path(a.processed) / "meta.json"
+    name = read_json(meta).get("dataset", Path(a.processed).name) if meta.exists() else Path(a.processed).name
+    return run_validation(f"validate_processed@{name}", body, a.out, a.warn_only, a.params)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -399,23 +399,13 @@ def test_missing_split_file_is_a_clear_error(env: dict, capsys: pytest.CaptureFi
     case = _case(env)
     vf.write_splits(case / "splits", "acs_income", env["params"])
     (case / "splits" / "val.parquet").unlink()
-    with pytest.raises(FileNotFoundError, match="val.parquet not found"):
-        validate_raw.main(
-            [
-                "--dataset",
-                "acs_income",
-                "--splits",
-                str(case / "splits"),
-                "--out",
-                str(case / "v.json"),
-                "--context",
-                str(env["gx"]),
-                "--report",
-                str(env["report"]),
-                "--params",
-                str(env["root"] / "params.yaml"),
-            ]
-        )
+    rc = validate_raw.main([
+        "--dataset", "acs_income", "--splits", str(case / "splits"), "--out", str(case / "v.json"),
+        "--context", str(env["gx"]), "--report", str(env["report"]), "--params", str(env["root"] / "params.yaml"),
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1 and not (case / "v.json").exists()
+    assert "[validate_raw@acs_income] error:" in err and "val.parquet not found" in err
 
 
 def test_expected_rows_exact_for_remote() -> None:
