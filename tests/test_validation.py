@@ -213,8 +213,10 @@ def test_infinite_regression_target(env: dict, capsys: pytest.CaptureFixture) ->
     def corrupt(f: Frames) -> None:
         f["test"].loc[1, "m_jj"] = np.inf
 
-    line = assert_fails(run_raw(env, capsys, "higgs", corrupt), "test", "m_jj", "finite")
+    rc, text, out = result = run_raw(env, capsys, "higgs", corrupt)
+    line = assert_fails(result, "test", "m_jj", "finite")
     assert "offending rows: 1 (m_jj=inf)" in line
+    assert "standard deviation undefined" in failed(text, "test", "m_jj", "constant")[0]
 
 
 def test_constant_numerical_column(env: dict, capsys: pytest.CaptureFixture) -> None:

@@ -316,6 +316,9 @@ def _failure(split: str, r: Any, frame: pd.DataFrame, k: int) -> Failure:
         )
     elif cfg.type == "expect_column_values_to_be_of_type":
         observed += f", expected {cfg.kwargs['type_']}"
+    if check == "constant" and res.get("observed_value") is None:
+        # NaN standard deviation: the column holds inf or NaN, which `finite` / `not_null` report.
+        return Failure(split, column, check, cfg.type, "standard deviation undefined (non-finite values)")
     return Failure(split, column, check, cfg.type, observed, offending_rows(frame, check, column, meta, k))
 
 
