@@ -1,0 +1,5 @@
+"""Evaluation: metrics, multitask gain, significance tests, complexity, tables and figures."""
+
+from multitab.evaluation.complexity import complexity
+
+__all__ = ["complexity"]
