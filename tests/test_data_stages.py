@@ -94,11 +94,11 @@ def _dvc(args: list[str], cwd: Path) -> str:
 def test_dvc_repro_data_stages_then_nothing_to_do(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
-    for item in ("stages", "src"):
+    for item in ("stages", "src", "gx"):
         shutil.copytree(ROOT / item, repo / item)
     # The data stages of the real dvc.yaml, as written there.
     dvcyaml = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    data_stages = {k: v for k, v in dvcyaml["stages"].items() if k in ("acquire", "split", "preprocess")}
+    data_stages = {k: v for k, v in dvcyaml["stages"].items() if k in ("acquire", "split", "validate_raw", "preprocess")}
     (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": data_stages}, sort_keys=False))
     shutil.copy(small_params(tmp_path, rows=400), repo / "params.yaml")
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
