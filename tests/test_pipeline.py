@@ -1,0 +1,190 @@
+"""flows.pipeline on toy DVC projects (git init + dvc init in a tmp folder, one-line stages).
+
+One Prefect test server for the module (prefect_test_harness); every test builds its own project so the
+real dvc.yaml does not matter here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.pipeline import PipelineFailed, StagePlan, pipeline, read_stage_graph, select
+
+PY = sys.executable
+
+ORCHESTRATION = {
+    "workers": 4,
+    "retries": 2,
+    "retry_delay_seconds": 0.2,
+    "gpu_concurrency": None,
+    "gpu_stages": ["train"],
+    "lock_retries": 20,
+    "schedule": "0 3 * * *",
+    "timezone": "UTC",
+    "summary": "results/pipeline_summary.json",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=60):
+        yield
+
+
+def make_project(root: Path, stages: dict[str, dict]) -> Path:
+    """A git + DVC project in `root` with the given dvc.yaml stages and an `orchestration:` section."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "scripts").mkdir()
+    for name, stage in stages.items():
+        if "_script" in stage:
+            (root / "scripts" / f"{name}.py").write_text(stage.pop("_script"))
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
+    subprocess.run([PY, "-m", "dvc", "init", "-q"], cwd=root, check=True, env=env)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
+    (root / "params.yaml").write_text(yaml.safe_dump({"orchestration": ORCHESTRATION}, sort_keys=False))
+    return root
+
+
+def dvc_status(root: Path) -> dict:
+    out = subprocess.run(
+        [PY, "-m", "dvc", "status", "--json"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
+    return json.loads(out or "{}")
+
+
+def run(root: Path, **kwargs) -> dict:
+    try:
+        pipeline(root=str(root), **kwargs)
+    except PipelineFailed:
+        pass
+    return json.loads((root / "results" / "pipeline_summary.json").read_text())
+
+
+def write_stage(name: str, deps: Sequence[str] = (), extra: str = "") -> dict:
+    """A stage whose script (scripts/<name>.py, a dep) runs `extra`, then writes its deps' text plus its
+    name to out/<name>. make_project writes the script from the `_script` key."""
+    lines = [
+        "import pathlib",
+        textwrap.dedent(extra).strip(),
+        f"text = ''.join(pathlib.Path(d).read_text() for d in {list(deps)!r}) + {name + chr(10)!r}",
+        "pathlib.Path('out').mkdir(exist_ok=True)",
+        f"pathlib.Path('out/{name}').write_text(text)",
+    ]
+    script = f"scripts/{name}.py"
+    # `python` is the flow's interpreter: the flow puts its venv first on PATH.
+    return {"cmd": f"python {script}", "deps": [script, *deps], "outs": [f"out/{name}"], "_script": "\n".join(lines)}
+
+
+def test_stage_graph_expands_foreach_and_selects_upstream(tmp_path):
+    root = make_project(
+        tmp_path / "p",
+        {
+            "a": write_stage("a"),
+            "b": {
+                "foreach": ["x", "y"],
+                "do": {"cmd": "echo ${item} > out/b_${item}", "deps": ["out/a"], "outs": ["out/b_${item}"]},
+            },
+            "c": write_stage("c", ["out/b_x"]),
+        },
+    )
+    plan = read_stage_graph(root)
+    assert set(plan.order) == {"a", "b@x", "b@y", "c"}
+    assert plan.upstream["b@x"] == ("a",) and plan.upstream["c"] == ("b@x",)
+    assert plan.order.index("a") < plan.order.index("b@x") < plan.order.index("c")
+    assert select(plan, ["c"]).order == ("a", "b@x", "c")
+    assert set(select(plan, ["b"]).order) == {"a", "b@x", "b@y"}
+    assert plan.descendants("a") == {"b@x", "b@y", "c"}
+    with pytest.raises(SystemExit, match="matches no stage"):
+        select(plan, ["nope"])
+    assert isinstance(plan, StagePlan)
+
+
+def test_flaky_stage_is_retried_and_flow_completes(tmp_path):
+    # Fails on its first two attempts (a counter outside DVC's outputs), then succeeds.
+    flaky = write_stage(
+        "flaky",
+        ["out/a"],
+        extra="""
+        c = pathlib.Path('.attempts'); n = int(c.read_text()) + 1 if c.exists() else 1; c.write_text(str(n))
+        assert n >= 3, f'injected failure {n}'""",
+    )
+    root = make_project(tmp_path / "p", {"a": write_stage("a"), "flaky": flaky, "z": write_stage("z", ["out/flaky"])})
+    summary = run(root, retries=2)
+    assert summary["failed"] == [] and summary["not_run"] == []
+    assert summary["retried"] == ["flaky"]
+    assert summary["stages"]["flaky"]["attempts"] == 3
+    assert len(summary["stages"]["flaky"]["failed_attempts"]) == 2
+    assert sorted(summary["ran"]) == ["a", "flaky", "z"]
+    assert (root / "out" / "z").read_text() == "a\nflaky\nz\n"
+    assert dvc_status(root) == {}
+
+    # A second run finds everything up to date and runs nothing.
+    again = run(root)
+    assert sorted(again["up_to_date"]) == ["a", "flaky", "z"] and again["ran"] == []
+
+
+def test_failing_stage_stops_only_its_descendants(tmp_path):
+    broken = write_stage("broken", ["out/a"], extra="raise SystemExit('broken on purpose')")
+    root = make_project(
+        tmp_path / "p",
+        {
+            "a": write_stage("a"),
+            "broken": broken,
+            "child": write_stage("child", ["out/broken"]),
+            "grandchild": write_stage("grandchild", ["out/child"]),
+            "side": write_stage("side", ["out/a"]),
+            "side2": write_stage("side2", ["out/side"]),
+        },
+    )
+    summary = run(root, retries=1)
+    assert summary["failed"] == ["broken"]
+    assert sorted(summary["not_run"]) == ["child", "grandchild"]
+    assert sorted(summary["ran"]) == ["a", "side", "side2"]
+    assert summary["stages"]["broken"]["attempts"] == 2
+    assert "broken on purpose" in summary["stages"]["broken"]["error"]
+    assert "broken" in summary["stages"]["grandchild"]["error"] or "child" in summary["stages"]["grandchild"]["error"]
+    # dvc.lock is consistent: DVC reports exactly the stages that did not complete.
+    assert set(dvc_status(root)) == {"broken", "child", "grandchild"}
+    assert not (root / "out" / "child").exists()
+
+    # The CLI exits non-zero and prints the failure.
+    proc = subprocess.run(
+        [PY, "-m", "flows.pipeline", "--root", str(root), "--retries", "0"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED (1): broken" in proc.stdout + proc.stderr
+
+
+def test_eight_independent_stages_run_in_parallel_without_lock_errors(tmp_path):
+    stages = {
+        f"s{i}": write_stage(
+            f"s{i}",
+            extra=f"""
+            import time; t0 = time.time(); time.sleep(2)
+            pathlib.Path('.times').mkdir(exist_ok=True); pathlib.Path('.times/s{i}').write_text(f'{{t0}} {{time.time()}}')""",
+        )
+        for i in range(8)
+    }
+    root = make_project(tmp_path / "p", stages)
+    summary = run(root, workers=8, retries=0)
+    assert summary["failed"] == [] and sorted(summary["ran"]) == sorted(stages)
+    spans = [tuple(map(float, p.read_text().split())) for p in (root / ".times").iterdir()]
+    # Overlap: the largest number of stage commands running at one moment.
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most >= 4, f"stages did not overlap: {spans}"
+    assert dvc_status(root) == {}
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    assert sorted(lock["stages"]) == sorted(stages)
