@@ -17,6 +17,8 @@ _OFFLINE_DEFAULTS = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
     "PREFECT_HOME": str(Path(__file__).resolve().parent.parent / ".prefect"),
+    # The ephemeral server's first start migrates a fresh SQLite database: slow on a busy laptop.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }
 for _key, _value in _OFFLINE_DEFAULTS.items():
     os.environ.setdefault(_key, _value)

@@ -159,10 +159,13 @@ def test_failing_stage_stops_only_its_descendants(tmp_path):
     assert set(dvc_status(root)) == {"broken", "child", "grandchild"}
     assert not (root / "out" / "child").exists()
 
-    # The CLI exits non-zero and prints the failure.
+    # The CLI exits non-zero and prints the failure (against the harness's server: no second start-up).
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PREFECT_API_URL": PREFECT_API_URL.value()}
     proc = subprocess.run(
-        [PY, "-m", "flows.pipeline", "--root", str(root), "--retries", "0"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        [PY, "-m", "flows.pipeline", "--root", str(root), "--retries", "0", "--targets", "grandchild"],
+        capture_output=True, text=True, env=env,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED (1): broken" in proc.stdout + proc.stderr
