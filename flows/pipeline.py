@@ -59,6 +59,18 @@ _FAILED_ATTEMPTS: dict[Any, list[str]] = {}
 _FAILED_ATTEMPTS_LOCK = threading.Lock()
 
 
+# Module-level functions, not inline code: a served deployment cloudpickles the flow and its tasks by value,
+# and a function referenced by name keeps the (unpicklable) lock out of that payload.
+def _record_failure(task_run_id: str, message: str) -> None:
+    with _FAILED_ATTEMPTS_LOCK:
+        _FAILED_ATTEMPTS.setdefault(task_run_id, []).append(message)
+
+
+def _pop_failures(task_run_id: str) -> list[str]:
+    with _FAILED_ATTEMPTS_LOCK:
+        return _FAILED_ATTEMPTS.pop(task_run_id, [])
+
+
 @dataclass(frozen=True)
 class OrchestrationConfig:
     """params.yaml `orchestration:`; CLI options override the run-time knobs."""
@@ -218,8 +230,7 @@ def run_stage(stage: str, root: str, gpu: str | None = None, lock_retries: int =
             continue
         tail = "\n".join(lines[-_TAIL_LINES:])
         message = f"stage {stage!r}: `dvc repro` exited with code {rc} (attempt {attempt})\n{tail}"
-        with _FAILED_ATTEMPTS_LOCK:
-            _FAILED_ATTEMPTS.setdefault(str(runtime.task_run.id), []).append(message)
+        _record_failure(str(runtime.task_run.id), message)
         raise StageFailed(message)
 
 
@@ -260,8 +271,7 @@ def _collect(stage: str, future: PrefectFuture[Any], started: float) -> StageRes
     state: State[Any] = future.state
     if state.is_pending():  # NotReady: an upstream stage failed
         return StageResult(stage, "not_run", error=state.message)
-    with _FAILED_ATTEMPTS_LOCK:
-        failures = _FAILED_ATTEMPTS.pop(str(future.task_run_id), [])
+    failures = _pop_failures(str(future.task_run_id))
     seconds = round(time.monotonic() - started, 2)
     if state.is_completed():
         info = future.result()
@@ -277,7 +287,7 @@ def _firsts(messages: list[str]) -> list[str]:
     return [m.splitlines()[0] for m in messages]
 
 
-@flow(name="multitab-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner())
+@flow(name="multitab-pipeline", log_prints=True)
 def pipeline(
     root: str = ".",
     targets: list[str] | None = None,
