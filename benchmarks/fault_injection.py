@@ -166,9 +166,13 @@ def build_toy(root: Path) -> None:
 
 def copy_project(src: Path, dst: Path) -> None:
     """The files git would see (tracked, plus untracked not ignored), into a fresh git + DVC repo."""
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src, capture_output=True, check=True
-    ).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, files):
         if (src / rel).is_file():
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -184,7 +188,11 @@ def run_flow(root: Path, env: dict[str, str], args: list[str]) -> tuple[int, flo
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "flows.pipeline", "--root", str(root), *args],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     assert proc.stdout is not None
     lines = []
@@ -207,7 +215,11 @@ def read_lock(root: Path) -> dict[str, Any]:
 
 def dvc_status(root: Path) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "dvc", "status", "--json"], cwd=root, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "dvc", "status", "--json"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return json.loads(out or "{}")
 
@@ -240,8 +252,13 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["git", "init", "-q"], cwd=dst, check=True)
             subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=dst, check=True)
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    common = ["--retry-delay", str(args.retry_delay)] + (["--workers", str(args.workers)] if args.workers else [])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    common = ["--retry-delay", str(args.retry_delay)] + (
+        ["--workers", str(args.workers)] if args.workers else []
+    )
     print(f"clean run in {clean}", flush=True)
     rc_clean, t_clean, _, _ = run_flow(clean, env, ["--retries", "0", *common])
     if rc_clean != 0:
@@ -265,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     rc, t_faulty, s_faulty, output = run_flow(faulty, fault_env, ["--retries", str(args.retries), *common])
 
     events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    count = {e: sum(1 for x in events if x["event"] == e) for e in ("start", "fail_before", "fail_after", "sigkill")}
+    count = {
+        e: sum(1 for x in events if x["event"] == e)
+        for e in ("start", "fail_before", "fail_after", "sigkill")
+    }
     # Same stages, commands, deps and output hashes (the order of entries follows completion order).
     lock_clean, lock_faulty = (read_lock(root) for root in (clean, faulty))
     status = dvc_status(faulty)

@@ -13,6 +13,9 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import cast
+
+from prefect.client.schemas.objects import FlowRun
 
 from flows.deploy import FULL_NAME
 
@@ -28,10 +31,12 @@ def check(api_url: str, trigger: bool, timeout: float, wait_scheduled: float = 6
     with temporary_settings(updates={PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
         deployment = client.read_deployment_by_name(FULL_NAME)
         crons = [getattr(s.schedule, "cron", None) for s in deployment.schedules if s.active]
-        print(f"deployment {FULL_NAME} ({deployment.id}): cron {crons}, {ui}/deployments/deployment/{deployment.id}")
+        print(
+            f"deployment {FULL_NAME} ({deployment.id}): cron {crons}, {ui}/deployments/deployment/{deployment.id}"
+        )
         ok = any(crons)
         if trigger:
-            run = run_deployment(FULL_NAME, timeout=0, as_subflow=False)
+            run = cast(FlowRun, run_deployment(FULL_NAME, timeout=0, as_subflow=False))
             print(f"triggered flow run {run.name}: {ui}/runs/flow-run/{run.id}", flush=True)
             deadline = time.monotonic() + timeout
             while True:
@@ -39,7 +44,10 @@ def check(api_url: str, trigger: bool, timeout: float, wait_scheduled: float = 6
                 if run.state is not None and run.state.is_final():
                     break
                 if time.monotonic() > deadline:
-                    print(f"flow run {run.name} not finished after {timeout:.0f} s: {run.state}", file=sys.stderr)
+                    print(
+                        f"flow run {run.name} not finished after {timeout:.0f} s: {run.state}",
+                        file=sys.stderr,
+                    )
                     return 1
                 time.sleep(2)
             print(f"flow run {run.name} finished: {run.state.name if run.state else None}")
@@ -56,14 +64,18 @@ def check(api_url: str, trigger: bool, timeout: float, wait_scheduled: float = 6
                 break
             time.sleep(2)
         for r in runs:
-            print(f"  {r.state.name if r.state else '?':<10} {r.expected_start_time}  {r.name}  {ui}/runs/flow-run/{r.id}")
+            print(
+                f"  {r.state.name if r.state else '?':<10} {r.expected_start_time}  {r.name}  {ui}/runs/flow-run/{r.id}"
+            )
         if not scheduled:
             print("no scheduled flow run of the deployment is visible", file=sys.stderr)
         return 0 if ok and runs and scheduled else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flows.check_deployment", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.check_deployment", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--api-url", default="http://127.0.0.1:4200/api")
     parser.add_argument("--trigger", action="store_true", help="start a run and wait for it")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for a triggered run")

@@ -96,7 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = start_server(args.host, args.port)
         os.environ["PREFECT_API_URL"] = f"http://{args.host}:{args.port}/api"
     elif not os.environ.get("PREFECT_API_URL"):
-        print("flows.deploy: --no-server needs PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)", file=sys.stderr)
+        print(
+            "flows.deploy: --no-server needs PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)",
+            file=sys.stderr,
+        )
         return 2
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import os
-import queue
 import re
 import subprocess
 import sys
@@ -38,14 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from multitab.config import ConfigError, load_params, section
-from multitab.io import write_json
 from prefect import flow, get_run_logger, runtime, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, as_completed
 from prefect.states import State
-from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
+
+from multitab.config import ConfigError, load_params, section
+from multitab.io import write_json
 
 # DVC's messages for a stage that did not run its command (dvc/stage/__init__.py, dvc/stage/cache.py).
 _UP_TO_DATE = re.compile(r"Stage '.*' didn't change, skipping|'.*' didn't change, skipping")
@@ -142,7 +140,9 @@ def read_stage_graph(root: str | Path) -> StagePlan:
 
         stages = [s for s in nx.topological_sort(graph) if isinstance(s, PipelineStage)]
         upstream = {
-            name(s): () if s.frozen else tuple(sorted(name(u) for u in graph.successors(s) if isinstance(u, PipelineStage)))
+            name(s): ()
+            if s.frozen
+            else tuple(sorted(name(u) for u in graph.successors(s) if isinstance(u, PipelineStage)))
             for s in stages
         }
         order = [name(s) for s in reversed(stages)]
@@ -220,7 +220,9 @@ def run_stage(stage: str, root: str, gpu: str | None = None, lock_retries: int =
         rc, lines = _stream(cmd, root, env, log)
         if rc == 0:
             text = "\n".join(lines)
-            outcome = "up_to_date" if _UP_TO_DATE.search(text) else "restored" if _RESTORED.search(text) else "ran"
+            outcome = (
+                "up_to_date" if _UP_TO_DATE.search(text) else "restored" if _RESTORED.search(text) else "ran"
+            )
             return {"outcome": outcome, "lock_waits": lock_waits, "attempts": attempt}
         if any(_LOCK_ERROR.search(line) for line in lines) and lock_waits < lock_retries:
             lock_waits += 1
@@ -279,7 +281,9 @@ def _collect(stage: str, future: PrefectFuture[Any], started: float) -> StageRes
             stage, info["outcome"], info["attempts"], seconds, info["lock_waits"], None, _firsts(failures)
         )
     error = failures[-1] if failures else (state.message or "failed")
-    return StageResult(stage, "failed", max(len(failures), 1), seconds, error=error, failed_attempts=_firsts(failures))
+    return StageResult(
+        stage, "failed", max(len(failures), 1), seconds, error=error, failed_attempts=_firsts(failures)
+    )
 
 
 def _firsts(messages: list[str]) -> list[str]:
@@ -308,14 +312,16 @@ def pipeline(
     gpus = _gpu_slots(plan, cfg, gpu_concurrency)
     log.info(
         "%d stages, %d at once, %d retries (backoff %.1f s), GPU slots: %s",
-        len(plan.order), n_workers, n_retries, delay, gpus if gpus is not None else "unlimited (no CUDA)",
+        len(plan.order),
+        n_workers,
+        n_retries,
+        delay,
+        gpus if gpus is not None else "unlimited (no CUDA)",
     )
     stage_task = run_stage.with_options(
         retries=n_retries, retry_delay_seconds=exponential_backoff(delay) if delay > 0 else 0
     )
-    free_gpus: queue.SimpleQueue[str] = queue.SimpleQueue()
-    for gpu in gpus or []:
-        free_gpus.put(gpu)
+    free_gpus = list(gpus or [])  # only this thread hands them out and takes them back
 
     started_at = time.monotonic()
     futures: dict[str, PrefectFuture[Any]] = {}
@@ -332,7 +338,9 @@ def pipeline(
                 # Submitted with the failed upstream as wait_for: Prefect records it as NotReady.
                 waiting.remove(stage)
                 bad.add(stage)
-                futures[stage] = stage_task.submit(stage, root, wait_for=[futures[u] for u in ups if u in bad])
+                futures[stage] = stage_task.submit(
+                    stage, root, return_state=False, wait_for=[futures[u] for u in ups if u in bad]
+                )
                 running[futures[stage]] = stage
                 started[stage] = time.monotonic()
                 continue
@@ -340,23 +348,25 @@ def pipeline(
                 continue
             n_busy = sum(1 for s in running.values() if s not in bad)
             is_gpu = gpus is not None and stage.split("@", 1)[0] in cfg.gpu_stages
-            if n_busy >= n_workers or (is_gpu and free_gpus.empty()):
+            if n_busy >= n_workers or (is_gpu and not free_gpus):
                 continue
-            gpu = free_gpus.get() if is_gpu else None
+            gpu = free_gpus.pop(0) if is_gpu else None
             if gpu is not None:
                 gpu_of[stage] = gpu
             waiting.remove(stage)
             started[stage] = time.monotonic()
             futures[stage] = stage_task.submit(
-                stage, root, gpu, cfg.lock_retries, wait_for=[futures[u] for u in ups]
+                stage, root, gpu, cfg.lock_retries, return_state=False, wait_for=[futures[u] for u in ups]
             )
             running[futures[stage]] = stage
         if not running:
-            raise RuntimeError(f"flows.pipeline: no stage can start; waiting: {waiting}")  # a cycle: DVC forbids
+            raise RuntimeError(
+                f"flows.pipeline: no stage can start; waiting: {waiting}"
+            )  # a cycle: DVC forbids
         done = next(as_completed(list(running)))
         stage = running.pop(done)
         if stage in gpu_of:
-            free_gpus.put(gpu_of.pop(stage))
+            free_gpus.append(gpu_of.pop(stage))
         result = _collect(stage, done, started[stage])
         if result.status == "not_run":
             failed_up = [u for u in plan.upstream[stage] if u in bad]
@@ -365,7 +375,9 @@ def pipeline(
         if result.status in ("failed", "not_run"):
             bad.add(stage)
         if result.status == "failed":
-            log.error("stage %s failed after %d attempt(s): %s", stage, result.attempts, (result.error or "")[:500])
+            log.error(
+                "stage %s failed after %d attempt(s): %s", stage, result.attempts, (result.error or "")[:500]
+            )
 
     summary = _summarise(plan, results, time.monotonic() - started_at, n_workers, n_retries)
     summary_path = Path(root) / cfg.summary

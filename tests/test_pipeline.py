@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from flows.pipeline import PipelineFailed, StagePlan, pipeline, read_stage_graph, select
 
 PY = sys.executable
@@ -84,7 +83,12 @@ def write_stage(name: str, deps: Sequence[str] = (), extra: str = "") -> dict:
     ]
     script = f"scripts/{name}.py"
     # `python` is the flow's interpreter: the flow puts its venv first on PATH.
-    return {"cmd": f"python {script}", "deps": [script, *deps], "outs": [f"out/{name}"], "_script": "\n".join(lines)}
+    return {
+        "cmd": f"python {script}",
+        "deps": [script, *deps],
+        "outs": [f"out/{name}"],
+        "_script": "\n".join(lines),
+    }
 
 
 def test_stage_graph_expands_foreach_and_selects_upstream(tmp_path):
@@ -120,7 +124,9 @@ def test_flaky_stage_is_retried_and_flow_completes(tmp_path):
         c = pathlib.Path('.attempts'); n = int(c.read_text()) + 1 if c.exists() else 1; c.write_text(str(n))
         assert n >= 3, f'injected failure {n}'""",
     )
-    root = make_project(tmp_path / "p", {"a": write_stage("a"), "flaky": flaky, "z": write_stage("z", ["out/flaky"])})
+    root = make_project(
+        tmp_path / "p", {"a": write_stage("a"), "flaky": flaky, "z": write_stage("z", ["out/flaky"])}
+    )
     summary = run(root, retries=2)
     assert summary["failed"] == [] and summary["not_run"] == []
     assert summary["retried"] == ["flaky"]
@@ -154,7 +160,10 @@ def test_failing_stage_stops_only_its_descendants(tmp_path):
     assert sorted(summary["ran"]) == ["a", "side", "side2"]
     assert summary["stages"]["broken"]["attempts"] == 2
     assert "broken on purpose" in summary["stages"]["broken"]["error"]
-    assert "broken" in summary["stages"]["grandchild"]["error"] or "child" in summary["stages"]["grandchild"]["error"]
+    assert (
+        "broken" in summary["stages"]["grandchild"]["error"]
+        or "child" in summary["stages"]["grandchild"]["error"]
+    )
     # dvc.lock is consistent: DVC reports exactly the stages that did not complete.
     assert set(dvc_status(root)) == {"broken", "child", "grandchild"}
     assert not (root / "out" / "child").exists()
@@ -165,7 +174,9 @@ def test_failing_stage_stops_only_its_descendants(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PREFECT_API_URL": PREFECT_API_URL.value()}
     proc = subprocess.run(
         [PY, "-m", "flows.pipeline", "--root", str(root), "--retries", "0", "--targets", "grandchild"],
-        capture_output=True, text=True, env=env,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED (1): broken" in proc.stdout + proc.stderr
