@@ -165,9 +165,8 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
             if s == target or s.split("@", 1)[0] == target or fnmatch.fnmatchcase(s, target)
         }
         if not matched:
-            raise SystemExit(
-                f"flows.pipeline: target {target!r} matches no stage of dvc.yaml; "
-                f"known stages: {', '.join(plan.order)}"
+            raise ValueError(
+                f"target {target!r} matches no stage of dvc.yaml; known stages: {', '.join(plan.order)}"
             )
         wanted |= matched
     closure: set[str] = set()
@@ -461,9 +460,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpu-concurrency", type=int, help="GPU stages at once (default: one per GPU)")
     parser.add_argument("--params", default="params.yaml", help="params file with `orchestration:`")
     args = parser.parse_args(argv)
-    try:
+    try:  # fail fast, before Prefect starts
         load_config(Path(args.root) / args.params if not Path(args.params).is_absolute() else args.params)
-    except ConfigError as e:
+        select(read_stage_graph(args.root), args.targets)
+    except (ConfigError, ValueError) as e:
         print(f"flows.pipeline: {e}", file=sys.stderr)
         return 2
     state = pipeline(

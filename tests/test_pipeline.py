@@ -54,7 +54,7 @@ def test_stage_graph_expands_foreach_and_selects_upstream(tmp_path):
     assert select(plan, ["c"]).order == ("a", "b@x", "c")
     assert set(select(plan, ["b"]).order) == {"a", "b@x", "b@y"}
     assert plan.descendants("a") == {"b@x", "b@y", "c"}
-    with pytest.raises(SystemExit, match="matches no stage"):
+    with pytest.raises(ValueError, match="matches no stage"):
         select(plan, ["nope"])
     assert isinstance(plan, StagePlan)
 
@@ -146,3 +146,36 @@ def test_eight_independent_stages_run_in_parallel_without_lock_errors(tmp_path):
     assert dvc_status(root) == {}
     lock = yaml.safe_load((root / "dvc.lock").read_text())
     assert sorted(lock["stages"]) == sorted(stages)
+
+
+def test_gpu_stages_take_turns_on_the_visible_devices(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    record = """
+        import os, time; t0 = time.time(); time.sleep(0.5)
+        pathlib.Path('.gpu').mkdir(exist_ok=True)
+        pathlib.Path('.gpu/' + os.environ['DVC_STAGE']).write_text(f"{os.environ.get('CUDA_VISIBLE_DEVICES')} {t0} {time.time()}")"""
+    stages = {
+        "train": {
+            "foreach": ["x", "y", "z"],
+            "do": {
+                "cmd": "python scripts/train.py",
+                "deps": ["scripts/train.py"],
+                "outs": ["out/train_${item}"],
+            },
+        },
+        "other": write_stage("other", extra=record),
+    }
+    train = write_stage("train", extra=record)
+    stages["train"]["_script"] = train["_script"].replace(
+        "'out/train'", "'out/' + os.environ['DVC_STAGE'].replace('@', '_')"
+    )
+    root = make_project(tmp_path / "p", stages)
+    summary = run(root, workers=4, retries=0)
+    assert summary["failed"] == [] and len(summary["ran"]) == 4
+    seen = {p.name: p.read_text().split() for p in (root / ".gpu").iterdir()}
+    assert {seen[f"train@{i}"][0] for i in "xyz"} == {"0"} and seen["other"][0] == "None"
+    spans = sorted((float(v[1]), float(v[2])) for k, v in seen.items() if k.startswith("train"))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans  # one at a time
