@@ -63,7 +63,7 @@ def serve(root: Path, params: str) -> None:
     from prefect.deployments.runner import EntrypointType
     from prefect.schedules import Cron
 
-    cfg = load_config(root / params)
+    cfg = load_config(root, params)
     pipeline.serve(
         name=DEPLOYMENT,
         schedules=[Cron(cfg.schedule, timezone=cfg.timezone)],
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
     try:
-        load_config(root / args.params)
+        load_config(root, args.params)
     except ConfigError as e:
         print(f"flows.deploy: {e}", file=sys.stderr)
         return 2

@@ -94,8 +94,10 @@ class OrchestrationConfig:
             raise ConfigError(f"orchestration.gpu_concurrency={self.gpu_concurrency} must be >= 1 or null")
 
 
-def load_config(params_path: str | Path) -> OrchestrationConfig:
-    return section(load_params(params_path), "orchestration", OrchestrationConfig, source=str(params_path))
+def load_config(root: str | Path, params: str | Path = "params.yaml") -> OrchestrationConfig:
+    """`orchestration:` of `params` (relative to the project `root` unless absolute)."""
+    path = Path(root) / params
+    return section(load_params(path), "orchestration", OrchestrationConfig, source=str(path))
 
 
 # --------------------------------------------------------------------------------------------- DAG
@@ -303,7 +305,7 @@ def pipeline(
     """Run the DVC stages of `root` (all, or `targets` and their upstream) as Prefect tasks."""
     log = get_run_logger()
     root = str(Path(root).resolve())
-    cfg = load_config(Path(root) / params if not Path(params).is_absolute() else params)
+    cfg = load_config(root, params)
     n_workers = workers or cfg.workers
     n_retries = cfg.retries if retries is None else retries
     delay = cfg.retry_delay_seconds if retry_delay is None else retry_delay
@@ -461,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml", help="params file with `orchestration:`")
     args = parser.parse_args(argv)
     try:  # fail fast, before Prefect starts
-        load_config(Path(args.root) / args.params if not Path(args.params).is_absolute() else args.params)
+        load_config(args.root, args.params)
         select(read_stage_graph(args.root), args.targets)
     except (ConfigError, ValueError) as e:
         print(f"flows.pipeline: {e}", file=sys.stderr)
