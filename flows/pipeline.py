@@ -46,7 +46,7 @@ from multitab.config import ConfigError, load_params, section
 from multitab.io import write_json
 
 # DVC's messages for a stage that did not run its command (dvc/stage/__init__.py, dvc/stage/cache.py).
-_UP_TO_DATE = re.compile(r"Stage '.*' didn't change, skipping|'.*' didn't change, skipping")
+_UP_TO_DATE = re.compile(r"'.*' didn't change, skipping")
 _RESTORED = re.compile(r"Stage '.*' is cached - skipping run")
 # DVC's lock failures (dvc/lock.py, dvc/rwlock.py): transient under parallel runs, never the stage's fault.
 _LOCK_ERROR = re.compile(r"Unable to acquire lock|is busy, it is being blocked by")
