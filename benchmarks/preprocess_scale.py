@@ -57,19 +57,19 @@ def main(argv: list[str] | None = None) -> int:
         f"from stages.acquire import main; raise SystemExit(main(['--params', {p!r}, '--dataset', 'higgs', "
         f"'--out', {str(work / 'raw')!r}]))",
         env,
-        work / "gen.peak",
+        work / 'gen.peak',
     )
     split_s, split_gb = _child(
         f"from stages.split import main; raise SystemExit(main(['--params', {p!r}, '--dataset', 'higgs', "
         f"'--raw', {str(work / 'raw')!r}, '--out', {str(work / 'splits')!r}]))",
         env,
-        work / "split.peak",
+        work / 'split.peak',
     )
     prep_s, prep_gb = _child(
         f"from stages.preprocess import main; raise SystemExit(main(['--params', {p!r}, '--dataset', 'higgs', "
         f"'--splits', {str(work / 'splits')!r}, '--out', {str(work / 'processed')!r}]))",
         env,
-        work / "prep.peak",
+        work / 'prep.peak',
     )
     total = split_s + prep_s
     peak = max(split_gb, prep_gb)
@@ -89,10 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     ok = total < TIME_LIMIT_S and peak < MEMORY_LIMIT_GB
-    print(
-        "PASS" if ok else "FAIL",
-        f"split+preprocess {total:.0f}s (< {TIME_LIMIT_S:.0f}s), peak {peak:.2f} GB (< {MEMORY_LIMIT_GB} GB)",
-    )
+    print("PASS" if ok else "FAIL", f"split+preprocess {total:.0f}s (< {TIME_LIMIT_S:.0f}s), peak {peak:.2f} GB (< {MEMORY_LIMIT_GB} GB)")
     return 0 if ok else 1
 
 
