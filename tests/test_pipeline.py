@@ -21,6 +21,10 @@ from flows.pipeline import PipelineFailed, StagePlan, pipeline, read_stage_graph
 
 @pytest.fixture(scope="module", autouse=True)
 def prefect_server():
+    try:
+        import prefect.server.api.server  # noqa: F401
+    except TypeError as e:  # fastapi too new for Prefect 3.8.8's server
+        pytest.fail(f"Prefect's server does not import ({e}): install the pins of pyproject.toml (fastapi)")
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=60):
