@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 repro: $(STAMP)
-	$(BIN)/dvc repro
+	$(BIN)/python -m flows.pipeline
 
 test: $(STAMP)
 	$(BIN)/ruff check src stages flows tests benchmarks

@@ -1,0 +1,24 @@
+"""Prefect flows over the DVC DAG (dvc.yaml stays the only DAG; these modules only run its stages).
+
+Importing this package sets offline defaults before Prefect is imported anywhere: no telemetry, no
+update checks, and a project-local PREFECT_HOME (git-ignored `.prefect/`) so ephemeral runs keep their
+history beside the checkout instead of in ~/.prefect. Values already in the environment win.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_OFFLINE_DEFAULTS = {
+    "DO_NOT_TRACK": "1",
+    "DVC_NO_ANALYTICS": "1",
+    "DVC_NO_UPDATER": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
+    "PREFECT_HOME": str(Path(__file__).resolve().parent.parent / ".prefect"),
+    # The ephemeral server's first start migrates a fresh SQLite database: slow on a busy laptop.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}
+for _key, _value in _OFFLINE_DEFAULTS.items():
+    os.environ.setdefault(_key, _value)

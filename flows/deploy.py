@@ -1,0 +1,124 @@
+"""`make ui`: start a local Prefect server (offline) and serve the pipeline as a scheduled deployment.
+
+    python -m flows.deploy [--host 127.0.0.1] [--port 4200] [--params params.yaml] [--no-server]
+
+The server keeps its SQLite database in PREFECT_HOME (`.prefect/` in the checkout, git-ignored), runs
+with telemetry off and needs no network. The deployment `multitab-pipeline/multitab` runs `flows.pipeline`
+on `orchestration.schedule` (cron, `orchestration.timezone`) from params.yaml; runs can also be started
+from the UI ("Run" on the deployment's page) or with `python -m flows.check_deployment --trigger`. Ctrl-C
+stops both the runner and the server. With `--no-server` it serves against the server in PREFECT_API_URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from flows.pipeline import load_config, pipeline
+from multitab.config import ConfigError
+
+DEPLOYMENT = "multitab"
+FULL_NAME = f"{pipeline.name}/{DEPLOYMENT}"
+
+
+def start_server(host: str, port: int, timeout: float = 180.0) -> subprocess.Popen[bytes]:
+    """`prefect server start` as a child process; returns once its health endpoint answers."""
+    env = {
+        **os.environ,
+        "PREFECT_UI_ENABLED": "true",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # Scheduled runs of a new deployment appear within seconds instead of the default minute.
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": os.environ.get(
+            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "5"
+        ),
+    }
+    env.pop("PREFECT_API_URL", None)  # the server must not try to talk to another server
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)], env=env
+    )
+    url = f"http://{host}:{port}/api/health"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"flows.deploy: `prefect server start` exited with code {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.terminate()
+    raise SystemExit(f"flows.deploy: the Prefect server did not answer on {url} within {timeout:.0f} s")
+
+
+def serve(root: Path, params: str) -> None:
+    """Register the scheduled deployment and run its flow runs here until interrupted."""
+    from prefect.deployments.runner import EntrypointType
+    from prefect.schedules import Cron
+
+    cfg = load_config(root, params)
+    pipeline.serve(
+        name=DEPLOYMENT,
+        schedules=[Cron(cfg.schedule, timezone=cfg.timezone)],
+        parameters={"root": str(root), "params": params},
+        description="The MultiTab DVC DAG (dvc.yaml), run stage by stage by flows.pipeline.",
+        tags=["multitab", "dvc"],
+        pause_on_shutdown=False,
+        # The flow runs in a child process that imports `flows.pipeline` from this checkout.
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.deploy", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=4200)
+    parser.add_argument("--root", default=".", help="DVC project root (default: the current folder)")
+    parser.add_argument("--params", default="params.yaml", help="params file with `orchestration:`")
+    parser.add_argument("--no-server", action="store_true", help="use the server in PREFECT_API_URL")
+    args = parser.parse_args(argv)
+    root = Path(args.root).resolve()
+    try:
+        load_config(root, args.params)
+    except ConfigError as e:
+        print(f"flows.deploy: {e}", file=sys.stderr)
+        return 2
+
+    server = None
+    if not args.no_server:
+        server = start_server(args.host, args.port)
+        os.environ["PREFECT_API_URL"] = f"http://{args.host}:{args.port}/api"
+    elif not os.environ.get("PREFECT_API_URL"):
+        print(
+            "flows.deploy: --no-server needs PREFECT_API_URL (e.g. http://127.0.0.1:4200/api)",
+            file=sys.stderr,
+        )
+        return 2
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    api_url = os.environ["PREFECT_API_URL"]
+    print(f"Prefect UI: {api_url.removesuffix('/api')}  (deployment {FULL_NAME}; Ctrl-C stops)", flush=True)
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api_url}):
+            serve(root, args.params)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

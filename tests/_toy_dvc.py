@@ -1,0 +1,69 @@
+"""Toy DVC projects for the pipeline tests: git init + dvc init in a folder, stages from small scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+PY = sys.executable
+
+ORCHESTRATION = {
+    "workers": 4,
+    "retries": 2,
+    "retry_delay_seconds": 0.2,
+    "gpu_concurrency": None,
+    "gpu_stages": ["train"],
+    "lock_retries": 20,
+    "schedule": "0 3 * * *",
+    "timezone": "UTC",
+    "summary": "results/pipeline_summary.json",
+}
+
+
+def make_project(root: Path, stages: dict[str, dict]) -> Path:
+    """A git + DVC project in `root` with the given dvc.yaml stages and an `orchestration:` section."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "scripts").mkdir()
+    for name, stage in stages.items():
+        if "_script" in stage:
+            (root / "scripts" / f"{name}.py").write_text(stage.pop("_script"))
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
+    subprocess.run([PY, "-m", "dvc", "init", "-q"], cwd=root, check=True, env=env)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
+    (root / "params.yaml").write_text(yaml.safe_dump({"orchestration": ORCHESTRATION}, sort_keys=False))
+    return root
+
+
+def dvc_status(root: Path) -> dict:
+    out = subprocess.run(
+        [PY, "-m", "dvc", "status", "--json"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout
+    return json.loads(out or "{}")
+
+
+def write_stage(name: str, deps: Sequence[str] = (), extra: str = "") -> dict:
+    """A stage whose script (scripts/<name>.py, a dep) runs `extra`, then writes its deps' text plus its
+    name to out/<name>. make_project writes the script from the `_script` key."""
+    lines = [
+        "import pathlib",
+        textwrap.dedent(extra).strip(),
+        f"text = ''.join(pathlib.Path(d).read_text() for d in {list(deps)!r}) + {name + chr(10)!r}",
+        "pathlib.Path('out').mkdir(exist_ok=True)",
+        f"pathlib.Path('out/{name}').write_text(text)",
+    ]
+    script = f"scripts/{name}.py"
+    # `python` is the flow's interpreter: the flow puts its venv first on PATH.
+    return {
+        "cmd": f"python {script}",
+        "deps": [script, *deps],
+        "outs": [f"out/{name}"],
+        "_script": "\n".join(lines),
+    }
