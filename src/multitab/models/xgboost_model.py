@@ -22,10 +22,12 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import xgboost as xgb
+
+if TYPE_CHECKING:
+    import xgboost as xgb
 
 from multitab.datasets.schema import DatasetSchema, Task
 from multitab.io import atomic_dir
@@ -43,6 +45,14 @@ def _cuda_available() -> bool:
         return bool(torch.cuda.is_available())
     except ImportError:  # a tree-only environment: no torch, no GPU detection
         return False
+
+
+
+def _xgboost() -> Any:
+    """xgboost, imported on first use: a torch-only GPU machine can import the model registry without it."""
+    import xgboost
+
+    return xgboost
 
 
 class XGBoost:
@@ -160,6 +170,7 @@ class XGBoost:
         x_val = self._features(x_num_val, x_cat_val, "val")
         self.boosters, self.best_rounds = [], []
         for group in self.groups:
+            xgb = _xgboost()
             d_train = xgb.DMatrix(x, label=self._labels(group, targets, len(x), "train"))
             d_val = xgb.DMatrix(x_val, label=self._labels(group, targets_val, len(x_val), "val"))
             booster = xgb.train(
@@ -179,7 +190,7 @@ class XGBoost:
     def predict(self, x_num: ArrayLike, x_cat: ArrayLike) -> dict[str, np.ndarray]:
         if not self.boosters:
             raise RuntimeError("XGBoost.predict called before fit(...)")
-        d = xgb.DMatrix(self._features(x_num, x_cat, "predict"))
+        d = _xgboost().DMatrix(self._features(x_num, x_cat, "predict"))
         out: dict[str, np.ndarray] = {}
         for group, booster, best in zip(self.groups, self.boosters, self.best_rounds):
             # Margins: logits for binary:logistic and multi:softprob, the value for regression.
@@ -210,7 +221,7 @@ class XGBoost:
             raise ValueError(f"{folder}: saved task groups {meta['groups']} are not this schema's {groups}")
         self.boosters = []
         for i in range(len(groups)):
-            booster = xgb.Booster()
+            booster = _xgboost().Booster()
             booster.load_model(str(folder / f"group{i}.json"))
             self.boosters.append(booster)
         self.best_rounds = [int(r) for r in meta["best_rounds"]]
