@@ -1,0 +1,193 @@
+"""One training run end to end: load the processed data, build the model, train (or fit) it, and return
+the metrics record that `stages/train.py` writes as results/runs/<dataset>/<model>/seed<S>/metrics.json.
+
+The record's schema is `METRICS_SCHEMA` (JSON Schema; aggregate and the tests read it). Non-finite
+metric values (an undefined AUC) are written as null.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from multitab.evaluation.metrics import mean_metric, task_metrics
+from multitab.training import checkpoint as ckpt
+from multitab.training.config import TrainConfig
+from multitab.training.data import ProcessedData, load_processed
+from multitab.training.loop import RunResult, RunSettings, regression_mse, seed_everything, train
+
+log = logging.getLogger(__name__)
+
+_METRIC_MAP = {"type": "object", "additionalProperties": {"type": ["number", "null"]}}
+METRICS_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["dataset", "model", "seed", "source", "standin", "task_types", "metric_names", "test", "val",
+                 "test_mean", "val_mean", "test_mse", "test_mse_standardised", "best_epoch", "epochs",
+                 "max_epochs", "stopped_early", "train_seconds", "samples_per_second", "device",
+                 "torch_version", "n_params", "optimizer", "n_rows"],
+    "properties": {
+        "dataset": {"type": "string"},
+        "model": {"type": "string"},
+        "seed": {"type": "integer"},
+        "source": {"enum": ["standin", "local", "remote", "synthetic"]},
+        "standin": {"type": "boolean"},
+        "task_types": {"type": "object", "additionalProperties": {"enum": ["binary", "multiclass", "regression"]}},
+        "metric_names": {"type": "object", "additionalProperties": {"enum": ["auc", "ev"]}},
+        "test": _METRIC_MAP,
+        "val": _METRIC_MAP,
+        "test_mean": {"type": ["number", "null"]},
+        "val_mean": {"type": ["number", "null"]},
+        "test_mse": _METRIC_MAP,
+        "test_mse_standardised": _METRIC_MAP,
+        "best_epoch": {"type": "integer", "minimum": 1},
+        "epochs": {"type": "integer", "minimum": 1},
+        "max_epochs": {"type": "integer", "minimum": 1},
+        "stopped_early": {"type": "boolean"},
+        "train_seconds": {"type": "number", "minimum": 0},
+        "samples_per_second": {"type": ["number", "null"]},
+        "device": {"type": "string"},
+        "torch_version": {"type": "string"},
+        "n_params": {"type": ["integer", "null"]},
+        "optimizer": {"type": "object"},
+        "n_rows": {"type": "object", "additionalProperties": {"type": "integer"}},
+    },
+}
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _clean(metrics: dict[str, float]) -> dict[str, float | None]:
+    return {k: _finite_or_none(v) for k, v in metrics.items()}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    dataset: str
+    model: str
+    seed: int
+    data_path: Path
+    checkpoint_dir: Path
+
+
+def _optim_settings(model: Any, name: str, config: TrainConfig) -> dict[str, Any]:
+    """The authors' optimiser selection carried by the built model (`model.optim_defaults`, a mapping
+    with optimizer / lr / weight_decay), replaced key by key by params `train.optim.<model>`."""
+    defaults = dict(getattr(model, "optim_defaults", None) or {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 1e-5})
+    override = config.optim.get(name)
+    if override is not None:
+        for key in ("optimizer", "lr", "weight_decay"):
+            value = getattr(override, key)
+            if value is not None:
+                defaults[key] = value
+    return {k: defaults[k] for k in ("optimizer", "lr", "weight_decay")}
+
+
+def _default_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any]) -> Any:
+    from multitab.models import build_model  # the registry; imported late so tests can inject models
+
+    return build_model(name, meta, **overrides)
+
+
+def run_training(
+    spec: RunSpec,
+    config: TrainConfig,
+    *,
+    builder: Callable[[str, dict[str, Any], dict[str, Any]], Any] = _default_builder,
+    on_step: Callable[[int, int], None] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """Train one run; returns (metrics record, per-epoch history)."""
+    if config.num_threads > 0:
+        torch.set_num_threads(config.num_threads)
+    data = load_processed(spec.data_path)
+    seed_everything(spec.seed, config.deterministic)
+    overrides = config.overrides_for(spec.model, spec.dataset)
+    model = builder(spec.model, data.meta, overrides)
+    patience = config.patience_for(spec.dataset)
+    if isinstance(model, torch.nn.Module):
+        optim = _optim_settings(model, spec.model, config)
+        settings = RunSettings(
+            seed=spec.seed, max_epochs=config.max_epochs, patience=patience, batch_size=config.batch_size,
+            optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
+            precision=config.precision, compile=config.compile, deterministic=config.deterministic,
+            progress=config.progress, on_step=on_step,
+        )
+        run_fp = ckpt.fingerprint({
+            "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
+            "optim": optim, "max_epochs": config.max_epochs, "patience": patience, "batch_size": config.batch_size,
+            "precision": config.precision, "data": data.meta.get("inputs"), "meta": data.meta,
+        })
+        result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir, run_fingerprint=run_fp)
+        n_params: int | None = sum(p.numel() for p in model.parameters())
+    else:
+        optim = {"optimizer": "none (gradient boosting)"}
+        result = fit_predict(model, data, seed=spec.seed, early_stopping_rounds=config.xgboost_early_stopping_rounds)
+        n_params = None
+    record = metrics_record(spec, data, result, optim=optim, max_epochs=config.max_epochs, n_params=n_params)
+    return record, result.history
+
+
+def fit_predict(model: Any, data: ProcessedData, *, seed: int, early_stopping_rounds: int) -> RunResult:
+    """Non-torch models (XGBoost): `model.fit(train, val, seed=..., early_stopping_rounds=...)` then
+    `model.predict(split) -> {task: scores}` on the processed splits as TensorSplits."""
+    t0 = time.perf_counter()
+    info = model.fit(data.splits["train"], data.splits["val"], seed=seed, early_stopping_rounds=early_stopping_rounds)
+    seconds = time.perf_counter() - t0
+    tasks = data.schema.tasks
+    out: dict[str, dict[str, float]] = {}
+    preds_by: dict[str, dict[str, np.ndarray]] = {}
+    labels_by: dict[str, dict[str, np.ndarray]] = {}
+    for name in ("val", "test"):
+        split = data.splits[name]
+        preds_by[name] = {k: np.asarray(v) for k, v in model.predict(split).items()}
+        labels_by[name] = {k: v.numpy() for k, v in split.targets().items()}
+        out[name] = task_metrics(tasks, labels_by[name], preds_by[name])
+    test_mse, test_mse_std = regression_mse(tasks, labels_by["test"], preds_by["test"], data.meta.get("target_stats", {}))
+    info = dict(info or {})
+    best = int(info.get("best_iteration", 0)) + 1
+    rounds = int(info.get("rounds", best))
+    n_train = len(data.splits["train"])
+    return RunResult(
+        val=out["val"], test=out["test"], test_mse=test_mse, test_mse_standardised=test_mse_std, best_epoch=best,
+        epochs=rounds, stopped_early=rounds > best, train_seconds=seconds,
+        samples_per_second=n_train * rounds / seconds if seconds > 0 else math.nan, device="cpu",
+        history=[{"epoch": 1, "val_mean": mean_metric(out["val"]), **{f"val_{k}": v for k, v in out["val"].items()}}],
+        resumed_from_epoch=0,
+    )
+
+
+def metrics_record(
+    spec: RunSpec, data: ProcessedData, result: RunResult, *, optim: dict[str, Any], max_epochs: int,
+    n_params: int | None,
+) -> dict[str, Any]:
+    meta = data.meta
+    if "standin" not in meta or "source" not in meta:
+        raise KeyError(f"{data.path / 'meta.json'}: keys 'source' and 'standin' are required (label stand-in results)")
+    tasks = data.schema.tasks
+    return {
+        "dataset": spec.dataset, "model": spec.model, "seed": spec.seed,
+        "source": meta["source"], "standin": bool(meta["standin"]),
+        "task_types": {t.name: t.type for t in tasks},
+        "metric_names": {t.name: t.metric for t in tasks},
+        "test": _clean(result.test), "val": _clean(result.val),
+        "test_mean": _finite_or_none(mean_metric(result.test)), "val_mean": _finite_or_none(mean_metric(result.val)),
+        "test_mse": _clean(result.test_mse), "test_mse_standardised": _clean(result.test_mse_standardised),
+        "best_epoch": result.best_epoch, "epochs": result.epochs, "max_epochs": max_epochs,
+        "stopped_early": result.stopped_early, "resumed_from_epoch": result.resumed_from_epoch,
+        "train_seconds": round(result.train_seconds, 3),
+        "samples_per_second": _finite_or_none(round(result.samples_per_second, 1)),
+        "device": result.device, "torch_version": torch.__version__, "python": platform.python_version(),
+        "n_params": n_params, "optimizer": optim,
+        "n_rows": {k: len(v) for k, v in data.splits.items()},
+    }
