@@ -15,6 +15,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY := false
 export PREFECT_UI_ENABLED ?= true
 export PYTHONUNBUFFERED := 1
+# Stage commands in dvc.yaml call `python`: the venv's.
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: repro test lint ui bench clean-venv
 

@@ -40,6 +40,8 @@ class Feature:
     # Plausible range of the raw values (for stand-ins and validation); None = unbounded.
     low: float | None = None
     high: float | None = None
+    # Raw values of a categorical column stored as floats (Higgs' b-tags): canonical code i = levels[i].
+    levels: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,8 @@ _HIGGS_HIGH = ["m_jj", "m_jjj", "m_lv", "m_jlv", "m_bb", "m_wbb", "m_wwbb"]
 
 def _higgs_feature(name: str) -> Feature:
     if name.endswith("_btag"):
-        return Feature(name, "categorical", cardinality=3)
+        # The b-tag takes three values in the released file (0, 1.0865..., 2.1730...).
+        return Feature(name, "categorical", cardinality=3, levels=(0.0, 1.0865380764007568, 2.1730761528015137))
     if name.endswith("_phi"):
         return Feature(name, "numerical", low=-1.75, high=1.75)
     if name.endswith("_eta"):

@@ -1,0 +1,25 @@
+"""Shared argument handling and error reporting for the stage scripts."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    return p
+
+
+def run(stage: str, body: Callable[[], object]) -> int:
+    """Run a stage body; turn library errors into one clear line on stderr and exit status 1."""
+    logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
+    try:
+        body()
+    except (ValueError, KeyError, FileNotFoundError, OSError) as e:
+        print(f"[{stage}] error: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,26 @@
+"""acquire@<dataset>: raw files from a stand-in, a local path or a remote URL (params: datasets.<D>.source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from multitab.datasets.config import load_dataset_config
+from multitab.datasets.schema import get_schema
+from multitab.datasets.steps import acquire
+from stages._common import parser, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__ or "")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--cache", default=Path("data/cache"), type=Path, help="download cache (remote)")
+    a = p.parse_args(argv)
+    return run(
+        f"acquire@{a.dataset}",
+        lambda: acquire(get_schema(a.dataset), load_dataset_config(a.dataset, a.params), a.out, a.cache),
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

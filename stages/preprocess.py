@@ -1,0 +1,26 @@
+"""preprocess@<dataset>: ordinal codes + quantile transform fit on train (params: datasets.<D>.preprocess)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from multitab.datasets.config import load_dataset_config
+from multitab.datasets.schema import get_schema
+from multitab.datasets.steps import preprocess_splits
+from stages._common import parser, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__ or "")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--splits", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    a = p.parse_args(argv)
+    return run(
+        f"preprocess@{a.dataset}",
+        lambda: preprocess_splits(get_schema(a.dataset), load_dataset_config(a.dataset, a.params), a.splits, a.out),
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
