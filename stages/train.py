@@ -12,25 +12,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import sys
 from pathlib import Path
 
 from multitab.io import atomic_dir, read_json, write_json
 from multitab.training.config import load_train_config
 from multitab.training.run import RunSpec, run_training
-
-log = logging.getLogger("stages.train")
+from stages._common import parser, run
 
 
 def check_verdict(path: Path, dataset: str) -> None:
     """Refuse to train on data the validation stage did not pass."""
     if not path.is_file():
-        raise SystemExit(f"train: {path}: validation verdict not found; run `dvc repro validate_processed@{dataset}`")
+        raise FileNotFoundError(f"{path}: validation verdict not found; run `dvc repro validate_processed@{dataset}`")
     verdict = read_json(path)
     ok = verdict.get("success", verdict.get("passed"))
     if ok is not True:
-        raise SystemExit(f"train: {path}: data/{dataset} failed validation (success={ok!r}); see reports/validation/")
+        raise ValueError(f"{path}: the data of {dataset} failed validation (success={ok!r}); see reports/validation/")
 
 
 def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
@@ -46,8 +43,19 @@ def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
                 live.next_step()
 
 
+def train_one(a: argparse.Namespace) -> None:
+    if a.verdict is not None:
+        check_verdict(a.verdict, a.dataset)
+    spec = RunSpec(dataset=a.dataset, model=a.model, seed=a.seed, data_path=a.data,
+                   checkpoint_dir=a.checkpoints)
+    record, history = run_training(spec, load_train_config(a.params))
+    write_dvclive(history, a.out / "dvclive")
+    write_json(a.out / "metrics.json", record)
+    print(json.dumps({k: record[k] for k in ("dataset", "model", "seed", "test", "best_epoch", "epochs")}))
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__ or "")
     p.add_argument("--dataset", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--seed", required=True, type=int)
@@ -55,20 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verdict", type=Path, default=None, help="validation verdict JSON that must say success")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--checkpoints", required=True, type=Path)
-    p.add_argument("--params", default="params.yaml")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
-
-    if args.verdict is not None:
-        check_verdict(args.verdict, args.dataset)
-    config = load_train_config(args.params)
-    spec = RunSpec(dataset=args.dataset, model=args.model, seed=args.seed, data_path=args.data,
-                   checkpoint_dir=args.checkpoints)
-    record, history = run_training(spec, config)
-    write_dvclive(history, args.out / "dvclive")
-    write_json(args.out / "metrics.json", record)
-    print(json.dumps({k: record[k] for k in ("dataset", "model", "seed", "test", "best_epoch", "epochs")}))
-    return 0
+    a = p.parse_args(argv)
+    return run(f"train@{a.dataset}-{a.model}-{a.seed}", lambda: train_one(a))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Per-task metrics, as in the paper's "Evaluation Metrics" section, computed with scikit-learn.
 
 - binary: ROC AUC of the positive-class score (logits are fine: AUC is invariant to monotone maps);
-- multiclass: macro one-vs-rest ROC AUC over the classes (the 5-class ACS `marital` task);
+- multiclass: macro one-vs-rest ROC AUC of the softmax probabilities (the 5-class ACS `marital` task);
 - regression: explained variance (the paper's metric) and MSE.
 
 The early-stopping criterion is `mean_metric`: the mean over tasks of AUC / EV (paper, Implementation
@@ -46,15 +46,22 @@ def binary_auc(y_true: np.ndarray, score: np.ndarray) -> float:
     return float(roc_auc_score(y_true, np.asarray(score, dtype=np.float64).reshape(-1)))
 
 
-def multiclass_auc(y_true: np.ndarray, score: np.ndarray) -> float:
-    """Macro one-vs-rest ROC AUC. `score`: (n, n_classes) logits or probabilities (each class's column
-    is ranked on its own, so softmax is not needed). Equals sklearn's
-    `roc_auc_score(y, softmax(score), multi_class="ovr", average="macro")` when every class occurs;
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.asarray(logits, dtype=np.float64)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def multiclass_auc(y_true: np.ndarray, logits: np.ndarray) -> float:
+    """Macro one-vs-rest ROC AUC of the softmax probabilities of `logits` (n, n_classes). The softmax
+    matters: class k's probability is not a monotone function of logit k alone. Equals sklearn's
+    `roc_auc_score(y, softmax(logits), multi_class="ovr", average="macro")` when every class occurs;
     classes absent from `y_true` are left out of the mean (sklearn would raise)."""
     y_true = np.asarray(y_true).reshape(-1)
-    score = np.asarray(score, dtype=np.float64)
+    score = np.asarray(logits, dtype=np.float64)
     if score.ndim != 2 or score.shape[0] != y_true.shape[0]:
         raise ValueError(f"multiclass scores must be (n, n_classes) with n={y_true.shape[0]}, got {score.shape}")
+    score = softmax(score)
     aucs = []
     for k in range(score.shape[1]):
         positives = y_true == k

@@ -104,10 +104,12 @@ def run_training(
     spec: RunSpec,
     config: TrainConfig,
     *,
-    builder: Callable[[str, dict[str, Any], dict[str, Any]], Any] = _default_builder,
+    builder: Callable[[str, dict[str, Any], dict[str, Any]], Any] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
-    """Train one run; returns (metrics record, per-epoch history)."""
+    """Train one run; returns (metrics record, per-epoch history). `builder(name, meta, overrides)` makes
+    the model (default: `multitab.models.build_model`)."""
+    builder = builder or _default_builder
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_processed(spec.data_path)
