@@ -41,7 +41,7 @@ def canonicalize(schema: DatasetSchema, raw: pd.DataFrame, origin: str) -> pd.Da
             if off.any():
                 row = int(np.flatnonzero(off)[0])
                 raise SplitError(
-                    f"{origin}: column {f.name!r} row {row}: value {col[row]!r} is none of the known levels "
+                    f"{origin}: column {f.name!r} row {row}: value {col[row].item()!r} is none of the known levels "
                     f"{f.levels}; the file does not look like the {schema.name} release"
                 )
             out[f.name] = idx.astype(np.int64)
@@ -61,7 +61,7 @@ def canonicalize(schema: DatasetSchema, raw: pd.DataFrame, origin: str) -> pd.Da
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
                 raise SplitError(
-                    f"{origin}: column {t.column!r} row {row}: value {col[row]!r} is not one of the "
+                    f"{origin}: column {t.column!r} row {row}: value {col[row].item()!r} is not one of the "
                     f"{t.name} classes {list(t.codes)}"
                 )
             out[t.name] = pos_c.astype(np.int64)

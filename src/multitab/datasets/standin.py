@@ -174,6 +174,7 @@ def write_standin(schema: DatasetSchema, rows: dict[str, int], seed: int, out_di
         if n < 10:
             raise ValueError(f"{schema.name}: standin.rows.{key}={n} must be >= 10")
     p = _draw_params(schema, seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
     for stream, key in enumerate(schema.raw_files):
         path = out_dir / f"{key}.parquet"
