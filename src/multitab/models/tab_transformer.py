@@ -1,0 +1,104 @@
+"""TabTransformer (Huang et al. 2020) as the MultiTab authors run it, one model per task.
+
+The categorical columns become tokens that pass n_blocks pre-norm transformer blocks (no task token);
+the flattened contextual embeddings are joined with the layer-normalised numerical columns and fed to
+a tower MLP. This is the authors' structure: their parameter count (24,771 per Higgs task) is
+reproduced exactly. With no categorical columns the model reduces to an MLP on LN(x_num) (the paper
+notes TabT's weakness on Higgs, which has only four categorical inputs).
+NOTE[DIFF]: the tower is the authors' [64] MLP, not the original paper's [4l, 2l] MLP; the FFN
+activation is GELU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from multitab.datasets.schema import DatasetSchema
+from multitab.models.base import MultitaskModel, PerTask, cat_cardinalities
+from multitab.models.blocks import TaskHeads, TransformerLayer
+from multitab.models.tokenizer import FeatureTokenizer, Init
+
+
+class _TabTransformerSingle(MultitaskModel):
+    def __init__(
+        self,
+        *,
+        schema: DatasetSchema,
+        d_embedding: int,
+        n_blocks: int,
+        n_heads: int,
+        ffn_d_hidden: int,
+        head_d_hidden: Sequence[int],
+        attention_dropout: float,
+        ffn_dropout: float,
+        init: Init,
+    ) -> None:
+        super().__init__(schema=schema)
+        cards = cat_cardinalities(schema)
+        self.tokenizer = (
+            FeatureTokenizer(n_num=0, cat_cardinalities=cards, d_embedding=d_embedding, init=init)
+            if cards
+            else None
+        )
+        self.layers = nn.ModuleList(
+            TransformerLayer(
+                d=d_embedding,
+                n_heads=n_heads,
+                ffn_d_hidden=ffn_d_hidden,
+                attention_dropout=attention_dropout,
+                ffn_dropout=ffn_dropout,
+                init=init,
+            )
+            for _ in range(n_blocks if cards else 0)
+        )
+        self.num_norm = nn.LayerNorm(schema.n_num) if schema.n_num else None
+        d_in = len(cards) * d_embedding + schema.n_num
+        self.heads = TaskHeads(d_in=d_in, d_hidden=head_d_hidden, d_out=self.d_out, init=init)
+
+    def forward(self, x_num: Tensor, x_cat: Tensor) -> dict[str, Tensor]:
+        parts = []
+        if self.tokenizer is not None:
+            x = self.tokenizer(None, x_cat)  # (B, n_cat, e)
+            for layer in self.layers:
+                x = layer(x)
+            parts.append(x.flatten(1))  # (B, n_cat * e)
+        if self.num_norm is not None:
+            parts.append(self.num_norm(x_num))
+        h = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        return self.split_outputs(self.heads(h[:, None].expand(-1, self.n_tasks, -1)))
+
+
+class TabTransformer(PerTask):
+    """forward(x_num [B, n_num], x_cat [B, n_cat]) -> {task: [B] or [B, n_classes]}; one
+    TabTransformer per task in ``models``."""
+
+    def __init__(
+        self,
+        *,
+        schema: DatasetSchema,
+        d_embedding: int = 16,
+        n_blocks: int = 2,
+        n_heads: int = 4,
+        ffn_d_hidden: int = 256,
+        head_d_hidden: Sequence[int] = (64,),
+        attention_dropout: float = 0.0,
+        ffn_dropout: float = 0.0,
+        init: Init = "authors",
+    ) -> None:
+        def make(single: DatasetSchema) -> MultitaskModel:
+            return _TabTransformerSingle(
+                schema=single,
+                d_embedding=d_embedding,
+                n_blocks=n_blocks,
+                n_heads=n_heads,
+                ffn_d_hidden=ffn_d_hidden,
+                head_d_hidden=head_d_hidden,
+                attention_dropout=attention_dropout,
+                ffn_dropout=ffn_dropout,
+                init=init,
+            )
+
+        super().__init__(schema=schema, make=make)
