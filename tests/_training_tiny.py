@@ -73,7 +73,6 @@ class TinyNet(nn.Module):
         self.body = nn.Sequential(nn.Linear(n_num + d * len(cards), 32), nn.ReLU(), nn.Dropout(0.1))
         self.tasks = [(t["name"], t["n_classes"] or 1) for t in meta["tasks"]]
         self.heads = nn.ModuleDict({name: nn.Linear(32, k) for name, k in self.tasks})
-        self.optim_defaults = {"optimizer": "adamw", "lr": 1e-2, "weight_decay": 1e-5}
 
     def forward(self, x_num: torch.Tensor, x_cat: torch.Tensor) -> dict[str, torch.Tensor]:
         parts = [x_num] + [e(x_cat[:, i]) for i, e in enumerate(self.embeddings)]
@@ -83,3 +82,7 @@ class TinyNet(nn.Module):
 
 def tiny_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any]) -> nn.Module:
     return TinyNet(meta, **overrides)
+
+
+def tiny_optim(dataset: str, model: str) -> dict[str, Any]:
+    return {"optimizer": "adamw", "lr": 1e-2, "weight_decay": 1e-5}

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _training_tiny import tiny_builder  # noqa: E402
+from _training_tiny import tiny_builder, tiny_optim  # noqa: E402
 
 from multitab.training.config import TrainConfig  # noqa: E402
 from multitab.training.run import RunSpec, run_training  # noqa: E402
@@ -35,7 +35,7 @@ def main() -> None:
         xgboost_early_stopping_rounds=5, progress=False,
     )
     spec = RunSpec(dataset="tiny", model="tiny", seed=3, data_path=data, checkpoint_dir=ck)
-    record, history = run_training(spec, config, builder=tiny_builder, on_step=on_step)
+    record, history = run_training(spec, config, builder=tiny_builder, optim_defaults=tiny_optim, on_step=on_step)
     out.write_text(json.dumps({"record": record, "history": history}))
 
 

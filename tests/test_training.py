@@ -10,7 +10,7 @@ import jsonschema
 import numpy as np
 import pytest
 import torch
-from _training_tiny import TinyNet, tiny_builder, write_tiny_processed
+from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
 from sklearn.metrics import roc_auc_score
 
 from multitab.datasets.schema import Task
@@ -185,7 +185,7 @@ def test_one_adam_over_independent_submodels_equals_one_adam_each() -> None:
 # ------------------------------------------------------------------------------- runs and the record
 def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path: Path) -> None:
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, history = run_training(spec, make_config(), builder=tiny_builder)
+    record, history = run_training(spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim)
     jsonschema.validate(record, METRICS_SCHEMA)
     assert record["standin"] is True and record["source"] == "standin"
     assert set(record["test"]) == {"click", "marital", "m_jj"} and set(record["test_mse"]) == {"m_jj"}
@@ -197,17 +197,17 @@ def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path:
     assert record["val_mean"] == pytest.approx(np.mean(list(record["val"].values())))
     assert (tmp_path / "ck" / "best.pt").is_file() and (tmp_path / "ck" / "last.pt").is_file()
     # a finished run re-run from its checkpoint trains nothing more and reports the same metrics
-    again, _ = run_training(spec, make_config(), builder=tiny_builder)
+    again, _ = run_training(spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim)
     assert again["resumed_from_epoch"] == 4 and again["test"] == record["test"]
     # changed settings never resume a foreign checkpoint
-    other, _ = run_training(spec, make_config(max_epochs=2), builder=tiny_builder)
+    other, _ = run_training(spec, make_config(max_epochs=2), builder=tiny_builder, optim_defaults=tiny_optim)
     assert other["resumed_from_epoch"] == 0 and other["epochs"] == 2
 
 
 def test_real_data_is_not_labelled_standin(tmp_path: Path) -> None:
     write_tiny_processed(tmp_path / "real", standin=False, n={"train": 200, "val": 100, "test": 100})
     spec = RunSpec(dataset="real", model="tiny", seed=1, data_path=tmp_path / "real", checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, make_config(max_epochs=1), builder=tiny_builder)
+    record, _ = run_training(spec, make_config(max_epochs=1), builder=tiny_builder, optim_defaults=tiny_optim)
     assert record["standin"] is False and record["source"] == "local"
 
 
@@ -215,6 +215,7 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     from stages import train as stage
 
     monkeypatch.setattr("multitab.training.run._default_builder", tiny_builder)
+    monkeypatch.setattr("multitab.training.run._default_optim", tiny_optim)
     params = tmp_path / "params.yaml"
     import yaml
 

@@ -14,7 +14,7 @@ on its own, with no global quantity (we clip no gradient norm). tests/test_train
 
 Model hooks honoured when present:
 - `training_loss(x_num, x_cat, targets, task_loss_fn) -> (loss, outputs)`: the model's own training
-  objective (MAYA), where `task_loss_fn(outputs, targets) -> {task: loss}` gives the plain per-task losses;
+  objective (MAYA), where `task_loss_fn(task_name, output, target) -> scalar` is the plain task loss;
 - `fit_context(x_num, x_cat, targets)`: called with the whole training split before every evaluation
   (models that retrieve from the training set).
 Models that are not torch modules (XGBoost) go through `fit_predict` in stages/train.py instead.
@@ -40,7 +40,7 @@ from multitab.evaluation.metrics import mean_metric, mse, task_metrics
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
 from multitab.training.early_stopping import EarlyStopping
-from multitab.training.losses import MultitaskLoss
+from multitab.training.losses import MultitaskLoss, task_loss
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +224,10 @@ def train(
         log.info("resuming from %s after epoch %d", checkpoint_dir / ckpt.LAST, start_epoch)
     resumed_from = start_epoch
     custom_loss = getattr(model, "training_loss", None)
+    by_name = {t.name: t for t in tasks}
+
+    def per_task_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return task_loss(by_name[name], output, target)
     n_train = len(train_split)
     stopped_early = bool(last is not None and last.get("stopped", False))
 
@@ -240,7 +244,7 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             with _autocast(device, settings.precision):
                 if callable(custom_loss):
-                    loss, outputs = custom_loss(batch.x_num, batch.x_cat, batch.targets, loss_fn.per_task)
+                    loss, outputs = custom_loss(batch.x_num, batch.x_cat, batch.targets, per_task_loss)
                     parts = {k: v.detach() for k, v in loss_fn.per_task(outputs, batch.targets).items()}
                 else:
                     outputs = forward(batch.x_num, batch.x_cat)

@@ -81,10 +81,10 @@ class RunSpec:
     checkpoint_dir: Path
 
 
-def _optim_settings(model: Any, name: str, config: TrainConfig) -> dict[str, Any]:
-    """The authors' optimiser selection carried by the built model (`model.optim_defaults`, a mapping
-    with optimizer / lr / weight_decay), replaced key by key by params `train.optim.<model>`."""
-    defaults = dict(getattr(model, "optim_defaults", None) or {"optimizer": "adamw", "lr": 1e-3, "weight_decay": 1e-5})
+def _optim_settings(defaults: dict[str, Any], name: str, config: TrainConfig) -> dict[str, Any]:
+    """The authors' optimiser selection (optimizer / lr / weight_decay) replaced key by key by params
+    `train.optim.<model>`."""
+    defaults = dict(defaults)
     override = config.optim.get(name)
     if override is not None:
         for key in ("optimizer", "lr", "weight_decay"):
@@ -100,16 +100,25 @@ def _default_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any])
     return build_model(name, meta, **overrides)
 
 
+def _default_optim(dataset: str, name: str) -> dict[str, Any]:
+    from multitab.models import training_defaults  # the authors' selection per dataset and model
+
+    return training_defaults(dataset, name)
+
+
 def run_training(
     spec: RunSpec,
     config: TrainConfig,
     *,
     builder: Callable[[str, dict[str, Any], dict[str, Any]], Any] | None = None,
+    optim_defaults: Callable[[str, str], dict[str, Any]] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
     """Train one run; returns (metrics record, per-epoch history). `builder(name, meta, overrides)` makes
-    the model (default: `multitab.models.build_model`)."""
+    the model (default: `multitab.models.build_model`); `optim_defaults(dataset, model)` gives optimizer,
+    lr and weight_decay before params' `train.optim` overrides (default: `multitab.models.training_defaults`)."""
     builder = builder or _default_builder
+    optim_defaults = optim_defaults or _default_optim
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_processed(spec.data_path)
@@ -118,7 +127,7 @@ def run_training(
     model = builder(spec.model, data.meta, overrides)
     patience = config.patience_for(spec.dataset)
     if isinstance(model, torch.nn.Module):
-        optim = _optim_settings(model, spec.model, config)
+        optim = _optim_settings(optim_defaults(spec.dataset, spec.model), spec.model, config)
         settings = RunSettings(
             seed=spec.seed, max_epochs=config.max_epochs, patience=patience, batch_size=config.batch_size,
             optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
