@@ -31,7 +31,7 @@ def main() -> None:
 
     config = TrainConfig(
         datasets=("tiny",), models=("tiny",), seeds=(3,), device="cpu", precision="fp32", compile=False,
-        deterministic=True, num_threads=1, batch_size=128, max_epochs=5, patience={"default": 5},
+        deterministic=True, num_threads=1, batch_size=128, max_epochs=5, max_train_rows=None, patience={"default": 5},
         xgboost_early_stopping_rounds=5, progress=False,
     )
     spec = RunSpec(dataset="tiny", model="tiny", seed=3, data_path=data, checkpoint_dir=ck)

@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 def make_config(**kw: object) -> TrainConfig:
     base: dict[str, object] = dict(
         datasets=("tiny",), models=("tiny",), seeds=(0,), device="cpu", precision="fp32", compile=False,
-        deterministic=True, num_threads=1, batch_size=128, max_epochs=4, patience={"default": 5},
+        deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None, patience={"default": 5},
         xgboost_early_stopping_rounds=5, progress=False,
     )
     base.update(kw)
@@ -221,7 +221,7 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
 
     params.write_text(yaml.safe_dump({"train": {
         "datasets": ["tiny"], "models": ["tiny"], "seeds": [0], "device": "auto", "precision": "fp32",
-        "compile": False, "deterministic": True, "num_threads": 1, "batch_size": 256, "max_epochs": 2,
+        "compile": False, "deterministic": True, "num_threads": 1, "batch_size": 256, "max_epochs": 2, "max_train_rows": 300,
         "patience": {"default": 5}, "xgboost_early_stopping_rounds": 5, "progress": False}}))
     verdict = tmp_path / "verdict.json"
     verdict.write_text(json.dumps({"success": False}))
@@ -233,5 +233,6 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     assert stage.main(args) == 0
     record = json.loads((tmp_path / "out" / "metrics.json").read_text())
     jsonschema.validate(record, METRICS_SCHEMA)
+    assert record["n_rows"] == {"train": 300, "val": 200, "test": 200} and record["max_train_rows"] == 300
     tsv = tmp_path / "out" / "dvclive" / "plots" / "metrics" / "val_mean.tsv"
     assert len(tsv.read_text().strip().splitlines()) == 1 + 2  # header + one row per epoch

@@ -28,7 +28,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_model_trains_end_to_end(name: str, tiny: Path, tmp_path: Path) -> None:
     config = TrainConfig(
         datasets=("tiny",), models=(name,), seeds=(0,), device="cpu", precision="fp32", compile=False,
-        deterministic=True, num_threads=1, batch_size=128, max_epochs=2, patience={"default": 5},
+        deterministic=True, num_threads=1, batch_size=128, max_epochs=2, max_train_rows=None, patience={"default": 5},
         xgboost_early_stopping_rounds=3, progress=False,
     )
     spec = RunSpec(dataset="tiny", model=name, seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")

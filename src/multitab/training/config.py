@@ -35,6 +35,8 @@ class TrainConfig:
     num_threads: int  # torch intra-op threads; 0 = torch's default
     batch_size: int  # 2048 in the paper; also the evaluation batch (inter-sample attention, see data.py)
     max_epochs: int  # cap on epochs; the paper: 100 (50 for AliExpress)
+    # Train on the first `max_train_rows` rows of the (shuffled) training split; null = all (the paper).
+    max_train_rows: int | None
     patience: dict[str, int]  # per dataset; key `default` for the others (MultiTab-Bench)
     xgboost_early_stopping_rounds: int  # XGBoost's early stopping on the validation split
     progress: bool  # a tqdm bar per epoch (samples/s)
@@ -48,6 +50,8 @@ class TrainConfig:
             raise ConfigError(f"train.batch_size={self.batch_size} must be >= 2")
         if self.max_epochs < 1:
             raise ConfigError(f"train.max_epochs={self.max_epochs} must be >= 1")
+        if self.max_train_rows is not None and self.max_train_rows < 1:
+            raise ConfigError(f"train.max_train_rows={self.max_train_rows} must be >= 1 or null")
         if "default" not in self.patience:
             raise ConfigError("train.patience needs a `default` entry (used for MultiTab-Bench configs)")
         bad = {k: v for k, v in self.patience.items() if v < 1}

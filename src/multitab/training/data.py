@@ -72,6 +72,11 @@ class TensorSplit:
         return TensorSplit(move(self.x_num), move(self.x_cat), move(self.y_float), move(self.y_long),
                            self.float_tasks, self.long_tasks)
 
+    def head(self, n: int) -> TensorSplit:
+        """The first `n` rows (views, no copy)."""
+        return TensorSplit(self.x_num[:n], self.x_cat[:n], self.y_float[:n], self.y_long[:n],
+                           self.float_tasks, self.long_tasks)
+
     def nbytes(self) -> int:
         return sum(t.element_size() * t.nelement() for t in (self.x_num, self.x_cat, self.y_float, self.y_long))
 

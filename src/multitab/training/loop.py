@@ -284,7 +284,7 @@ def train(
         stopped_early = stopper.should_stop
         if improved:
             ckpt.save(checkpoint_dir / ckpt.BEST, {"fingerprint": run_fingerprint, "epoch": epoch,
-                                                   "model": model.state_dict()})
+                                                   "model": model.state_dict(), "val": val_metrics})
         ckpt.save(checkpoint_dir / ckpt.LAST, {
             "fingerprint": run_fingerprint, "epoch": epoch, "model": model.state_dict(),
             "optimizer": optimizer.state_dict(), "rng": ckpt.rng_state(generator),
@@ -301,7 +301,7 @@ def train(
                            "validation metric); check the validation split's labels")
     model.load_state_dict(best["model"])
     model.to(device)
-    val_metrics, _, _ = evaluate(model, forward, data, "val", train_split, settings, device)
+    val_metrics = dict(best["val"])  # measured at the best epoch, with these weights
     test_metrics, test_preds, test_labels = evaluate(model, forward, data, "test", train_split, settings, device)
     test_mse, test_mse_std = regression_mse(tasks, test_labels, test_preds, data.meta.get("target_stats", {}))
     return RunResult(

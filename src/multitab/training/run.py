@@ -122,6 +122,10 @@ def run_training(
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_processed(spec.data_path)
+    if config.max_train_rows is not None and len(data.splits["train"]) > config.max_train_rows:
+        log.info("training on the first %d of %d training rows (train.max_train_rows)",
+                 config.max_train_rows, len(data.splits["train"]))
+        data.splits["train"] = data.splits["train"].head(config.max_train_rows)
     seed_everything(spec.seed, config.deterministic)
     overrides = config.overrides_for(spec.model, spec.dataset)
     model = builder(spec.model, data.meta, overrides)
@@ -137,7 +141,7 @@ def run_training(
         run_fp = ckpt.fingerprint({
             "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
             "optim": optim, "max_epochs": config.max_epochs, "patience": patience, "batch_size": config.batch_size,
-            "precision": config.precision, "data": data.meta.get("inputs"), "meta": data.meta,
+            "precision": config.precision, "max_train_rows": config.max_train_rows, "meta": data.meta,
         })
         result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir, run_fingerprint=run_fp)
         n_params: int | None = sum(p.numel() for p in model.parameters())
@@ -146,6 +150,7 @@ def run_training(
         result = fit_predict(model, data, seed=spec.seed, early_stopping_rounds=config.xgboost_early_stopping_rounds)
         n_params = None
     record = metrics_record(spec, data, result, optim=optim, max_epochs=config.max_epochs, n_params=n_params)
+    record["max_train_rows"] = config.max_train_rows
     return record, result.history
 
 
