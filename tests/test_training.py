@@ -10,9 +10,9 @@ import jsonschema
 import numpy as np
 import pytest
 import torch
-from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
 from sklearn.metrics import roc_auc_score
 
+from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
 from multitab.datasets.schema import Task
 from multitab.evaluation import metrics as M
 from multitab.training import loop as loop_mod

@@ -8,8 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
-from _training_tiny import write_tiny_processed
 
+from _training_tiny import write_tiny_processed
 from multitab.models import MODELS
 from multitab.training.config import TrainConfig
 from multitab.training.run import METRICS_SCHEMA, RunSpec, run_training

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import torch
+
 from _training_tiny import write_tiny_processed
 
 WORKER = Path(__file__).parent / "_training_worker.py"
 ROOT = Path(__file__).resolve().parents[1]
-TIMING = {"epoch_seconds", "samples_per_second", "train_seconds", "resumed_from_epoch"}
+TIMING = {"epoch_seconds", "data_seconds", "samples_per_second", "train_seconds", "resumed_from_epoch"}
 
 
 def _run(*args: object) -> subprocess.CompletedProcess[str]:

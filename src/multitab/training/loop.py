@@ -26,7 +26,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -178,9 +178,75 @@ def regression_mse(
     return original, standardised
 
 
-def _epoch_batches(split: TensorSplit, settings: RunSettings, generator: torch.Generator,
-                   device: torch.device) -> Iterator[Any]:
-    return iterate_batches(split, settings.batch_size, generator=generator, device=device)
+@dataclass
+class EpochStats:
+    loss_sum: torch.Tensor  # summed batch losses (float64, on the device)
+    task_sums: dict[str, torch.Tensor]
+    n_batches: int
+    n_samples: int
+    seconds: float  # wall time of the epoch (CUDA synchronised at the end)
+    data_seconds: float  # host time spent producing batches (the data path), inside `seconds`
+
+
+def train_epoch(
+    model: torch.nn.Module,
+    forward: Callable[..., dict[str, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    split: TensorSplit,
+    generator: torch.Generator,
+    loss_fn: MultitaskLoss,
+    settings: RunSettings,
+    device: torch.device,
+    *,
+    epoch: int = 0,
+) -> EpochStats:
+    """One pass over `split` in a fresh random order: one optimiser step per batch on the summed task
+    losses (or the model's own `training_loss`). No host-device synchronisation inside the epoch."""
+    by_name = {t.name: t for t in loss_fn.tasks}
+    custom_loss = getattr(model, "training_loss", None)
+
+    def per_task_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return task_loss(by_name[name], output, target)
+
+    model.train()
+    t0 = time.perf_counter()
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    task_sums = {t.name: torch.zeros((), device=device, dtype=torch.float64) for t in loss_fn.tasks}
+    n_batches = n_samples = 0
+    data_seconds = 0.0
+    bar = tqdm(total=len(split), unit="sample", unit_scale=True, desc=f"epoch {epoch + 1}/{settings.max_epochs}",
+               disable=not settings.progress, leave=False, mininterval=1.0)
+    batches = iterate_batches(split, settings.batch_size, generator=generator, device=device)
+    step = 0
+    while True:
+        t_data = time.perf_counter()
+        batch = next(batches, None)
+        data_seconds += time.perf_counter() - t_data
+        if batch is None:
+            break
+        optimizer.zero_grad(set_to_none=True)
+        with _autocast(device, settings.precision):
+            if callable(custom_loss):
+                loss, outputs = custom_loss(batch.x_num, batch.x_cat, batch.targets, per_task_loss)
+                parts = {k: v.detach() for k, v in loss_fn.per_task(outputs, batch.targets).items()}
+            else:
+                outputs = forward(batch.x_num, batch.x_cat)
+                loss, parts = loss_fn(outputs, batch.targets)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach()
+        for k, v in parts.items():
+            task_sums[k] += v.detach()
+        n_batches += 1
+        n_samples += len(batch)
+        bar.update(len(batch))
+        if settings.on_step is not None:
+            settings.on_step(epoch, step)
+        step += 1
+    bar.close()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return EpochStats(loss_sum, task_sums, n_batches, n_samples, time.perf_counter() - t0, data_seconds)
 
 
 def train(
@@ -223,45 +289,16 @@ def train(
         samples_seen = int(last["samples_seen"])
         log.info("resuming from %s after epoch %d", checkpoint_dir / ckpt.LAST, start_epoch)
     resumed_from = start_epoch
-    custom_loss = getattr(model, "training_loss", None)
-    by_name = {t.name: t for t in tasks}
-
-    def per_task_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return task_loss(by_name[name], output, target)
     n_train = len(train_split)
     stopped_early = bool(last is not None and last.get("stopped", False))
 
     epoch = start_epoch
     while epoch < settings.max_epochs and not stopped_early:
         t0 = time.perf_counter()
-        model.train()
-        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-        task_sums = {t.name: torch.zeros((), device=device, dtype=torch.float64) for t in tasks}
-        n_batches = 0
-        bar = tqdm(total=n_train, unit="sample", unit_scale=True, desc=f"epoch {epoch + 1}/{settings.max_epochs}",
-                   disable=not settings.progress, leave=False, mininterval=1.0)
-        for step, batch in enumerate(_epoch_batches(train_split, settings, generator, device)):
-            optimizer.zero_grad(set_to_none=True)
-            with _autocast(device, settings.precision):
-                if callable(custom_loss):
-                    loss, outputs = custom_loss(batch.x_num, batch.x_cat, batch.targets, per_task_loss)
-                    parts = {k: v.detach() for k, v in loss_fn.per_task(outputs, batch.targets).items()}
-                else:
-                    outputs = forward(batch.x_num, batch.x_cat)
-                    loss, parts = loss_fn(outputs, batch.targets)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.detach()
-            for k, v in parts.items():
-                task_sums[k] += v.detach()
-            n_batches += 1
-            bar.update(len(batch))
-            if settings.on_step is not None:
-                settings.on_step(epoch, step)
-        bar.close()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t_loop = time.perf_counter() - t0
+        stats = train_epoch(model, forward, optimizer, train_split, generator, loss_fn, settings, device,
+                            epoch=epoch)
+        loss_sum, task_sums, n_batches = stats.loss_sum, stats.task_sums, stats.n_batches
+        t_loop = stats.seconds
         val_metrics, _, _ = evaluate(model, forward, data, "val", train_split, settings, device)
         val_mean = mean_metric(val_metrics)
         improved = stopper.step(val_mean, epoch)
@@ -275,7 +312,7 @@ def train(
         row: dict[str, float] = {"epoch": epoch + 1, "train_loss": train_loss,
                                  **{f"train_loss_{k}": float(v.item()) / max(n_batches, 1) for k, v in task_sums.items()},
                                  **{f"val_{k}": v for k, v in val_metrics.items()},
-                                 "val_mean": val_mean, "epoch_seconds": epoch_seconds,
+                                 "val_mean": val_mean, "epoch_seconds": epoch_seconds, "data_seconds": stats.data_seconds,
                                  "samples_per_second": n_train / t_loop if t_loop > 0 else math.nan}
         history.append(row)
         log.info("epoch %d: train loss %.4f, val mean %.4f%s, %.0f samples/s", epoch + 1, train_loss, val_mean,
