@@ -19,7 +19,7 @@ per-sample dense mixing out(v(x)) plus its FFN. "per_sample_mixing" computes exa
 dead query/key projections (their code has them: 2 (D^2 + D) more parameters that never train), and
 is what the defaults for Higgs and AliExpress select, so that their published numbers are reproduced.
 The paper's text (true inter-sample attention) is "attention" / "rope_attention".
-NOTE[DIFF]: the FFN activation is GELU (the paper does not name one).
+NOTE[DIFF]: the FFN activation is ReLU (the paper does not name one; see blocks.FeedForward).
 Evaluation with inter-sample attention depends on which samples share a batch: keep test batches
 fixed (order and size).
 """

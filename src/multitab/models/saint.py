@@ -4,7 +4,7 @@ inter-feature and inter-sample attention, one model per task.
 Each task's model is MultiTab-Net with one task token (the [CLS] token), no mask, and one head: the
 authors' SAINT has exactly that structure (their parameter count, 690,845 per Higgs task, is that of
 a one-task, one-token MultiTab-Net).
-NOTE[DIFF]: compared with the SAINT paper: no contrastive / denoising pre-training, a plain GELU FFN
+NOTE[DIFF]: compared with the SAINT paper: no contrastive / denoising pre-training, a plain ReLU FFN
 instead of GEGLU, per-feature linear numerical embeddings instead of per-feature MLPs, a tower MLP
 head; all as in the MultiTab authors' baseline. `inter_sample` has MultiTab-Net's meaning, and their
 `rope: true` maps to "per_sample_mixing" (see multitab_net.py and defaults.py).

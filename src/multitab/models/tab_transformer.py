@@ -6,7 +6,7 @@ a tower MLP. This is the authors' structure: their parameter count (24,771 per H
 reproduced exactly. With no categorical columns the model reduces to an MLP on LN(x_num) (the paper
 notes TabT's weakness on Higgs, which has only four categorical inputs).
 NOTE[DIFF]: the tower is the authors' [64] MLP, not the original paper's [4l, 2l] MLP; the FFN
-activation is GELU.
+activation is ReLU.
 """
 
 from __future__ import annotations
