@@ -19,9 +19,16 @@ from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.models.base import MultitaskModel, PerTask
 from multitab.models.defaults import model_defaults, training_defaults
 from multitab.models.ft_transformer import FTTransformer
+from multitab.models.maya import MAYA
+from multitab.models.mmoe import MMoE
+from multitab.models.mtl_shared_bottom import MTLSharedBottom
 from multitab.models.multitab_net import MultiTabNet
+from multitab.models.ple import PLE
 from multitab.models.saint import SAINT
+from multitab.models.stem import STEM
+from multitab.models.stl_mlp import STLMLP
 from multitab.models.tab_transformer import TabTransformer
+from multitab.models.xgboost_model import XGBoost
 
 # One explicit registry, name -> class. (The MLP family, MAYA and XGBoost are added by their own
 # modules' authors: stl_mlp, mtl_shared_bottom, mmoe, ple, stem, maya, xgboost.)
@@ -30,6 +37,13 @@ MODELS: dict[str, type[Any]] = {
     "tab_transformer": TabTransformer,
     "ft_transformer": FTTransformer,
     "saint": SAINT,
+    "stl_mlp": STLMLP,
+    "mtl_shared_bottom": MTLSharedBottom,
+    "mmoe": MMoE,
+    "ple": PLE,
+    "stem": STEM,
+    "maya": MAYA,
+    "xgboost": XGBoost,
 }
 
 

@@ -68,11 +68,59 @@ def _saint(entry: dict[str, Any]) -> dict[str, Any]:
     return {**_transformer(entry), "inter_sample": _inter_sample(entry["architecture"])}
 
 
+# The MLP family (models-b). NOTE[DIFF]: an entry without embed_dim (their MultiTab-Bench mt_mlp feeds
+# raw inputs) keeps our default embedding (16): the paper embeds the inputs of every baseline.
+def _mlp_common(entry: dict[str, Any]) -> dict[str, Any]:
+    arch = entry["architecture"]
+    common = {"dropout": entry["optimisation"]["dropout"]}
+    return {**common, "d_embedding": arch["embed_dim"]} if "embed_dim" in arch else common
+
+
+def _stl_mlp(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**_mlp_common(entry), "d_hidden": tuple(entry["architecture"]["hidden_dims"])}
+
+
+def _mtl_shared_bottom(entry: dict[str, Any]) -> dict[str, Any]:
+    arch = entry["architecture"]
+    return {
+        **_mlp_common(entry),
+        "shared_d_hidden": tuple(arch["shared_hidden_dims"]),
+        "tower_d_hidden": tuple(arch["task_hidden_dims"]),
+    }
+
+
+def _mmoe(entry: dict[str, Any]) -> dict[str, Any]:
+    arch = entry["architecture"]
+    return {
+        **_mlp_common(entry),
+        "n_experts": arch["num_experts"],
+        "expert_d_hidden": tuple(arch["expert_hidden_dims"]),
+        "tower_d_hidden": tuple(arch["tower_hidden_dims"]),
+    }
+
+
+def _ple_stem(entry: dict[str, Any]) -> dict[str, Any]:
+    arch = entry["architecture"]
+    return {
+        **_mlp_common(entry),
+        "n_layers": arch["num_layers"],
+        "n_task_experts": arch["num_task_experts"],
+        "n_shared_experts": arch["num_shared_experts"],
+        "expert_d_hidden": tuple(arch["expert_hidden_dims"]),
+        "tower_d_hidden": tuple(arch["tower_hidden_dims"]),
+    }
+
+
 TRANSLATORS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "multitab_net": _multitab_net,
     "saint": _saint,
     "ft_transformer": _transformer,
     "tab_transformer": _transformer,
+    "stl_mlp": _stl_mlp,
+    "mtl_shared_bottom": _mtl_shared_bottom,
+    "mmoe": _mmoe,
+    "ple": _ple_stem,
+    "stem": _ple_stem,
 }
 
 

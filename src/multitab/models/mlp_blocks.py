@@ -133,7 +133,8 @@ class ExtractionLayer(nn.Module):
     loss never updates them; `stop_gradient_shared` also stops the shared experts there.
 
     Input [n_tasks + 1, B, d_in] (task inputs, then the shared input) or [B, d_in] (one input for all);
-    output [n_tasks + 1, B, d_hidden[-1]] (task outputs, then the shared output). Experts are ordered
+    output [n_tasks + 1, B, d_hidden[-1]] (task outputs, then the shared output; [n_tasks, B, ...]
+    without `shared_gate`). Experts are ordered
     task 0's, ..., task T-1's, then the shared ones.
     """
 
@@ -150,6 +151,7 @@ class ExtractionLayer(nn.Module):
         dropout: float,
         gate_all_experts: bool,
         stop_gradient_shared: bool = False,
+        shared_gate: bool = True,
     ) -> None:
         super().__init__()
         if n_task_experts < 0 or n_shared_experts < 0 or n_task_experts + n_shared_experts < 1:
@@ -158,7 +160,8 @@ class ExtractionLayer(nn.Module):
         n_all = n_tasks * n_task_experts + n_shared_experts
         self.experts = BatchedMLP(n_all, d_in, d_hidden, dropout)
         self.task_gates = BatchedLinear(n_tasks, d_in, n_all if gate_all_experts else self.k + self.s)
-        self.shared_gate = nn.Linear(d_in, n_all)
+        # The last layer of the PLE / STEM papers has no shared gate (nothing reads the shared output).
+        self.shared_gate = nn.Linear(d_in, n_all) if shared_gate else None
         self.gate_all_experts = gate_all_experts
         if gate_all_experts:
             # own[t, e]: expert e passes gradient to task t's loss through task t's gate.
@@ -177,7 +180,6 @@ class ExtractionLayer(nn.Module):
             gate_in, shared_in = x[:t], x[t]
         e = self.experts(expert_in)  # (n_all, B, d)
         gates = torch.softmax(self.task_gates(gate_in), dim=-1)  # (T, B, n_gated)
-        shared_out = torch.einsum("be,ebd->bd", torch.softmax(self.shared_gate(shared_in), dim=-1), e)
         if not self.gate_all_experts:
             own_e = e[: t * k].view(t, k, *e.shape[1:])  # (T, K, B, d)
             task_out = torch.einsum("tbk,tkbd->tbd", gates[..., :k], own_e)
@@ -188,4 +190,7 @@ class ExtractionLayer(nn.Module):
             e_det = e.detach()
             task_out = torch.einsum("tbe,ebd->tbd", gates, e_det)
             task_out = task_out + torch.einsum("tbe,ebd->tbd", gates * self.own[:, None, :], e - e_det)
+        if self.shared_gate is None:
+            return task_out
+        shared_out = torch.einsum("be,ebd->bd", torch.softmax(self.shared_gate(shared_in), dim=-1), e)
         return torch.cat([task_out, shared_out[None]])

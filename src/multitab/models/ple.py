@@ -11,7 +11,8 @@ a whole MLP (`expert_d_hidden`, Linear -> BatchNorm -> ReLU -> Dropout), gates a
 N(0, 0.01^2) initialisation.
 # NOTE[DIFF] (from the PLE paper, kept from the authors' code): the last layer keeps its shared gate and
 # each tower reads [task output, shared output] concatenated (2 * expert_d_hidden[-1] wide), where the
-# PLE paper's towers read the task output alone. This is what the published parameter counts measure.
+# PLE paper's towers read the task output alone. This is what the published parameter counts measure;
+# `towers_read_shared=False` gives the paper's design (towers read task outputs, no last shared gate).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class PLE(MultitaskModel):
         expert_d_hidden: Sequence[int] = (256, 128),
         tower_d_hidden: Sequence[int] = (64,),
         dropout: float = 0.0,
+        towers_read_shared: bool = True,
     ) -> None:
         super().__init__(schema=schema)
         if n_layers < 1:
@@ -66,15 +68,20 @@ class PLE(MultitaskModel):
                 d_in=d_in if i == 0 else expert_d_hidden[-1],
                 d_hidden=expert_d_hidden,
                 dropout=dropout,
+                shared_gate=towers_read_shared or i < n_layers - 1,
                 gate_all_experts=False,
             )
             for i in range(n_layers)
         )
-        self.towers = Towers(schema.tasks, 2 * expert_d_hidden[-1], tower_d_hidden, dropout)
+        self.towers_read_shared = towers_read_shared
+        d_tower = (2 if towers_read_shared else 1) * expert_d_hidden[-1]
+        self.towers = Towers(schema.tasks, d_tower, tower_d_hidden, dropout)
         init_normal_(self)
 
     def forward(self, x_num: Tensor, x_cat: Tensor) -> dict[str, Tensor]:
         h = self.tokenizer(x_num, x_cat).flatten(1)  # (B, n_features * d_embedding), the same for all
         for layer in self.layers:
             h = layer(h)  # (n_tasks + 1, B, d_expert)
+        if not self.towers_read_shared:
+            return self.towers(h)  # (n_tasks, B, d_expert): the papers' towers
         return self.towers(torch.cat([h[:-1], h[-1:].expand(self.n_tasks, -1, -1)], dim=-1))

@@ -12,6 +12,10 @@ Shapes follow the authors' code, so parameter counts equal theirs (official_code
 (T + 1) * d_embedding, split afterwards: the same parameters and function as T + 1 tokenizers in one op.
 # NOTE[DIFF] (from the STEM paper, kept from the authors' code): each tower reads [task output, shared
 # output] concatenated (2 * expert_d_hidden[-1] wide), and the shared gate is kept in the last layer.
+# The shared output mixes every expert without stop-gradient, so through it task t's loss does reach the
+# other tasks' experts and embeddings: the stop-gradient holds only inside the task gates. The STEM
+# paper's design (towers read the task outputs alone; with one layer, task t's loss never reaches task
+# s's experts or embedding) is `towers_read_shared=False`.
 # NOTE[DIFF] (from the authors' code): their task gates also detach the shared experts (a test against
 # index -1 that never matches), so shared experts learn only through the shared path. We follow the
 # paper (shared experts get task gradients); `stop_gradient_shared=True` reproduces their code.
@@ -48,6 +52,7 @@ class STEM(MultitaskModel):
         expert_d_hidden: Sequence[int] = (256, 128),
         tower_d_hidden: Sequence[int] = (64,),
         dropout: float = 0.0,
+        towers_read_shared: bool = True,
         stop_gradient_shared: bool = False,
     ) -> None:
         super().__init__(schema=schema)
@@ -74,12 +79,15 @@ class STEM(MultitaskModel):
                 d_in=d_in if i == 0 else expert_d_hidden[-1],
                 d_hidden=expert_d_hidden,
                 dropout=dropout,
+                shared_gate=towers_read_shared or i < n_layers - 1,
                 gate_all_experts=True,
                 stop_gradient_shared=stop_gradient_shared,
             )
             for i in range(n_layers)
         )
-        self.towers = Towers(schema.tasks, 2 * expert_d_hidden[-1], tower_d_hidden, dropout)
+        self.towers_read_shared = towers_read_shared
+        d_tower = (2 if towers_read_shared else 1) * expert_d_hidden[-1]
+        self.towers = Towers(schema.tasks, d_tower, tower_d_hidden, dropout)
         init_normal_(self)
 
     def embed(self, x_num: Tensor, x_cat: Tensor) -> Tensor:
@@ -96,4 +104,6 @@ class STEM(MultitaskModel):
         h = self.embed(x_num, x_cat)
         for layer in self.layers:
             h = layer(h)  # (n_tasks + 1, B, d_expert)
+        if not self.towers_read_shared:
+            return self.towers(h)  # (n_tasks, B, d_expert): the papers' towers
         return self.towers(torch.cat([h[:-1], h[-1:].expand(self.n_tasks, -1, -1)], dim=-1))
