@@ -80,7 +80,7 @@ class TinyNet(nn.Module):
         return {name: self.heads[name](h).squeeze(-1) if k == 1 else self.heads[name](h) for name, k in self.tasks}
 
 
-def tiny_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any]) -> nn.Module:
+def tiny_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any], extras: dict[str, Any]) -> nn.Module:
     return TinyNet(meta, **overrides)
 
 

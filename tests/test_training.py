@@ -236,3 +236,35 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     assert record["n_rows"] == {"train": 300, "val": 200, "test": 200} and record["max_train_rows"] == 300
     tsv = tmp_path / "out" / "dvclive" / "plots" / "metrics" / "val_mean.tsv"
     assert len(tsv.read_text().strip().splitlines()) == 1 + 2  # header + one row per epoch
+
+
+class HookedNet(TinyNet):
+    """TinyNet with the optional hooks: its own training objective and a context fitted on train."""
+
+    def __init__(self, meta: dict) -> None:
+        super().__init__(meta)
+        self.loss_calls = 0
+        self.context_rows: list[int] = []
+
+    def training_loss(self, x_num, x_cat, targets, task_loss_fn):  # type: ignore[no-untyped-def]
+        self.loss_calls += 1
+        outputs = self(x_num, x_cat)
+        return 2.0 * sum(task_loss_fn(k, v, targets[k]) for k, v in outputs.items()), outputs
+
+    def fit_context(self, x_num, x_cat, targets) -> None:  # type: ignore[no-untyped-def]
+        assert not self.training
+        self.context_rows.append(len(x_num))
+
+
+def test_loop_honours_training_loss_and_fit_context(tiny: Path, tmp_path: Path) -> None:
+    data = load_processed(tiny)
+    torch.manual_seed(0)
+    model = HookedNet(data.meta)
+    settings = loop_mod.RunSettings(seed=0, max_epochs=2, patience=3, batch_size=128, device="cpu")
+    result = loop_mod.train(model, data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
+    assert model.loss_calls == 2 * 5  # 600 rows / 128 per batch = 5 steps per epoch
+    assert model.context_rows == [600, 600, 600]  # before each validation and before the test
+    # history's train_loss is the model's objective (2 x the sum); per-task losses are the plain ones
+    row = result.history[0]
+    parts = sum(v for k, v in row.items() if k.startswith("train_loss_"))
+    assert row["train_loss"] == pytest.approx(2 * parts, rel=1e-5)

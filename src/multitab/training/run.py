@@ -94,10 +94,15 @@ def _optim_settings(defaults: dict[str, Any], name: str, config: TrainConfig) ->
     return {k: defaults[k] for k in ("optimizer", "lr", "weight_decay")}
 
 
-def _default_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any]) -> Any:
-    from multitab.models import build_model  # the registry; imported late so tests can inject models
+def _default_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any], extras: dict[str, Any]) -> Any:
+    """`build_model` with `overrides`, plus the run's `extras` (seed, early_stopping_rounds, device,
+    n_threads) for the models that take them as hyperparameters (XGBoost) unless overridden."""
+    from multitab.models import build_model, hyperparameters  # imported late so tests can inject models
 
-    return build_model(name, meta, **overrides)
+    accepted = set(hyperparameters(name))
+    kwargs = {k: v for k, v in extras.items() if k in accepted}
+    kwargs.update(overrides)
+    return build_model(name, meta, **kwargs)
 
 
 def _default_optim(dataset: str, name: str) -> dict[str, Any]:
@@ -110,12 +115,12 @@ def run_training(
     spec: RunSpec,
     config: TrainConfig,
     *,
-    builder: Callable[[str, dict[str, Any], dict[str, Any]], Any] | None = None,
+    builder: Callable[[str, dict[str, Any], dict[str, Any], dict[str, Any]], Any] | None = None,
     optim_defaults: Callable[[str, str], dict[str, Any]] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
-    """Train one run; returns (metrics record, per-epoch history). `builder(name, meta, overrides)` makes
-    the model (default: `multitab.models.build_model`); `optim_defaults(dataset, model)` gives optimizer,
+    """Train one run; returns (metrics record, per-epoch history). `builder(name, meta, overrides, extras)`
+    makes the model (default: `multitab.models.build_model`; extras: seed, early stopping rounds, device); `optim_defaults(dataset, model)` gives optimizer,
     lr and weight_decay before params' `train.optim` overrides (default: `multitab.models.training_defaults`)."""
     builder = builder or _default_builder
     optim_defaults = optim_defaults or _default_optim
@@ -128,7 +133,9 @@ def run_training(
         data.splits["train"] = data.splits["train"].head(config.max_train_rows)
     seed_everything(spec.seed, config.deterministic)
     overrides = config.overrides_for(spec.model, spec.dataset)
-    model = builder(spec.model, data.meta, overrides)
+    extras = {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
+              "device": config.device, "n_threads": config.num_threads}
+    model = builder(spec.model, data.meta, overrides, extras)
     patience = config.patience_for(spec.dataset)
     if isinstance(model, torch.nn.Module):
         optim = _optim_settings(optim_defaults(spec.dataset, spec.model), spec.model, config)
@@ -147,18 +154,23 @@ def run_training(
         n_params: int | None = sum(p.numel() for p in model.parameters())
     else:
         optim = {"optimizer": "none (gradient boosting)"}
-        result = fit_predict(model, data, seed=spec.seed, early_stopping_rounds=config.xgboost_early_stopping_rounds)
+        result = fit_predict(model, data)
         n_params = None
     record = metrics_record(spec, data, result, optim=optim, max_epochs=config.max_epochs, n_params=n_params)
     record["max_train_rows"] = config.max_train_rows
     return record, result.history
 
 
-def fit_predict(model: Any, data: ProcessedData, *, seed: int, early_stopping_rounds: int) -> RunResult:
-    """Non-torch models (XGBoost): `model.fit(train, val, seed=..., early_stopping_rounds=...)` then
-    `model.predict(split) -> {task: scores}` on the processed splits as TensorSplits."""
+def fit_predict(model: Any, data: ProcessedData) -> RunResult:
+    """Non-torch models (XGBoost, see its class docstring): `fit(x_num, x_cat, targets, x_num_val=...,
+    x_cat_val=..., targets_val=...)` with its own early stopping on the validation split, then
+    `predict(x_num, x_cat) -> {task: scores}` (logits / values, as the torch models) on val and test.
+    `best_epoch` / `epochs` report boosting rounds (the largest over the model's boosters)."""
+    train_split, val_split = data.splits["train"], data.splits["val"]
     t0 = time.perf_counter()
-    info = model.fit(data.splits["train"], data.splits["val"], seed=seed, early_stopping_rounds=early_stopping_rounds)
+    model.fit(train_split.x_num.numpy(), train_split.x_cat.numpy(), {k: v.numpy() for k, v in train_split.targets().items()},
+              x_num_val=val_split.x_num.numpy(), x_cat_val=val_split.x_cat.numpy(),
+              targets_val={k: v.numpy() for k, v in val_split.targets().items()})
     seconds = time.perf_counter() - t0
     tasks = data.schema.tasks
     out: dict[str, dict[str, float]] = {}
@@ -166,18 +178,20 @@ def fit_predict(model: Any, data: ProcessedData, *, seed: int, early_stopping_ro
     labels_by: dict[str, dict[str, np.ndarray]] = {}
     for name in ("val", "test"):
         split = data.splits[name]
-        preds_by[name] = {k: np.asarray(v) for k, v in model.predict(split).items()}
+        preds_by[name] = {k: np.asarray(v) for k, v in model.predict(split.x_num.numpy(), split.x_cat.numpy()).items()}
         labels_by[name] = {k: v.numpy() for k, v in split.targets().items()}
         out[name] = task_metrics(tasks, labels_by[name], preds_by[name])
     test_mse, test_mse_std = regression_mse(tasks, labels_by["test"], preds_by["test"], data.meta.get("target_stats", {}))
-    info = dict(info or {})
-    best = int(info.get("best_iteration", 0)) + 1
-    rounds = int(info.get("rounds", best))
-    n_train = len(data.splits["train"])
+    best_rounds = [int(r) for r in getattr(model, "best_rounds", [1])]
+    boosters = getattr(model, "boosters", [])
+    rounds = max([int(b.num_boosted_rounds()) for b in boosters] or best_rounds)
+    best = max(best_rounds)
+    n_train = len(train_split)
     return RunResult(
         val=out["val"], test=out["test"], test_mse=test_mse, test_mse_standardised=test_mse_std, best_epoch=best,
-        epochs=rounds, stopped_early=rounds > best, train_seconds=seconds,
-        samples_per_second=n_train * rounds / seconds if seconds > 0 else math.nan, device="cpu",
+        epochs=rounds, stopped_early=rounds < int(getattr(model, "n_rounds", rounds)), train_seconds=seconds,
+        samples_per_second=n_train * rounds / seconds if seconds > 0 else math.nan,
+        device=str(getattr(model, "device", "cpu")),
         history=[{"epoch": 1, "val_mean": mean_metric(out["val"]), **{f"val_{k}": v for k, v in out["val"].items()}}],
         resumed_from_epoch=0,
     )
