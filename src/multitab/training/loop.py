@@ -88,13 +88,20 @@ def resolve_device(name: str) -> torch.device:
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
+    """Seed Python, numpy and torch. `deterministic`: deterministic kernels, strictly on CPU (bit-identical
+    reruns and resumes); on CUDA as far as kernels allow (warnings, not errors, for ops without a
+    deterministic implementation; cuBLAS gets the workspace setting it needs)."""
+    import os
     import random
 
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(deterministic, warn_only=False)
-    if torch.cuda.is_available():
+    cuda = torch.cuda.is_available()
+    if deterministic and cuda:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic, warn_only=cuda)
+    if cuda:
         torch.backends.cudnn.benchmark = not deterministic
 
 
