@@ -268,3 +268,10 @@ def test_loop_honours_training_loss_and_fit_context(tiny: Path, tmp_path: Path) 
     row = result.history[0]
     parts = sum(v for k, v in row.items() if k.startswith("train_loss_"))
     assert row["train_loss"] == pytest.approx(2 * parts, rel=1e-5)
+
+
+def test_null_max_epochs_takes_the_authors_cap(tiny: Path, tmp_path: Path) -> None:
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+    record, _ = run_training(spec, make_config(max_epochs=None, patience={"default": 1}), builder=tiny_builder,
+                             optim_defaults=lambda d, m: {**tiny_optim(d, m), "max_epochs": 3})
+    assert record["max_epochs"] == 3 and record["epochs"] <= 3

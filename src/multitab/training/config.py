@@ -34,7 +34,7 @@ class TrainConfig:
     deterministic: bool  # torch.use_deterministic_algorithms: bit-identical CPU reruns and resumes
     num_threads: int  # torch intra-op threads; 0 = torch's default
     batch_size: int  # 2048 in the paper; also the evaluation batch (inter-sample attention, see data.py)
-    max_epochs: int  # cap on epochs; the paper: 100 (50 for AliExpress)
+    max_epochs: int | None  # cap on epochs; null = the authors' selection (100; 50 for AliExpress)
     # Train on the first `max_train_rows` rows of the (shuffled) training split; null = all (the paper).
     max_train_rows: int | None
     patience: dict[str, int]  # per dataset; key `default` for the others (MultiTab-Bench)
@@ -48,7 +48,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 2:
             raise ConfigError(f"train.batch_size={self.batch_size} must be >= 2")
-        if self.max_epochs < 1:
+        if self.max_epochs is not None and self.max_epochs < 1:
             raise ConfigError(f"train.max_epochs={self.max_epochs} must be >= 1")
         if self.max_train_rows is not None and self.max_train_rows < 1:
             raise ConfigError(f"train.max_train_rows={self.max_train_rows} must be >= 1 or null")

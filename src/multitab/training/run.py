@@ -138,25 +138,28 @@ def run_training(
     model = builder(spec.model, data.meta, overrides, extras)
     patience = config.patience_for(spec.dataset)
     if isinstance(model, torch.nn.Module):
-        optim = _optim_settings(optim_defaults(spec.dataset, spec.model), spec.model, config)
+        selected = optim_defaults(spec.dataset, spec.model)
+        optim = _optim_settings(selected, spec.model, config)
+        max_epochs = config.max_epochs if config.max_epochs is not None else int(selected.get("max_epochs", 100))
         settings = RunSettings(
-            seed=spec.seed, max_epochs=config.max_epochs, patience=patience, batch_size=config.batch_size,
+            seed=spec.seed, max_epochs=max_epochs, patience=patience, batch_size=config.batch_size,
             optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
             precision=config.precision, compile=config.compile, deterministic=config.deterministic,
             progress=config.progress, on_step=on_step,
         )
         run_fp = ckpt.fingerprint({
             "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
-            "optim": optim, "max_epochs": config.max_epochs, "patience": patience, "batch_size": config.batch_size,
+            "optim": optim, "max_epochs": max_epochs, "patience": patience, "batch_size": config.batch_size,
             "precision": config.precision, "max_train_rows": config.max_train_rows, "meta": data.meta,
         })
         result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir, run_fingerprint=run_fp)
         n_params: int | None = sum(p.numel() for p in model.parameters())
     else:
         optim = {"optimizer": "none (gradient boosting)"}
+        max_epochs = int(getattr(model, "n_rounds", 1))
         result = fit_predict(model, data)
         n_params = None
-    record = metrics_record(spec, data, result, optim=optim, max_epochs=config.max_epochs, n_params=n_params)
+    record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
     record["max_train_rows"] = config.max_train_rows
     return record, result.history
 
