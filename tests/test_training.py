@@ -275,3 +275,14 @@ def test_null_max_epochs_takes_the_authors_cap(tiny: Path, tmp_path: Path) -> No
     record, _ = run_training(spec, make_config(max_epochs=None, patience={"default": 1}), builder=tiny_builder,
                              optim_defaults=lambda d, m: {**tiny_optim(d, m), "max_epochs": 3})
     assert record["max_epochs"] == 3 and record["epochs"] <= 3
+
+
+def test_non_finite_loss_stops_with_a_clear_error(tiny: Path, tmp_path: Path) -> None:
+    class NanNet(TinyNet):
+        def forward(self, x_num, x_cat):  # type: ignore[no-untyped-def]
+            return {k: v * float("nan") for k, v in super().forward(x_num, x_cat).items()}
+
+    data = load_processed(tiny)
+    settings = loop_mod.RunSettings(seed=0, max_epochs=2, patience=3, batch_size=256, device="cpu")
+    with pytest.raises(FloatingPointError, match="epoch 1: training loss is nan"):
+        loop_mod.train(NanNet(data.meta), data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")

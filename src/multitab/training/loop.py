@@ -306,6 +306,10 @@ def train(
                             epoch=epoch)
         loss_sum, task_sums, n_batches = stats.loss_sum, stats.task_sums, stats.n_batches
         t_loop = stats.seconds
+        train_loss = float(loss_sum.item()) / max(n_batches, 1)
+        if not math.isfinite(train_loss):
+            raise FloatingPointError(f"epoch {epoch + 1}: training loss is {train_loss}; lower the learning rate "
+                                     "(train.optim) or check the data")
         val_metrics, _, _ = evaluate(model, forward, data, "val", train_split, settings, device)
         val_mean = mean_metric(val_metrics)
         improved = stopper.step(val_mean, epoch)
@@ -313,9 +317,6 @@ def train(
         train_seconds += epoch_seconds
         loop_seconds += t_loop
         samples_seen += n_train
-        train_loss = float(loss_sum.item()) / max(n_batches, 1)
-        if not math.isfinite(train_loss):
-            raise FloatingPointError(f"epoch {epoch + 1}: training loss is {train_loss}; lower the learning rate")
         row: dict[str, float] = {"epoch": epoch + 1, "train_loss": train_loss,
                                  **{f"train_loss_{k}": float(v.item()) / max(n_batches, 1) for k, v in task_sums.items()},
                                  **{f"val_{k}": v for k, v in val_metrics.items()},
