@@ -19,7 +19,7 @@ def run(stage: str, body: Callable[[], object]) -> int:
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     try:
         body()
-    except (ValueError, KeyError, FileNotFoundError, OSError) as e:
+    except (ValueError, KeyError, OSError, RuntimeError) as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
     return 0
