@@ -196,7 +196,7 @@ def test_task_to_task_mask_cuts_the_gradient_between_task_tokens(mode: str) -> N
 def test_inter_sample_attention_and_only_it_makes_outputs_batch_dependent(
     name: str, overrides: dict[str, Any]
 ) -> None:
-    model = build(name, overrides).eval()
+    model = build(name, {**overrides, "init": "rtdl"}).eval()  # rtdl init: outputs of order 1
     x_num, x_cat, _ = batch(SCHEMA, 12)
     base = model(x_num, x_cat)
     x2 = x_num.clone()
@@ -206,7 +206,7 @@ def test_inter_sample_attention_and_only_it_makes_outputs_batch_dependent(
     permuted = model(x_num[perm], x_cat[perm])
     batch_dependent = overrides.get("inter_sample") in ("attention", "rope_attention")
     for k in base:
-        rest_changed = not torch.allclose(base[k][1:], moved[k][1:], rtol=0, atol=1e-7)
+        rest_changed = not torch.allclose(base[k][1:], moved[k][1:], rtol=1e-6, atol=0)
         assert rest_changed == batch_dependent, f"{k}: other rows changed={rest_changed}"
         if not batch_dependent:
             torch.testing.assert_close(permuted[k], base[k][perm], rtol=1e-5, atol=1e-6)

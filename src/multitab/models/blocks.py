@@ -12,7 +12,7 @@ exceptions"). "rtdl": U(+-1/sqrt(fan_in)) weights and biases.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,9 @@ class Rotary(nn.Module):
         freqs = torch.outer(pos, self.inv_freq)  # (L, d_head / 2)
         emb = torch.cat((freqs, freqs), dim=-1).to(x.dtype)  # (L, d_head)
         return x * emb.cos() + rotate_half(x) * emb.sin()
+
+    def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
+        return 3 * output.numel()  # two products and a sum per element
 
 
 class SelfAttention(nn.Module):
@@ -110,6 +113,11 @@ class SelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         y = self.out(y.transpose(1, 2).reshape(b, length, d))
         return y if weights is None else (y, weights)
+
+    def flops(self, inputs: tuple[Tensor, ...], output: Any) -> int:
+        """MACs beyond the q/k/v and output Linear layers: scaling, scores, softmax, weighted sum."""
+        b, length, d = inputs[0].shape
+        return b * (length * d + 2 * length * length * d + self.n_heads * length * length)
 
 
 class PerSampleMixing(nn.Module):
@@ -261,3 +269,12 @@ class TaskHeads(nn.Module):
             x = self.dropout(torch.relu(torch.einsum("btd,tdh->bth", x, w) + bias))  # (B, t, h)
         # each output unit reads its own task's last hidden layer: (B, sum(d_out))
         return (x[:, self.out_task] * self.out_weight).sum(-1) + self.out_bias
+
+    def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
+        """MACs as ptflops counts n_tasks separate Linear -> ReLU heads (bias once per unit)."""
+        b = inputs[0].shape[0]
+        macs = 0
+        for w in self.weights:
+            t, d_in, d_h = w.shape
+            macs += b * t * d_in * d_h + t * d_h + b * t * d_h
+        return macs + b * self.out_weight.numel() + self.out_weight.shape[0]

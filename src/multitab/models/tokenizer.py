@@ -127,6 +127,11 @@ class FeatureTokenizer(nn.Module):
             parts.append(tokens)
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
+    def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
+        """MACs, counted as ptflops counts the authors' per-feature Linear(1, e) (the gather: 0)."""
+        b, e = output.shape[0], self.d_embedding
+        return self.n_num * (b * e + e) + (b * self.n_cat * e if self.cat_bias is not None else 0)
+
 
 class TaskTokens(nn.Module):
     """``n_tokens`` learned task tokens, expanded over the batch: -> [B, n_tokens, d_embedding].
@@ -146,3 +151,8 @@ class TaskTokens(nn.Module):
 
     def forward(self, batch_size: int) -> Tensor:
         return (self.weight + self.bias).expand(batch_size, -1, -1)
+
+    def flops(self, inputs: tuple[int, ...], output: Tensor) -> int:
+        """MACs as ptflops counts their Linear(1, e) per token on a [B, 1] input of ones."""
+        b, t, e = output.shape
+        return t * (b * e + e)

@@ -1,0 +1,207 @@
+"""Parameters and forward FLOPs per sample, with the convention of the MultiTab paper's Table 4.
+
+Convention (official_code_findings.md, "Table 4's counting convention"): FLOPs = 2 x multiply-
+accumulate operations (MACs) of one forward pass, counted per layer as ptflops does
+(flops-counter.pytorch, pytorch backend):
+- Linear: input elements x out_features, + out_features for the bias (once, as ptflops does);
+- LayerNorm: input elements; BatchNorm: input elements (x 2 when affine);
+- ReLU / GELU / ELU / LeakyReLU / PReLU / ReLU6: output elements; Dropout, Embedding, Softmax
+  modules and parameter-free tensor glue (residual adds, reshapes, concatenations): 0;
+- nn.MultiheadAttention: ptflops' formula (q scaling, projections, scores, softmax, weighted sum,
+  output projection);
+- modules of this package with their own computation define ``flops(inputs, output) -> MACs`` for the
+  work that is not done in their child modules (e.g. SelfAttention: the scores, softmax and weighted
+  sum; TaskHeads: the batched per-task layers). Any other module that holds its own parameters must do
+  the same: an unknown parametrised module raises instead of being silently counted as 0.
+Counting runs on a batch of ``batch_size`` samples (default 1, as in Table 4) and divides by it. The
+per-sample cost of true inter-sample attention grows with the batch (scores over the batch): the
+result records the batch size used. Single-task models (PerTask) sum over their per-task models.
+Non-torch models (XGBoost) get None unless they define ``complexity(schema) -> {"params", "flops"}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from multitab.datasets.schema import DatasetSchema
+
+log = logging.getLogger(__name__)
+
+_ACTIVATIONS = (nn.ReLU, nn.GELU, nn.ELU, nn.LeakyReLU, nn.PReLU, nn.ReLU6)
+_FREE = (nn.Embedding, nn.EmbeddingBag, nn.Dropout, nn.Identity, nn.Softmax, nn.Sigmoid, nn.Tanh)
+
+
+def _numel(x: Any) -> int:
+    return int(x.numel()) if isinstance(x, Tensor) else 0
+
+
+def _mha_macs(m: nn.MultiheadAttention, inputs: tuple[Any, ...], output: Any) -> int:
+    """ptflops' multihead_attention_counter_hook."""
+    q, k, v = inputs[:3]
+    len_idx = 1 if m.batch_first else 0
+    batch = q.shape[0] if m.batch_first else q.shape[1]
+    qdim, kdim, vdim = q.shape[2], k.shape[2], v.shape[2]
+    qlen, klen, vlen = q.shape[len_idx], k.shape[len_idx], v.shape[len_idx]
+    macs = qlen * qdim + qlen * qdim * qdim + klen * kdim * kdim + vlen * vdim * vdim
+    if m.in_proj_bias is not None:
+        macs += (qlen + klen + vlen) * qdim
+    h = m.num_heads
+    macs += h * (qlen * klen * (qdim // h) + qlen * klen + qlen * klen * (vdim // h))
+    macs += qlen * vdim * (vdim + 1)
+    return int(macs * batch)
+
+
+def _rtdl_rules() -> dict[type, Callable[[nn.Module, tuple[Any, ...], Any], int]]:
+    """Rules for the parametrised modules of rtdl_revisiting_models (FT-Transformer backbone="rtdl")."""
+    import rtdl_revisiting_models as rtdl
+
+    def attention(m: nn.Module, inputs: tuple[Any, ...], out: Tensor) -> int:
+        b, lq, d = inputs[0].shape
+        lk, h = inputs[1].shape[1], m._n_heads  # noqa: SLF001
+        return int(b * (lq * d + 2 * lq * lk * d + h * lq * lk))  # scaling, scores, softmax, weighted sum
+
+    return {
+        rtdl.MultiheadAttention: attention,
+        rtdl.LinearEmbeddings: lambda m, i, o: 2 * _numel(o),
+        rtdl.CategoricalEmbeddings: lambda m, i, o: _numel(o) if getattr(m, "bias", None) is not None else 0,
+        rtdl._CLSEmbedding: lambda m, i, o: 0,  # noqa: SLF001
+        rtdl._ReGLU: lambda m, i, o: 2 * _numel(o),  # noqa: SLF001  (ReLU + product)
+    }
+
+
+def _module_macs(m: nn.Module, inputs: tuple[Any, ...], output: Any, rules: dict[type, Any]) -> int:
+    own = getattr(m, "flops", None)
+    if callable(own):
+        return int(own(inputs, output))
+    if isinstance(m, nn.Linear):
+        return _numel(inputs[0]) * m.out_features + (m.out_features if m.bias is not None else 0)
+    if isinstance(m, nn.LayerNorm | nn.GroupNorm):
+        return _numel(inputs[0])
+    if isinstance(m, nn.modules.batchnorm._BatchNorm):  # noqa: SLF001
+        return _numel(inputs[0]) * (2 if m.affine else 1)
+    if isinstance(m, _ACTIVATIONS):
+        return _numel(output)
+    if isinstance(m, nn.MultiheadAttention):
+        return _mha_macs(m, inputs, output)
+    for cls, rule in rules.items():
+        if isinstance(m, cls):
+            return int(rule(m, inputs, output))
+    if isinstance(m, _FREE) or not any(True for _ in m.parameters(recurse=False)):
+        return 0
+    raise ValueError(
+        f"complexity: module {type(m).__name__} holds its own parameters but has no counting rule; "
+        "give it a `flops(inputs, output) -> MACs` method (see multitab.evaluation.complexity)"
+    )
+
+
+def count_macs(model: nn.Module, x_num: Tensor, x_cat: Tensor) -> int:
+    """MACs of one forward pass of `model` on (x_num, x_cat), ptflops-style (see module docstring).
+    A module inside nn.MultiheadAttention is not visited separately (the MHA formula covers it)."""
+    rules = _rtdl_rules()
+    total = 0
+    skip: set[int] = set()
+    for m in model.modules():
+        if isinstance(m, nn.MultiheadAttention):
+            skip.update(id(c) for c in m.modules() if c is not m)
+
+    def hook(m: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+        nonlocal total
+        if id(m) not in skip:
+            total += _module_macs(m, inputs, output, rules)
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(x_num, x_cat)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return total
+
+
+def example_inputs(schema: DatasetSchema, n: int, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Random inputs shaped by the schema (values do not change the counts)."""
+    g = torch.Generator().manual_seed(seed)
+    x_num = torch.randn(n, schema.n_num, generator=g)
+    cards = [f.cardinality or 1 for f in schema.features if f.kind == "categorical"]
+    cols = [torch.randint(0, c, (n,), generator=g) for c in cards]
+    x_cat = torch.stack(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.long)
+    return x_num, x_cat
+
+
+def complexity(model: Any, schema: DatasetSchema, *, batch_size: int = 1) -> dict[str, Any]:
+    """{"params", "flops", "macs", "batch_size"} per sample (flops = 2 x MACs, see module docstring)."""
+    if batch_size < 1:
+        raise ValueError(f"{batch_size=} must be >= 1")
+    if not isinstance(model, nn.Module):
+        own = getattr(model, "complexity", None)
+        info = own(schema) if callable(own) else {"params": None, "flops": None}
+        return {"params": info["params"], "flops": info["flops"], "macs": None, "batch_size": None}
+    params = sum(p.numel() for p in model.parameters())
+    try:
+        device = next(model.parameters()).device
+    except StopIteration:
+        device = torch.device("cpu")
+    x_num, x_cat = example_inputs(schema, batch_size)
+    macs = count_macs(model, x_num.to(device), x_cat.to(device)) / batch_size
+    return {"params": params, "flops": 2 * macs, "macs": macs, "batch_size": batch_size}
+
+
+# The paper's Table 4 (params / FLOPs in millions), for side-by-side comparison in the table.
+PAPER_TABLE4: dict[tuple[str, str], tuple[float, float]] = {
+    ("saint", "aliexpress"): (3.62, 9.70),
+    ("saint", "acs_income"): (0.49, 1.35),
+    ("saint", "higgs"): (5.50, 15.02),
+    ("mmoe", "aliexpress"): (1.53, 3.07),
+    ("mmoe", "acs_income"): (0.64, 1.25),
+    ("mmoe", "higgs"): (1.05, 2.11),
+    ("ple", "aliexpress"): (1.55, 3.11),
+    ("ple", "acs_income"): (0.65, 1.28),
+    ("ple", "higgs"): (1.22, 2.46),
+    ("stem", "aliexpress"): (1.55, 3.11),
+    ("stem", "acs_income"): (0.69, 1.29),
+    ("stem", "higgs"): (1.25, 2.51),
+    ("multitab_net", "aliexpress"): (1.80, 4.85),
+    ("multitab_net", "acs_income"): (0.28, 0.77),
+    ("multitab_net", "higgs"): (0.70, 1.90),
+}
+
+
+def complexity_rows(
+    schemas: dict[str, DatasetSchema],
+    models: dict[str, Callable[[DatasetSchema], Any]],
+    *,
+    batch_size: int = 1,
+    standin: dict[str, bool] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per dataset x model: params, FLOPs (and millions), the batch size counted, the paper's
+    Table 4 figures where it has them, and whether the dataset's schema came from stand-in data."""
+    rows = []
+    for ds, schema in schemas.items():
+        for name, make in models.items():
+            c = complexity(make(schema), schema, batch_size=batch_size)
+            paper = PAPER_TABLE4.get((name, ds), (None, None))
+            rows.append(
+                {
+                    "dataset": ds,
+                    "model": name,
+                    "params": c["params"],
+                    "flops": None if c["flops"] is None else int(round(c["flops"])),
+                    "params_millions": None if c["params"] is None else round(c["params"] / 1e6, 3),
+                    "flops_millions": None if c["flops"] is None else round(c["flops"] / 1e6, 3),
+                    "paper_params_millions": paper[0],
+                    "paper_flops_millions": paper[1],
+                    "batch_size": c["batch_size"],
+                    "standin": bool((standin or {}).get(ds, False)),
+                }
+            )
+            log.info("%s/%s: %s params, %s FLOPs", ds, name, c["params"], c["flops"])
+    return rows
