@@ -105,6 +105,18 @@ def test_deterministic_and_stops_early() -> None:
     assert model.best_rounds[0] < 100  # validation loss on pure noise stops improving early
 
 
+def test_save_and_load_round_trip(tmp_path) -> None:
+    model = fit(TINY)
+    model.save(tmp_path / "xgb")
+    again = build_model("xgboost", TINY, **FAST).load(tmp_path / "xgb")
+    x_num, x_cat, _ = data(30, 5)
+    for k, v in model.predict(x_num, x_cat).items():
+        np.testing.assert_array_equal(v, again.predict(x_num, x_cat)[k])
+    other = dataclasses.replace(TINY, tasks=TINY.tasks[:2])
+    with pytest.raises(ValueError, match="task groups"):
+        build_model("xgboost", other, **FAST).load(tmp_path / "xgb")
+
+
 def test_bad_inputs_raise_clear_errors() -> None:
     model = build_model("xgboost", TINY, **FAST)
     x_num, x_cat, y = data(20, 0)

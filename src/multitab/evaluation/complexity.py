@@ -137,6 +137,15 @@ def example_inputs(schema: DatasetSchema, n: int, seed: int = 0) -> tuple[Tensor
     return x_num, x_cat
 
 
+def _example_targets(schema: DatasetSchema, n: int, device: torch.device) -> dict[str, Tensor]:
+    return {
+        t.name: torch.zeros(n, device=device)
+        if t.type == "regression"
+        else torch.zeros(n, dtype=torch.long, device=device)
+        for t in schema.tasks
+    }
+
+
 def complexity(model: Any, schema: DatasetSchema, *, batch_size: int = 1) -> dict[str, Any]:
     """{"params", "flops", "macs", "batch_size"} per sample (flops = 2 x MACs, see module docstring)."""
     if batch_size < 1:
@@ -151,6 +160,11 @@ def complexity(model: Any, schema: DatasetSchema, *, batch_size: int = 1) -> dic
     except StopIteration:
         device = torch.device("cpu")
     x_num, x_cat = example_inputs(schema, batch_size)
+    fit_context: Any = getattr(model, "fit_context", None)
+    if callable(fit_context):
+        # MAYA attends to a context at inference; counted with the example batch as its context
+        # (cost per sample grows with the context, like the batch of inter-sample attention).
+        fit_context(x_num.to(device), x_cat.to(device), _example_targets(schema, batch_size, device))
     macs = count_macs(model, x_num.to(device), x_cat.to(device)) / batch_size
     return {"params": params, "flops": 2 * macs, "macs": macs, "batch_size": batch_size}
 

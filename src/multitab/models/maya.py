@@ -25,6 +25,8 @@ sum over tasks of the trainer's per-task losses (the multitask loss of the paper
 # added to the training loss, which is the plain sum of the per-task losses of the final prediction.
 # NOTE[DIFF]: inference attends to at most `context_size` training rows (a seeded random subset) to
 # bound memory and time on millions of rows; set it above the training size for the paper's setting.
+Complexity: a prediction's cost grows with the context (every IAIL block scores all context rows and
+projects their keys and values), so FLOPs per sample depend on `context_size` and the batch.
 """
 
 from __future__ import annotations
@@ -85,8 +87,25 @@ class _MOABlock(nn.Module):
         """LayerNorm(sum_j w_j Branch_j(z) + z) (eq. 10 with the residual of eq. 7)."""
         return self.norm(torch.einsum("n,nbld->bld", self.branch_weights, branches) + z)
 
-    def forward(self, z: Tensor) -> Tensor:
-        return self.mix(self.branches(z), z)
+    def forward(
+        self, z: Tensor, branch_loss: Callable[[Tensor], Tensor] | None = None, momentum: float = 0.0
+    ) -> tuple[Tensor, Tensor | None]:
+        """-> (the block's output, the branch losses or None). With `branch_loss` (training), the branch
+        weights are first updated from branch_loss([n_branches, B, d] branch [CLS] tokens) -> [n_branches]."""
+        branches = self.branches(z)  # (n_branches, B, L, d)
+        losses = None
+        if branch_loss is not None:
+            with torch.no_grad():
+                losses = branch_loss(branches[:, :, 0].detach())
+            self.update_branch_weights(losses, momentum)
+        return self.mix(branches, z), losses
+
+    def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
+        """MACs beyond the child layers (qkv, out, FFN, final norm), in SelfAttention's convention:
+        per branch scaling, scores, softmax, weighted sum; residual; branch LayerNorm; weighted mix."""
+        b, length, d = inputs[0].shape
+        attention = b * (length * d + 2 * length * length * d + self.h * length * length)
+        return self.n * (attention + 2 * b * length * d) + self.n * b * length * d
 
 
 class _IAILBlock(nn.Module):
@@ -100,14 +119,25 @@ class _IAILBlock(nn.Module):
         self.ffn = _ffn(d, ffn_d_hidden, dropout)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, q: Tensor, keys: Tensor, values: Tensor, exclude_self: bool) -> Tensor:
-        qp, kp = self.proj(q), self.proj(keys)
+    def project(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """The context's projected keys and values (computed once for all query chunks)."""
+        return self.proj(keys), self.value(values)
+
+    def forward(self, q: Tensor, kp: Tensor, vp: Tensor, exclude_self: bool) -> Tensor:
+        """q [Q, d]; kp, vp [N, d] from `project`."""
+        qp = self.proj(q)
         # -||qp - kp||^2 expanded (no sqrt: finite gradients at distance zero).
         sim = 2 * qp @ kp.T - qp.pow(2).sum(-1, keepdim=True) - kp.pow(2).sum(-1)  # (Q, N)
         if exclude_self:  # training: query i is key i; a finite fill keeps a batch of one finite
             sim = sim.masked_fill(torch.eye(*sim.shape, dtype=torch.bool, device=sim.device), -1e9)
-        h = self.norm1(q + self.dropout(torch.softmax(sim, -1)) @ self.value(values))
+        h = self.norm1(q + self.dropout(torch.softmax(sim, -1)) @ vp)
         return self.norm2(h + self.ffn(h))
+
+    def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
+        """MACs beyond the child layers: distances, softmax and weighted sum over the N context rows
+        (the context's key and value projections are counted by their layers, in `project`)."""
+        q, keys = inputs[0], inputs[1]
+        return q.shape[0] * keys.shape[0] * (2 * q.shape[1] + 1)
 
 
 class MAYA(MultitaskModel):
@@ -177,6 +207,9 @@ class MAYA(MultitaskModel):
         self._context: tuple[Tensor, dict[str, Tensor]] | None = None
         self.last_branch_losses: list[Tensor] = []  # per block, [n_branches], from the last training step
 
+    def flops(self, inputs: tuple[Tensor, ...], output: dict[str, Tensor]) -> int:
+        return 0  # its own work is glue ([CLS] concatenation, block averaging); blocks count themselves
+
     def _labels(self, targets: dict[str, Tensor]) -> Tensor:
         """Sum over tasks of the label embeddings: -> [N, d]."""
         parts = []
@@ -197,20 +230,21 @@ class MAYA(MultitaskModel):
         z = F.relu(self.tokenizer(x_num, x_cat))
         z = torch.cat([self.cls.expand(z.shape[0], 1, -1), z], dim=1)  # (B, 1 + n_features, d)
         outs, self.last_branch_losses = [], []
-        for block in typing.cast(list[_MOABlock], self.blocks):
-            branches = block.branches(z)  # (n_branches, B, L, d)
-            if branch_loss is not None:
-                with torch.no_grad():
-                    losses = branch_loss(branches[:, :, 0].detach())
-                block.update_branch_weights(losses, self.ema_momentum)
+        for block in self.blocks:
+            z, losses = block(z, branch_loss, self.ema_momentum)
+            if losses is not None:
                 self.last_branch_losses.append(losses)
-            z = block.mix(branches, z)
             outs.append(z)
         return self.encoder_norm(torch.stack(outs).mean(0))[:, 0]
 
-    def _decode(self, q: Tensor, keys: Tensor, values: Tensor, exclude_self: bool) -> dict[str, Tensor]:
-        for block in self.decoder:
-            q = block(q, keys, values, exclude_self)
+    def _project(self, keys: Tensor, values: Tensor) -> list[tuple[Tensor, Tensor]]:
+        return [block.project(keys, values) for block in typing.cast(list[_IAILBlock], self.decoder)]
+
+    def _decode(
+        self, q: Tensor, context: list[tuple[Tensor, Tensor]], exclude_self: bool
+    ) -> dict[str, Tensor]:
+        for block, (kp, vp) in zip(self.decoder, context):
+            q = block(q, kp, vp, exclude_self)
         return self.split_outputs(self.predictor(q))
 
     def training_loss(
@@ -225,7 +259,7 @@ class MAYA(MultitaskModel):
             return torch.stack([total(self.split_outputs(self.predictor(c))) for c in cls])
 
         z = self.encode(x_num, x_cat, branch_loss if self.training else None)
-        outputs = self._decode(z, z, self._labels(targets), exclude_self=True)
+        outputs = self._decode(z, self._project(z, self._labels(targets)), exclude_self=True)
         return total(outputs), outputs
 
     @torch.no_grad()
@@ -251,5 +285,6 @@ class MAYA(MultitaskModel):
         keys = keys.to(x_num.device)
         values = self._labels({k: v.to(x_num.device) for k, v in labels.items()})
         q = self.encode(x_num, x_cat)
-        chunks = [self._decode(c, keys, values, exclude_self=False) for c in q.split(1024)]
+        context = self._project(keys, values)
+        chunks = [self._decode(c, context, exclude_self=False) for c in q.split(1024)]
         return {k: torch.cat([c[k] for c in chunks]) for k in chunks[0]}

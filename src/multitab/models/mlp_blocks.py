@@ -79,6 +79,11 @@ class BatchedLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
+    def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
+        """MACs as ptflops counts `n` separate nn.Linear layers (the bias once per layer and call)."""
+        n, _, d_out = output.shape
+        return output.numel() * self.weight.shape[1] + n * d_out
+
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() == 2:  # shared input: (B, d_in) @ (n, d_in, d_out) broadcasts to (n, B, d_out)
             return torch.matmul(x, self.weight) + self.bias
@@ -95,6 +100,7 @@ class BatchedMLP(nn.Module):
         dims = [d_in, *d_hidden]
         self.linears = nn.ModuleList(BatchedLinear(n, a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.norms = nn.ModuleList(BatchNorm1d(n * b) for b in dims[1:])
+        self.activation = nn.ReLU()  # a module, so that ptflops-style counting sees it
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -103,7 +109,7 @@ class BatchedMLP(nn.Module):
             n, b, d = x.shape
             # Each (layer i, unit j) is its own BatchNorm channel, as with separate MLPs.
             x = norm(x.transpose(0, 1).reshape(b, n * d)).reshape(b, n, d).transpose(0, 1)
-            x = self.dropout(F.relu(x))
+            x = self.dropout(self.activation(x))
         return x
 
 
@@ -139,6 +145,7 @@ class ExtractionLayer(nn.Module):
     """
 
     own: Tensor  # (n_tasks, n_experts) bool buffer, only with gate_all_experts
+    source: Tensor  # (n_experts,): the input row (task t, or n_tasks for shared) each expert reads
 
     def __init__(
         self,
@@ -163,6 +170,9 @@ class ExtractionLayer(nn.Module):
         # The last layer of the PLE / STEM papers has no shared gate (nothing reads the shared output).
         self.shared_gate = nn.Linear(d_in, n_all) if shared_gate else None
         self.gate_all_experts = gate_all_experts
+        source = [t for t in range(n_tasks) for _ in range(n_task_experts)] + [n_tasks] * n_shared_experts
+        self.register_buffer("source", torch.tensor(source), persistent=False)
+        self.identity_source = source == list(range(n_tasks + 1))
         if gate_all_experts:
             # own[t, e]: expert e passes gradient to task t's loss through task t's gate.
             own = torch.zeros(n_tasks, n_all, dtype=torch.bool)
@@ -172,11 +182,12 @@ class ExtractionLayer(nn.Module):
             self.register_buffer("own", own, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        t, k, s = self.n_tasks, self.k, self.s
+        t, k = self.n_tasks, self.k
         if x.dim() == 2:
             expert_in, gate_in, shared_in = x, x, x
         else:
-            expert_in = torch.cat([x[:t].repeat_interleave(k, dim=0), x[t:].expand(s, -1, -1)])
+            # Expert i reads input row source[i] (its task's, or the shared one); no copy when that is x.
+            expert_in = x if self.identity_source else x.index_select(0, self.source)
             gate_in, shared_in = x[:t], x[t]
         e = self.experts(expert_in)  # (n_all, B, d)
         gates = torch.softmax(self.task_gates(gate_in), dim=-1)  # (T, B, n_gated)

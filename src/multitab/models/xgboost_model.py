@@ -18,14 +18,17 @@ Features: numerical columns then categorical codes, as plain numbers (as the aut
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import xgboost as xgb
 
 from multitab.datasets.schema import DatasetSchema, Task
+from multitab.io import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,7 @@ class XGBoost:
     predict(x_num [B, n_num], x_cat [B, n_cat]) -> {task: np.ndarray}: binary -> logit [B],
         multiclass -> logits [B, n_classes], regression -> prediction [B] (the torch models' contract,
         as numpy float32). Inputs may be numpy arrays or CPU torch tensors.
+    save(folder) / load(folder): the fitted boosters (XGBoost JSON) and best rounds, written atomically.
     """
 
     def __init__(
@@ -186,3 +190,28 @@ class XGBoost:
                 y = y.reshape(len(y), len(group))
                 out.update({t.name: y[:, i] for i, t in enumerate(group)})
         return {t.name: out[t.name] for t in self.schema.tasks}
+
+    def save(self, folder: str | Path) -> None:
+        """Write the fitted boosters (one JSON file per task group) and their best rounds atomically."""
+        if not self.boosters:
+            raise RuntimeError("XGBoost.save called before fit(...)")
+        with atomic_dir(folder) as tmp:
+            for i, booster in enumerate(self.boosters):
+                booster.save_model(str(tmp / f"group{i}.json"))
+            groups = [[t.name for t in g] for g in self.groups]
+            (tmp / "meta.json").write_text(json.dumps({"groups": groups, "best_rounds": self.best_rounds}))
+
+    def load(self, folder: str | Path) -> XGBoost:
+        """Read what `save` wrote; the groups must be this schema's."""
+        folder = Path(folder)
+        meta = json.loads((folder / "meta.json").read_text())
+        groups = [[t.name for t in g] for g in self.groups]
+        if meta["groups"] != groups:
+            raise ValueError(f"{folder}: saved task groups {meta['groups']} are not this schema's {groups}")
+        self.boosters = []
+        for i in range(len(groups)):
+            booster = xgb.Booster()
+            booster.load_model(str(folder / f"group{i}.json"))
+            self.boosters.append(booster)
+        self.best_rounds = [int(r) for r in meta["best_rounds"]]
+        return self
