@@ -286,3 +286,22 @@ def test_non_finite_loss_stops_with_a_clear_error(tiny: Path, tmp_path: Path) ->
     settings = loop_mod.RunSettings(seed=0, max_epochs=2, patience=3, batch_size=256, device="cpu")
     with pytest.raises(FloatingPointError, match="epoch 1: training loss is nan"):
         loop_mod.train(NanNet(data.meta), data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
+
+
+def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
+    """dvc.yaml's train stages name every `train.*` key a run reads (so DVC re-runs on change), except
+    the matrix axes and the progress bar, and pass the paths they depend on."""
+    import dataclasses
+
+    import yaml
+
+    stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
+    exempt = {"datasets", "models", "seeds", "progress"}
+    expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in exempt}
+    for name, folder, key in (("train", "data/processed", "dataset"), ("train_bench", "data/synthetic", "config")):
+        stage = stages[name]
+        assert set(stage["params"]) == expected, name
+        data, verdict = f"{folder}/${{item.{key}}}", f"data/validated/${{item.{key}}}.json"
+        assert data in stage["deps"] and verdict in stage["deps"], name
+        assert f"--data {data}" in stage["cmd"] and f"--verdict {verdict}" in stage["cmd"], name
+        assert set(stage["matrix"]) == {key, "model", "seed"}, name
