@@ -382,3 +382,30 @@ def test_defaults_follow_the_selected_configuration() -> None:
     assert acs.layers[0].k == 2 and acs.layers[0].s == 4
     assert build_model("mmoe", get_schema("aliexpress")).tokenizer.d_embedding == 8
     assert MODELS["stl_mlp"] is type(build_model("stl_mlp", higgs))
+
+
+def test_maya_generalises_through_the_training_context() -> None:
+    # A learnable signal: held-out predictions, made by attending to the training set, must carry it.
+    torch.manual_seed(0)
+    x_num, x_cat, _ = batch(768, seed=3)
+    y = {
+        "bin": (x_num[:, 0] > 0).long(),
+        "multi": x_cat[:, 0],
+        "reg": x_num[:, 1] + 0.5 * x_num[:, 2],
+    }
+    tr, te = slice(0, 512), slice(512, 768)
+    model = build("maya")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        for i in torch.randperm(512).split(128):
+            loss, _ = model.training_loss(x_num[i], x_cat[i], {k: v[i] for k, v in y.items()}, task_loss)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    model.fit_context(x_num[tr], x_cat[tr], {k: v[tr] for k, v in y.items()})
+    with torch.no_grad():
+        out = model(x_num[te], x_cat[te])
+    assert ((out["bin"] > 0).long() == y["bin"][te]).float().mean() > 0.85
+    assert (out["multi"].argmax(1) == y["multi"][te]).float().mean() > 0.5  # chance: 1/3; slower to learn
+    assert torch.corrcoef(torch.stack([out["reg"], y["reg"][te]]))[0, 1] > 0.8

@@ -301,7 +301,8 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
     for name, folder, key in (("train", "data/processed", "dataset"), ("train_bench", "data/synthetic", "config")):
         stage = stages[name]
         assert set(stage["params"]) == expected, name
-        data, verdict = f"{folder}/${{item.{key}}}", f"data/validated/${{item.{key}}}.json"
+        verdict_dir = "data/validated" if name == "train" else "data/validated/synthetic"
+        data, verdict = f"{folder}/${{item.{key}}}", f"{verdict_dir}/${{item.{key}}}.json"
         assert data in stage["deps"] and verdict in stage["deps"], name
         assert f"--data {data}" in stage["cmd"] and f"--verdict {verdict}" in stage["cmd"], name
         assert set(stage["matrix"]) == {key, "model", "seed"}, name

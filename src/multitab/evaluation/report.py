@@ -1,0 +1,272 @@
+"""Everything `aggregate` writes: the paper's tables (md / csv / tex), Figures 5–6 (png / svg), the data
+behind the figures for `dvc plots`, a summary for `dvc metrics`, and results/report.md, which shows them in
+the paper's order with the published value beside ours and the difference.
+
+Reads only the runs' metrics.json files and the complexity table; never trains.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from multitab.evaluation import figures
+from multitab.evaluation import study as st
+from multitab.evaluation.config import AggregateConfig, SyntheticConfig
+from multitab.evaluation.curves import CURVES, seed_mean_curves
+from multitab.evaluation.published import Published
+from multitab.evaluation.runs import RunSet
+from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
+from multitab.io import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+FIGURE5_GROUPS = ("correlation", "complexity", "count")
+FIGURE6_GROUPS = ("nonuniform",)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    tables: Path  # results/tables
+    figures: Path  # results/figures
+    plots: Path  # results/plots (data series for `dvc plots`)
+    report: Path  # results/report.md
+    metrics: Path  # results/metrics.json (for `dvc metrics`)
+
+
+def _write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def build_tables(study: st.Study, complexity_csv: str | Path) -> list[Table]:
+    """The paper's tables in the paper's order (2, 3, 4, 5–7, 8, 9, 10)."""
+    cfg = study.config
+    tables = [st.table2(study), st.table3(study), st.table4(study, complexity_csv)]
+    tables += [st.table_std(study, d, 5 + i) for i, d in enumerate(cfg.datasets)]
+    tables += [st.table8(study), st.table9(study)]
+    if "higgs" in cfg.datasets:
+        tables.append(st.table10(study))
+    return tables
+
+
+def _figure_data_csv(frame: pd.DataFrame, groups: Sequence[str]) -> str:
+    """Long-form series for `dvc plots` (bar_horizontal: x = delta_m, y = label "group | level | model");
+    a missing value is the string 'missing' (Vega draws no bar for it)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["label", "group", "level", "model", "delta_m", "se", "n_seeds", "data"])
+    for _, r in frame[frame.group.isin(groups)].iterrows():
+        missing = bool(r["missing"])
+        w.writerow([f"{r['group']} | {r['level']} | {r['model']}", r["group"], r["level"], r["model"],
+                    MISSING if missing else ("n/a" if math.isnan(r["delta_m"]) else f"{r['delta_m']:.6f}"),
+                    MISSING if missing or math.isnan(r["se"]) else f"{r['se']:.6f}", r["n_seeds"],
+                    r["data"]])
+    return buf.getvalue()
+
+
+def _json_value(value: float | None) -> object:
+    return MISSING if value is None else ("n/a" if math.isnan(value) else round(value, 6))
+
+
+def _summary(study: st.Study, tables: Sequence[Table]) -> dict[str, object]:
+    """results/metrics.json: the headline numbers, strings "missing" where a value is missing."""
+    cfg = study.config
+    delta: dict[str, dict[str, object]] = {}
+    for d in cfg.datasets:
+        delta[d] = {}
+        for m in cfg.models:
+            v = study.delta_m(d, m)
+            delta[d][cfg.label(m)] = _json_value(v)
+    by_name = {t.name: t for t in tables}
+    pvals: dict[str, dict[str, dict[str, object]]] = {}
+    for name in ("table8_t_test", "table9_wilcoxon"):
+        if name not in by_name:
+            continue
+        t = by_name[name]
+        pvals[name] = {}
+        for row in t.rows:
+            scope = str(row[0])
+            pvals[name][scope] = {col: _json_value(c.value) for col, c in zip(t.header[1:], row[1:])}  # type: ignore[union-attr]
+    return {
+        "standin": {d: study.runs.standin(d) for d in (*cfg.datasets, *study.synthetic)},
+        "delta_m": delta,
+        **pvals,
+    }
+
+
+def _inputs_section(study: st.Study) -> list[str]:
+    cfg = study.config
+    lines = ["## Inputs", "",
+             "| Dataset | Data | Seeds expected | Complete run sets | Incomplete or missing |",
+             "|---|---|---|---|---|"]
+    for d in (*cfg.datasets, *study.synthetic):
+        seeds = study.runs.seeds(d)
+        flag = study.runs.standin(d)
+        data = MISSING if flag is None else (STANDIN_MARK if flag else "real")
+        names = [*cfg.models, *(r.model for r in cfg.ablation if r.model not in cfg.models)]
+        if d not in cfg.datasets:
+            names = [cfg.baseline, *cfg.figures.models]
+        complete = [m for m in names if study.runs.matrix(d, m) is not None]
+        incomplete = [f"{m} ({study.runs.n_found(d, m)}/{len(seeds)})" for m in names if m not in complete]
+        lines.append(f"| {d} | {data} | {', '.join(map(str, seeds)) or MISSING} | {len(complete)} | "
+                     f"{', '.join(incomplete) or '—'} |")
+    unused = [d for d in study.runs.datasets if d not in cfg.datasets and d not in study.synthetic]
+    if unused:
+        lines += ["", f"Runs of datasets named neither in aggregate.datasets nor in bench.configs (not used): "
+                      f"{', '.join(unused)}."]
+    shown = {*cfg.models, *(r.model for r in cfg.ablation)}
+    extra = [f"{d}/{m}" for d in cfg.datasets for m in study.runs.models(d) if m not in shown]
+    if extra:
+        lines += ["", f"Run sets in no table (add them to aggregate.models or aggregate.ablation): {', '.join(extra)}."]
+    return lines + [""]
+
+
+def _agreement_section(tables: Sequence[Table]) -> list[str]:
+    lines = ["## Agreement with the published numbers", "",
+             "| Table | Cells with a published value | Ours missing | Mean abs. difference | Max abs. difference |",
+             "|---|---:|---:|---:|---:|"]
+    for t in tables:
+        cells = [c for _, _, c in t.cells() if c.paper is not None]
+        if not cells:
+            continue
+        diffs = [abs(c.difference) for c in cells if c.difference is not None]
+        missing = sum(c.difference is None for c in cells)
+        mean = f"{sum(diffs) / len(diffs):.4f}" if diffs else MISSING
+        mx = f"{max(diffs):.4f}" if diffs else MISSING
+        lines.append(f"| {t.name}{' (' + STANDIN_MARK + ')' if t.standin else ''} | {len(cells)} | {missing} | {mean} | {mx} |")
+    return lines + [""]
+
+
+def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Sequence[Table],
+                  figure_paths: dict[str, Path], report_path: Path, curves_section: str = "") -> str:
+    cfg = study.config
+    standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
+    lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
+    if standin:
+        lines += [f"> **{STANDIN_MARK.upper()}**: inputs {', '.join(standin)} come from generated stand-in data. "
+                  "Every number built from them is a pipeline check, not a result of the study.", ""]
+    lines += [
+        "Metrics in percent (AUC, explained variance), Δm in percent (Equation 5, against "
+        f"{cfg.label(cfg.baseline)}), MSE in target units, p-values one-sided. Where the paper printed a value the "
+        "cell reads `ours (paper P; Δ ours − paper)`. `missing` marks a run that failed or was not run "
+        "(`missing (k/n seeds)`: only k of the n expected seeds exist); it is never replaced by a number.", "",
+    ]
+    lines += _inputs_section(study)
+    by_name = {t.name: t for t in tables}
+    order = ["table2_ablation", "table3_test_results", "figure5", "figure6", "table4_params_flops"]
+    order += [t.name for t in tables if t.name.startswith(("table5", "table6", "table7"))]
+    order += ["table8_t_test", "table9_wilcoxon", "table10_higgs_mse"]
+    fig_tables = {t.name: t for t in figure_tables}
+    for name in order:
+        if name in by_name:
+            lines.append(by_name[name].to_markdown(compare=True, heading="##"))
+            continue
+        if name in ("figure5", "figure6"):
+            number = name[-1]
+            ft = fig_tables[f"{name}_delta_m"]
+            title = ("Figure 5: Δm under varied task correlation, complexity and count" if number == "5"
+                     else "Figure 6: Δm with non-uniform task complexities")
+            mark = f" [{STANDIN_MARK}]" if ft.standin else ""
+            rel = os.path.relpath(figure_paths[name], report_path.parent)
+            lines += [f"## {title}{mark}", "", f"![{title}]({rel})", "",
+                      "The paper publishes Figures 5 and 6 as bar charts only (no numbers to compare). "
+                      "Error bars: standard error of the per-seed Δm.", ""]
+            lines.append(ft.to_markdown(heading="###"))
+    lines += _agreement_section(tables)
+    if curves_section:
+        lines.append(curves_section)
+    return "\n".join(lines)
+
+
+def write_curves(study: st.Study, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:
+    """results/plots/learning_curves_<dataset>_<curve>.csv (dvc plots) and results/figures/learning_curves.*;
+    returns the paths and the report section."""
+    cfg = study.config
+    models = list(cfg.models)
+    labels = [cfg.label(m) for m in models]
+    written: list[Path] = []
+    val_curves = {}
+    for d in cfg.datasets:
+        for name in CURVES:
+            frame = seed_mean_curves(runs_dir, d, models, labels, study.runs.seeds(d), name)
+            if name == "val_mean":
+                val_curves[d] = frame
+            path = out.plots / f"learning_curves_{d}_{name}.csv"
+            with atomic_path(path) as tmp:
+                frame.reset_index().to_csv(tmp, index=False, float_format="%.6f")
+            written.append(path)
+    standin = study.standin(cfg.datasets)
+    fig = figures.curves_figure(val_curves, "validation mean metric (AUC / EV)",
+                                "Learning curves: validation mean metric, seed mean", bool(standin))
+    paths = figures.save_figure(fig, out.figures, "learning_curves", cfg.figures.dpi)
+    written += paths
+    have = {d: [c for c in f.columns if f[c].notna().any()] for d, f in val_curves.items()}
+    rel = os.path.relpath(paths[0], out.report.parent)
+    lines = [f"## Learning curves{' [' + STANDIN_MARK + ']' if standin else ''}", "",
+             f"![Learning curves]({rel})", "",
+             "Seed mean of the per-epoch validation mean metric (the early-stopping criterion) from each run's dvclive "
+             "log; `dvc plots show` draws these and the training loss from results/plots/learning_curves_*.csv.", ""]
+    lines += [f"- {d}: " + (", ".join(have[d]) if have[d] else MISSING)
+              + (f"; {MISSING}: " + ", ".join(lab for lab in labels if lab not in have[d]) if have[d] and
+                 len(have[d]) < len(labels) else "") for d in cfg.datasets]
+    return written, "\n".join(lines) + "\n"
+
+
+def build_results(runs: RunSet, config: AggregateConfig, published: Published,
+                  synthetic: dict[str, SyntheticConfig], complexity_csv: str | Path, out: Outputs,
+                  runs_dir: str | Path | None = None) -> list[Path]:
+    """Compute and write every output; returns the paths written. `runs_dir`: where the runs' dvclive
+    learning-curve logs are (None: no curves)."""
+    study = st.Study(runs, config, published, synthetic)
+    tables = build_tables(study, complexity_csv)
+    synth = st.synthetic_delta_m(study)
+    figure_tables = [
+        st.table_synthetic(study, synth, FIGURE5_GROUPS, "figure5_delta_m",
+                           "Figure 5 data: Δm (%) and standard error per MultiTab-Bench configuration"),
+        st.table_synthetic(study, synth, FIGURE6_GROUPS, "figure6_delta_m",
+                           "Figure 6 data: Δm (%) and standard error, non-uniform task complexities"),
+    ]
+    written: list[Path] = []
+    for t in (*tables, *figure_tables):
+        written += t.write(out.tables)
+    comparison = pd.DataFrame(comparison_rows(tables),
+                              columns=["table", "row", "column", "ours", "paper", "difference", "stand_in"])
+    path = out.tables / "comparison_with_paper.csv"
+    with atomic_path(path) as tmp:
+        comparison.to_csv(tmp, index=False)
+    written.append(path)
+
+    labels = [config.label(m) for m in config.figures.models]
+    figure_paths = {}
+    for name, groups, title in (
+        ("figure5", FIGURE5_GROUPS, "Figure 5: Δm (STL-relative) as task correlation, complexity and count vary"),
+        ("figure6", FIGURE6_GROUPS, "Figure 6: Δm (STL-relative) with non-uniform task complexities"),
+    ):
+        fig = figures.delta_m_figure(synth[synth.group.isin(groups)], groups, labels, title)
+        paths = figures.save_figure(fig, out.figures, f"{name}_delta_m", config.figures.dpi)
+        figure_paths[name] = paths[0]
+        written += paths
+        plot_path = out.plots / f"{name}_delta_m.csv"
+        _write_text(plot_path, _figure_data_csv(synth, groups))
+        written.append(plot_path)
+
+    curves_section = ""
+    if runs_dir is not None:
+        paths, curves_section = write_curves(study, Path(runs_dir), out)
+        written += paths
+    write_json(out.metrics, _summary(study, tables))
+    written.append(out.metrics)
+    _write_text(out.report, render_report(study, tables, figure_tables, figure_paths, out.report, curves_section))
+    written.append(out.report)
+    log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(study, tables)["standin"]))
+    return written

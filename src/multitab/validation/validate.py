@@ -1,0 +1,177 @@
+"""The two validations of the pipeline: `validate_raw` (canonical split files, before preprocessing) and
+`validate_processed` (processed splits and MultiTab-Bench outputs, before training)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from multitab.datasets.config import DatasetConfig
+from multitab.datasets.schema import DatasetSchema, schema_from_meta
+from multitab.io import read_json
+from multitab.validation import suites
+from multitab.validation.config import ValidationConfig
+from multitab.validation.runner import Outcome, open_context, run_suites, sha256
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+
+
+def expected_rows(
+    schema: DatasetSchema, data: DatasetConfig, slack: int, observed: Mapping[str, int]
+) -> dict[str, tuple[int, int | None]]:
+    """Allowed row counts per split: exact (± `slack` rows of rounding) for `remote` (the schema's real
+    row counts) and stand-ins (params: datasets.<D>.standin.rows), and for `local` files the split
+    fractions of the rows found. Every split needs at least one row."""
+    if data.source == "remote":
+        totals: Mapping[str, int] | None = schema.real_rows
+    elif data.source == "standin":
+        totals = data.standin.rows
+    else:
+        totals = None
+    sp = data.split
+    if sp.method == "official_test":
+        n_train_file = totals["train"] if totals else observed["train"] + observed["val"]
+        n_val = sp.val_fraction * n_train_file
+        want: dict[str, float | None] = {
+            "train": n_train_file - n_val,
+            "val": n_val,
+            "test": totals["test"] if totals else None,
+        }
+    else:
+        n = sum(totals.values()) if totals else sum(observed.values())
+        n_val, n_test = sp.val_fraction * n, sp.test_fraction * n
+        want = {"train": n - n_val - n_test, "val": n_val, "test": n_test}
+    out: dict[str, tuple[int, int | None]] = {}
+    for split, w in want.items():
+        if w is None:
+            out[split] = (1, None)
+        else:
+            out[split] = (max(1, int(np.floor(w)) - slack), int(np.ceil(w)) + slack)
+    return out
+
+
+def _read_splits(folder: Path, stage: str) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    frames, inputs = {}, {}
+    for split in SPLITS:
+        path = folder / f"{split}.parquet"
+        if not path.exists():
+            raise FileNotFoundError(f"{stage}: {path} not found; run the stage that writes {folder} first")
+        frames[split] = pd.read_parquet(path)
+        inputs[path.name] = sha256(path)
+    return frames, inputs
+
+
+def _train_values(
+    schema: DatasetSchema, train: pd.DataFrame, min_rows_per_value: float
+) -> dict[str, list[int]]:
+    """The values of each categorical feature seen in train (integer columns only), for the columns where
+    train has enough rows per value for "unseen in train" to mean something."""
+    out = {}
+    for f in schema.features:
+        if f.kind != "categorical" or f.name not in train.columns:
+            continue
+        if not pd.api.types.is_integer_dtype(train[f.name]):
+            continue  # the dtype expectation reports it
+        values = np.unique(train[f.name].to_numpy())
+        if len(train) >= min_rows_per_value * len(values):
+            out[f.name] = values.tolist()
+        else:
+            log.info(
+                "%s: %d values on %d train rows: unseen-in-train check skipped",
+                f.name,
+                len(values),
+                len(train),
+            )
+    return out
+
+
+def validate_raw(
+    splits_dir: str | Path,
+    schema: DatasetSchema,
+    data: DatasetConfig,
+    cfg: ValidationConfig,
+    *,
+    context_dir: str | Path,
+    report_dir: str | Path,
+) -> Outcome:
+    """Validate data/splits/<D>/{train,val,test}.parquet against the schema's raw suite."""
+    splits_dir = Path(splits_dir)
+    frames, inputs = _read_splits(splits_dir, "validate_raw")
+    rows = expected_rows(schema, data, cfg.raw.row_count_slack, {s: len(f) for s, f in frames.items()})
+    train = frames["train"]
+    values = _train_values(schema, train, cfg.raw.unseen_min_rows_per_value)
+    built = {
+        split: suites.raw_suite(
+            schema,
+            split,
+            cfg.raw,
+            rows=rows[split],
+            n_rows=len(frame),
+            train_columns=None if split == "train" else list(train.columns),
+            train_values=None if split == "train" else values,
+        )
+        for split, frame in frames.items()
+    }
+    with open_context(context_dir, report_dir) as context:
+        return run_suites(
+            context,
+            stage="validate_raw",
+            dataset=schema.name,
+            frames=frames,
+            suites=built,
+            report_dir=report_dir,
+            report=cfg.report,
+            inputs=inputs,
+        )
+
+
+def validate_processed(
+    processed_dir: str | Path,
+    cfg: ValidationConfig,
+    *,
+    context_dir: str | Path,
+    report_dir: str | Path,
+) -> Outcome:
+    """Validate data/processed/<D>/ (or a MultiTab-Bench output folder) against its meta.json."""
+    processed_dir = Path(processed_dir)
+    meta_path = processed_dir / "meta.json"
+    if not meta_path.exists():
+        raise FileNotFoundError(
+            f"validate_processed: {meta_path} not found; run preprocess (or synthesize) first"
+        )
+    meta = read_json(meta_path)
+    schema = schema_from_meta(meta)
+    n_rows = meta.get("n_rows") or {}
+    missing = [s for s in SPLITS if s not in n_rows]
+    if missing:
+        raise ValueError(f"validate_processed: {meta_path} has no n_rows for {missing}; re-run its stage")
+    frames, inputs = _read_splits(processed_dir, "validate_processed")
+    inputs[meta_path.name] = sha256(meta_path)
+    train_columns = list(frames["train"].columns)
+    built = {
+        split: suites.processed_suite(
+            schema,
+            split,
+            cfg.processed,
+            n_rows=int(n_rows[split]),
+            train_columns=None if split == "train" else train_columns,
+        )
+        for split in frames
+    }
+    with open_context(context_dir, report_dir) as context:
+        return run_suites(
+            context,
+            stage="validate_processed",
+            dataset=schema.name,
+            frames=frames,
+            suites=built,
+            report_dir=report_dir,
+            report=cfg.report,
+            inputs=inputs,
+        )

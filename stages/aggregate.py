@@ -1,0 +1,42 @@
+"""aggregate: the paper's tables, significance tests, figures and results/report.md from the runs.
+
+Reads results/runs/<dataset>/<model>/seed<S>/metrics.json and the complexity table (when present); never
+trains. Every path comes from dvc.yaml's command line (params: aggregate, bench.configs).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from multitab.config import load_params
+from multitab.evaluation.config import load_aggregate_config, read_bench_configs
+from multitab.evaluation.published import load_published
+from multitab.evaluation.report import Outputs, build_results
+from multitab.evaluation.runs import RunSet, load_runs
+from stages._common import parser, run
+
+
+def aggregate(a: argparse.Namespace) -> None:
+    config = load_aggregate_config(a.params)
+    synthetic = read_bench_configs(load_params(a.params), str(a.params))
+    runs = RunSet(load_runs(a.runs), seeds=config.seeds)
+    outputs = Outputs(tables=a.tables, figures=a.figures, plots=a.plots, report=a.report, metrics=a.metrics)
+    build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser((__doc__ or "").splitlines()[0])
+    p.add_argument("--runs", required=True, type=Path, help="results/runs")
+    p.add_argument("--complexity", required=True, type=Path, help="results/tables/complexity.csv (may be absent)")
+    p.add_argument("--tables", required=True, type=Path, help="results/tables")
+    p.add_argument("--figures", required=True, type=Path, help="results/figures")
+    p.add_argument("--plots", required=True, type=Path, help="results/plots (data series for dvc plots)")
+    p.add_argument("--metrics", required=True, type=Path, help="results/metrics.json (for dvc metrics)")
+    p.add_argument("--report", required=True, type=Path, help="results/report.md")
+    a = p.parse_args(argv)
+    return run("aggregate", lambda: aggregate(a))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""validate_processed@<dataset>: check processed splits (data/processed/<D>, or a MultiTab-Bench output in
+the same format) before training.
+
+Writes the verdict (data/validated/<D>.json), which training stages depend on, only when every expectation
+passes (or with --warn-only); otherwise prints a short summary and exits 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from multitab.io import read_json
+from multitab.validation import Outcome, load_validation_config, validate_processed
+from stages._common import parser
+from stages.validate_raw import add_common, run_validation
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__ or "")
+    p.add_argument("--processed", required=True, help="folder with train/val/test.parquet and meta.json")
+    add_common(p)
+    a = p.parse_args(argv)
+
+    def body() -> Outcome:
+        cfg = load_validation_config(a.params)
+        return validate_processed(a.processed, cfg, context_dir=a.context, report_dir=a.report)
+
+    meta = Path(a.processed) / "meta.json"
+    name = read_json(meta).get("dataset", Path(a.processed).name) if meta.exists() else Path(a.processed).name
+    return run_validation(f"validate_processed@{name}", body, a.out, a.warn_only, a.params)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

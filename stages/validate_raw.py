@@ -1,0 +1,76 @@
+"""validate_raw@<dataset>: check the canonical split files (data/splits/<D>) before preprocessing.
+
+Writes the verdict (data/validated/<D>.raw.json) only when every expectation passes (or with --warn-only);
+otherwise prints a short summary and exits 1. Data Docs (reports/validation/) are written either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+from multitab.config import ConfigError
+from multitab.datasets.config import load_dataset_config
+from multitab.datasets.schema import get_schema
+from multitab.io import write_json
+from multitab.validation import Outcome, load_validation_config, validate_raw
+from stages._common import parser
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="verdict JSON, written only if the data passes")
+    p.add_argument("--context", default="gx", help="Great Expectations context folder (default: gx)")
+    p.add_argument(
+        "--report", default="reports/validation", help="Data Docs folder (default: reports/validation)"
+    )
+    p.add_argument("--warn-only", action="store_true", help="report failures but pass (exploration only)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__ or "")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--splits", required=True, help="folder with train/val/test.parquet (data/splits/<D>)")
+    add_common(p)
+    a = p.parse_args(argv)
+
+    def body() -> Outcome:
+        cfg = load_validation_config(a.params)
+        return validate_raw(
+            a.splits,
+            get_schema(a.dataset),
+            load_dataset_config(a.dataset, a.params),
+            cfg,
+            context_dir=a.context,
+            report_dir=a.report,
+        )
+
+    return run_validation(f"validate_raw@{a.dataset}", body, a.out, a.warn_only, a.params)
+
+
+def run_validation(stage: str, body: Callable[[], Outcome], out: str, warn_only: bool, params: str) -> int:
+    """Run a validation; print its summary; write the verdict on success (or --warn-only); exit status."""
+    logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    try:
+        outcome = body()
+    except (ConfigError, ValueError, KeyError, FileNotFoundError, OSError) as e:
+        print(f"[{stage}] error: {e}", file=sys.stderr)
+        return 1
+    max_failures = load_validation_config(params).report.max_failures
+    print(outcome.summary(max_failures), file=sys.stdout if outcome.success else sys.stderr)
+    if outcome.success or warn_only:
+        write_json(out, outcome.verdict(warn_only=warn_only))
+        if not outcome.success:
+            print(f"[{stage}] --warn-only: verdict {out} written with success=false", file=sys.stderr)
+        return 0
+    print(
+        f"[{stage}] no verdict written ({out}): fix the data, or the thresholds in params.yaml (validation:)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""stages/aggregate.py end to end on a temporary folder of synthetic metrics.json files, and under dvc."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from _aggregate_fakes import published_runs, write_run
+from multitab.evaluation.delta_m import delta_m
+from stages import aggregate
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = {
+    "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
+    "p06_pd3_t3": {"groups": ["correlation", "complexity", "count"], "correlation": 0.6, "degrees": [3, 3, 3], "seed": 0},
+    "p06_pd4_t3": {"groups": ["complexity"], "correlation": 0.6, "degrees": [4, 4, 4], "seed": 0},
+    "p06_pd3_t5": {"groups": ["count"], "correlation": 0.6, "degrees": [3, 3, 3, 3, 3], "seed": 0},
+    "p04_pdmix_t4": {"groups": ["nonuniform"], "correlation": 0.4, "degrees": [1, 3, 2, 4], "seed": 0},
+}
+BENCH_MODELS = {"stl_mlp": 0.0, "mmoe": 0.01, "ple": 0.015, "stem": 0.005, "multitab_net": 0.03}
+
+
+def make_inputs(root: Path) -> Path:
+    """runs (stand-in) for the public datasets and the bench configs, an ablation variant, a missing run,
+    a complexity table and a params file with a bench section; returns the params path."""
+    published_runs(root / "runs", seeds=(0, 1, 2), skip=(("higgs", "saint", 2),),
+                   variants={"multitab_net@single_none": "PLE", "multitab_net@rope_off": "STEM"})
+    rng = np.random.default_rng(1)
+    for name, conf in BENCH.items():
+        tasks = [f"task_{i}" for i in range(len(conf["degrees"]))]
+        for model, gain in BENCH_MODELS.items():
+            if name == "p06_pd3_t5" and model == "stem":
+                continue  # a missing run set
+            for seed in (0, 1, 2):
+                test = {t: 0.6 * (1 + gain) + float(rng.normal(0, 0.002)) for t in tasks}
+                write_run(root / "runs", name, model, seed, test, dict.fromkeys(tasks, "regression"),
+                          test_mse={t: 1 - v for t, v in test.items()})
+    (root / "complexity.csv").write_text("dataset,model,params,flops\nhiggs,multitab_net,698872,1897000\n"
+                                         "higgs,mmoe,1049384,2110000\n")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["bench"] = {"configs": BENCH}
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def dvc_outs() -> list[str]:
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["aggregate"]
+    outs = [next(iter(o)) if isinstance(o, dict) else o for o in stage["outs"] + stage.get("metrics", [])]
+    return outs
+
+
+def run_stage(root: Path, params: Path) -> int:
+    out = root / "results"
+    return aggregate.main([
+        "--params", str(params), "--runs", str(root / "runs"), "--complexity", str(root / "complexity.csv"),
+        "--tables", str(out / "tables"), "--figures", str(out / "figures"), "--plots", str(out / "plots"),
+        "--metrics", str(out / "metrics.json"), "--report", str(out / "report.md"),
+    ])
+
+
+def test_stage_end_to_end(tmp_path: Path) -> None:
+    params = make_inputs(tmp_path)
+    assert run_stage(tmp_path, params) == 0
+    # Every output dvc.yaml declares exists, in each format.
+    for out in dvc_outs():
+        assert (tmp_path / out).exists(), out
+    for stem in ("figure5_delta_m", "figure6_delta_m"):
+        assert (tmp_path / f"results/figures/{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        svg = (tmp_path / f"results/figures/{stem}.svg").read_text()
+        assert "STAND-IN DATA" in svg
+    assert "missing" in (tmp_path / "results/figures/figure5_delta_m.svg").read_text()  # STEM at t=5
+
+    report = (tmp_path / "results/report.md").read_text()
+    order = ["## Table 2", "## Table 3", "## Figure 5", "## Figure 6", "## Table 4", "## Table 5", "## Table 6",
+             "## Table 7", "## Table 8", "## Table 9", "## Table 10"]
+    positions = [report.index(h) for h in order]
+    assert positions == sorted(positions)
+    assert report.count("STAND-IN DATA") >= 10
+    assert "![Figure 5" in report and "(figures/figure5_delta_m.png)" in report
+    assert "Run sets in no table" in report and "higgs/multitab_net@rope_off" in report
+    # The missing SAINT seed on Higgs: missing, with the published value beside it, never a number.
+    saint = next(line for line in report.splitlines() if line.startswith("| SAINT |") and "85.54" in line)
+    assert "missing (2/3 seeds) (paper 85.54)" in saint
+
+    # Headline Δm of MultiTab-Net on AliExpress, recomputed from the files.
+    def seed_mean(model: str) -> dict[str, float]:
+        files = [json.loads((tmp_path / f"runs/aliexpress/{model}/seed{s}/metrics.json").read_text()) for s in range(3)]
+        return {t: float(np.mean([f["test"][t] for f in files])) for t in ("click", "conversion")}
+
+    expected = delta_m(seed_mean("multitab_net"), seed_mean("stl_mlp"))
+    assert f"{expected:.4f} (paper 0.5512; Δ {expected - 0.5512:+.4f})" in report
+    metrics = json.loads((tmp_path / "results/metrics.json").read_text())
+    assert metrics["delta_m"]["aliexpress"]["MultiTab-Net"] == pytest.approx(expected, abs=1e-6)
+    assert metrics["delta_m"]["higgs"]["SAINT"] == "missing" and metrics["standin"]["higgs"] is True
+    # Table 2: the variant row computed, the others missing.
+    t2 = (tmp_path / "results/tables/table2_ablation.csv").read_text().splitlines()
+    assert t2[0].startswith("# stand-in data")
+    assert "missing" in t2[3] and "missing" not in t2[2]
+    # Table 4 from the complexity CSV: 0.70 M parameters for MultiTab-Net on Higgs.
+    assert "0.70 (paper 0.70; Δ +0.00)" in report
+    # Figure 5 data: STEM at t=5 missing, the rest numbers.
+    fig5 = (tmp_path / "results/plots/figure5_delta_m.csv").read_text().splitlines()
+    stem_t5 = next(line for line in fig5 if line.startswith("count | t=5 | STEM"))
+    assert ",missing,missing,0,stand-in data" in stem_t5
+    mtn = next(line for line in fig5 if line.startswith("count | t=5 | MultiTab-Net")).split(",")
+    assert 2.5 < float(mtn[4]) < 3.5  # the 3% gain written above
+    # Learning curves: seed means over the seeds that reached each step (3, 4 and 5 epochs written).
+    curves = pd.read_csv(tmp_path / "results/plots/learning_curves_aliexpress_val_mean.csv")
+    assert list(curves.columns) == ["step", "STL", "MTL", "MMoE", "PLE", "TabT", "FT-T", "SAINT", "XGB", "STEM",
+                                    "MultiTab-Net", "MAYA"]
+    assert list(curves.step) == [0, 1, 2, 3, 4] and curves["MAYA"].isna().all()
+    logs = [pd.read_csv(tmp_path / f"runs/aliexpress/mmoe/seed{s}/dvclive/plots/metrics/val_mean.tsv", sep="\t")
+            for s in range(3)]
+    assert curves.loc[0, "MMoE"] == pytest.approx(np.mean([f.val_mean[0] for f in logs]), abs=1e-6)
+    assert curves.loc[4, "MMoE"] == pytest.approx(logs[2].val_mean[4], abs=1e-6)
+    assert (tmp_path / "results/figures/learning_curves.svg").exists() and "## Learning curves" in report
+
+
+def test_stage_without_any_run_renders_everything_missing(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", params)
+    assert run_stage(tmp_path, params) == 0
+    report = (tmp_path / "results/report.md").read_text()
+    assert "STAND-IN DATA" not in report
+    t3 = (tmp_path / "results/tables/table3_test_results.csv").read_text().splitlines()
+    assert all(cell == "missing" for line in t3[1:] for cell in line.split(",")[1:])
+
+
+def test_stage_bad_run_fails_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = make_inputs(tmp_path)
+    bad = tmp_path / "runs/higgs/mmoe/seed1/metrics.json"
+    bad.write_text(json.dumps({**json.loads(bad.read_text()), "standin": "yes"}))
+    assert run_stage(tmp_path, params) == 1
+    err = capsys.readouterr().err
+    assert "higgs/mmoe/seed1/metrics.json" in err and "standin" in err
+
+
+def test_dvc_yaml_stage_declares_what_it_reads() -> None:
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["aggregate"]
+    assert {"aggregate", "bench.configs"} <= set(stage["params"])
+    for path in ("results/runs", "results/tables/complexity.csv", "src/multitab/evaluation", "stages/aggregate.py"):
+        assert path in stage["deps"]
+    for path in ("--runs results/runs", "--complexity results/tables/complexity.csv", "--report results/report.md",
+                 "--metrics results/metrics.json", "--figures results/figures", "--plots results/plots"):
+        assert path in stage["cmd"]
+
+
+def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
+    """The real `dvc repro aggregate`, then `dvc metrics show` and `dvc plots show`, in a scratch repo."""
+    dvc = Path(sys.executable).with_name("dvc")
+    if not dvc.exists():
+        pytest.skip("dvc not installed beside this python")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for item in ("stages", "src"):
+        shutil.copytree(ROOT / item, repo / item, ignore=shutil.ignore_patterns("__pycache__"))
+    dvcyaml = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    dvcyaml["stages"] = {"aggregate": dvcyaml["stages"]["aggregate"]}
+    # Keep only the top-level plots drawn from the aggregate stage's own outputs.
+    dvcyaml["plots"] = [p for p in dvcyaml.get("plots", []) if "label_correlations" not in json.dumps(p)]
+    (repo / "dvc.yaml").write_text(yaml.safe_dump(dvcyaml, sort_keys=False, allow_unicode=True))
+    shutil.copy(make_inputs(tmp_path), repo / "params.yaml")
+    shutil.copytree(tmp_path / "runs", repo / "results/runs")
+    (repo / "results/tables").mkdir(parents=True)
+    shutil.copy(tmp_path / "complexity.csv", repo / "results/tables/complexity.csv")
+    env = {**os.environ, "PYTHONPATH": f"{repo / 'src'}{os.pathsep}{repo}",
+           "PATH": f"{dvc.parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def sh(*args: str) -> str:
+        res = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout
+
+    sh("git", "init", "-q")
+    sh(str(dvc), "init", "-q")
+    sh(str(dvc), "repro", "aggregate")
+    assert (repo / "results/report.md").exists()
+    shown = json.loads(sh(str(dvc), "metrics", "show", "--json"))
+    assert "results/metrics.json" in json.dumps(shown) and "MultiTab-Net" in json.dumps(shown)
+    sh(str(dvc), "plots", "show", "-o", "plots_html")
+    html = (repo / "plots_html/index.html").read_text()
+    assert "figure5_delta_m.png" in html and "delta_m" in html
+    shown_plots = sh(str(dvc), "plots", "show", "--json")
+    assert "Learning curves higgs (validation mean metric, seed mean)" in shown_plots
+    assert "MultiTab-Net" in shown_plots and "errors" not in json.loads(shown_plots)
+    assert "up to date" in sh(str(dvc), "status", "aggregate") or "unchanged" in sh(str(dvc), "repro", "aggregate")

@@ -1,0 +1,435 @@
+"""Data validation (issue 4): a valid split passes; each corruption of the catalogue fails with its own
+check, names split and column, and leaves no verdict. One GX context and report folder per session."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import validation_frames as vf  # tests/ is on sys.path (pytest's default import mode)
+from multitab.datasets.config import load_dataset_config
+from multitab.datasets.schema import get_schema
+from multitab.validation import expected_rows
+from stages import validate_processed, validate_raw
+
+REPO = Path(__file__).resolve().parents[1]
+Frames = dict[str, pd.DataFrame]
+
+
+@pytest.fixture(scope="session")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("validation")
+    params = vf.write_params(root / "params.yaml", REPO / "params.yaml")
+    return {"root": root, "params": params, "gx": root / "gx", "report": root / "reports", "n": 0}
+
+
+def _case(env: dict) -> Path:
+    env["n"] += 1
+    return env["root"] / f"case{env['n']}"
+
+
+def run_raw(
+    env: dict,
+    capsys: pytest.CaptureFixture,
+    dataset: str,
+    corrupt: Callable[[Frames], None] | None = None,
+    *extra: str,
+) -> tuple[int, str, Path]:
+    """Write valid splits, corrupt them, run the stage; (exit status, printed summary, verdict path)."""
+    case = _case(env)
+    frames = vf.write_splits(case / "splits", dataset, env["params"])
+    if corrupt is not None:
+        corrupt(frames)
+        for split, f in frames.items():
+            f.to_parquet(case / "splits" / f"{split}.parquet", index=False)
+    out = case / "validated" / f"{dataset}.raw.json"
+    rc = validate_raw.main(
+        [
+            "--dataset",
+            dataset,
+            "--splits",
+            str(case / "splits"),
+            "--out",
+            str(out),
+            "--context",
+            str(env["gx"]),
+            "--report",
+            str(env["report"]),
+            "--params",
+            str(env["root"] / "params.yaml"),
+            *extra,
+        ]
+    )
+    captured = capsys.readouterr()
+    return rc, captured.out + captured.err, out
+
+
+def run_processed(
+    env: dict,
+    capsys: pytest.CaptureFixture,
+    dataset: str,
+    corrupt: Callable[[Frames, dict], None] | None = None,
+) -> tuple[int, str, Path]:
+    case = _case(env)
+    frames, meta = vf.processed_frames(dataset, env["params"])
+    if corrupt is not None:
+        corrupt(frames, meta)
+    vf.write_processed(case / "processed", frames, meta)
+    out = case / "validated" / f"{dataset}.json"
+    rc = validate_processed.main(
+        [
+            "--processed",
+            str(case / "processed"),
+            "--out",
+            str(out),
+            "--context",
+            str(env["gx"]),
+            "--report",
+            str(env["report"]),
+            "--params",
+            str(env["root"] / "params.yaml"),
+        ]
+    )
+    captured = capsys.readouterr()
+    return rc, captured.out + captured.err, out
+
+
+def failed(text: str, split: str, column: str | None, check: str) -> list[str]:
+    """Summary lines of failed expectations with this split, column and check id."""
+    where = f"column '{column}'" if column else "table"
+    return [
+        ln.strip()
+        for ln in text.splitlines()
+        if ln.strip().startswith(f"[{split}] {where} ·") and f"({check})" in ln
+    ]
+
+
+def assert_fails(result: tuple[int, str, Path], split: str, column: str | None, check: str) -> str:
+    rc, text, out = result
+    assert rc == 1, text
+    assert not out.exists(), "a failing validation must not write a verdict"
+    lines = failed(text, split, column, check)
+    assert lines, f"expected a failed '{check}' on [{split}] {column}; got:\n{text}"
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------------ passes
+@pytest.mark.parametrize("dataset", ["acs_income", "higgs"])
+def test_valid_raw_splits_pass(env: dict, capsys: pytest.CaptureFixture, dataset: str) -> None:
+    rc, text, out = run_raw(env, capsys, dataset)
+    assert rc == 0, text
+    verdict = json.loads(out.read_text())
+    assert verdict["success"] and verdict["dataset"] == dataset and verdict["stage"] == "validate_raw"
+    assert set(verdict["splits"]) == {"train", "val", "test"} and verdict["inputs"].keys() >= {
+        "train.parquet"
+    }
+
+
+@pytest.mark.slow
+def test_valid_aliexpress_raw_passes(env: dict, capsys: pytest.CaptureFixture) -> None:
+    rc, text, _ = run_raw(env, capsys, "aliexpress")
+    assert rc == 0, text
+
+
+@pytest.mark.parametrize("dataset", ["acs_income", "higgs"])
+def test_valid_processed_splits_pass(env: dict, capsys: pytest.CaptureFixture, dataset: str) -> None:
+    rc, text, out = run_processed(env, capsys, dataset)
+    assert rc == 0, text
+    assert json.loads(out.read_text())["success"]
+
+
+# ------------------------------------------------------------------------------------------------ catalogue
+def test_missing_column(env: dict, capsys: pytest.CaptureFixture) -> None:
+    line = assert_fails(
+        run_raw(env, capsys, "acs_income", lambda f: f["train"].pop("SCHL")), "train", None, "columns"
+    )
+    assert "missing ['SCHL']" in line
+
+
+def test_extra_column(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["val"]["row_id"] = np.arange(len(f["val"]))
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "val", None, "columns")
+    assert "unexpected ['row_id']" in line
+
+
+def test_renamed_column(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["test"] = f["test"].rename(columns={"AGEP": "age"})
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "test", None, "columns")
+    assert "missing ['AGEP']" in line and "unexpected ['age']" in line
+
+
+def test_wrong_dtype(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["train"]["SEX"] = f["train"]["SEX"].astype("float64")
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "train", "SEX", "dtype")
+    assert "'float64'" in line and "expected int64" in line
+
+
+def test_nan_in_feature(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["train"].loc[[3, 7], "lepton_pT"] = np.nan
+
+    line = assert_fails(run_raw(env, capsys, "higgs", corrupt), "train", "lepton_pT", "not_null")
+    assert "2 of" in line and "offending rows: 3 (lepton_pT=nan), 7 (lepton_pT=nan)" in line
+
+
+def test_nan_in_label(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["val"]["income"] = f["val"]["income"].astype("float64")
+        f["val"].loc[2, "income"] = np.nan
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "val", "income", "not_null")
+    assert "offending rows: 2 (income=nan)" in line
+
+
+def test_binary_label_outside_0_1(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["train"].loc[5, "income"] = 2
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "train", "income", "labels")
+    assert "offending rows: 5 (income=2)" in line
+
+
+def test_marital_outside_its_5_classes(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["test"].loc[4, "marital"] = 5
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "test", "marital", "labels")
+    assert "offending rows: 4 (marital=5)" in line
+
+
+def test_infinite_regression_target(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["test"].loc[1, "m_jj"] = np.inf
+
+    rc, text, out = result = run_raw(env, capsys, "higgs", corrupt)
+    line = assert_fails(result, "test", "m_jj", "finite")
+    assert "offending rows: 1 (m_jj=inf)" in line
+    assert "standard deviation undefined" in failed(text, "test", "m_jj", "constant")[0]
+
+
+def test_constant_numerical_column(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["train"]["lepton_eta"] = np.float32(0.5)
+
+    line = assert_fails(run_raw(env, capsys, "higgs", corrupt), "train", "lepton_eta", "constant")
+    assert "observed 0" in line
+
+
+def test_numerical_value_out_of_plausible_range(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["val"].loc[9, "lepton_phi"] = np.float32(40.0)
+
+    line = assert_fails(run_raw(env, capsys, "higgs", corrupt), "val", "lepton_phi", "range")
+    assert "offending rows: 9 (lepton_phi=40)" in line
+
+
+def test_split_with_zero_rows(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["val"] = f["val"].iloc[:0]
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "val", None, "rows")
+    assert "observed 0" in line
+
+
+def test_row_count_differs_from_params(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["train"] = pd.concat([f["train"], f["train"].iloc[:100]], ignore_index=True)
+
+    assert_fails(run_raw(env, capsys, "acs_income", corrupt), "train", None, "rows")
+
+
+def test_inverted_class_balance(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["train"]["income"] = 1 - f["train"]["income"]
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "train", "income", "class_balance")
+    assert "Table 1: 0.3944" in line
+
+
+def test_duplicated_header_row(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        header = pd.DataFrame([list(f["train"].columns)], columns=f["train"].columns)
+        # What reading a CSV whose header row was duplicated leaves: every column text.
+        f["train"] = pd.concat([header, f["train"].astype(str)], ignore_index=True).astype(str)
+
+    rc, text, out = result = run_raw(env, capsys, "acs_income", corrupt)
+    line = assert_fails(result, "train", "AGEP", "dtype")
+    assert "offending rows: 0 (AGEP='AGEP')" in line
+    # The printed summary stops at report.max_failures; the Data Docs record lists every failure.
+    record = json.loads((env["report"] / "results" / "validate_raw-acs_income-train.json").read_text())
+    every = "\n".join(record["failures"])
+    assert all(failed(every, "train", c, "dtype") for c in get_schema("acs_income").canonical_columns)
+
+
+def test_unseen_category_above_tolerated_fraction(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        unseen = int(np.setdiff1d(np.arange(10, 9921), f["train"]["OCCP"].unique())[0])
+        f["test"].loc[: len(f["test"]) // 20, "OCCP"] = unseen  # ~5% of rows > the tolerated 1%
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "test", "OCCP", "unseen")
+    assert "tolerated 1%" in line
+
+
+def test_unseen_category_below_tolerated_fraction_passes(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        unseen = int(np.setdiff1d(np.arange(10, 9921), f["train"]["OCCP"].unique())[0])
+        f["test"].loc[:1, "OCCP"] = unseen  # 2 of 450 rows
+
+    rc, text, out = run_raw(env, capsys, "acs_income", corrupt)
+    assert rc == 0 and out.exists(), text
+
+
+def test_train_and_test_with_different_columns(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        cols = list(f["test"].columns)
+        cols[0], cols[1] = cols[1], cols[0]
+        f["test"] = f["test"][cols]
+
+    line = assert_fails(run_raw(env, capsys, "acs_income", corrupt), "test", None, "same_columns_as_train")
+    assert "order differs from position 0" in line
+
+
+# ------------------------------------------------------------------------------------------------ processed
+def test_processed_infinite_feature(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames, meta: dict) -> None:
+        f["val"].loc[6, "jet1_eta"] = -np.inf
+
+    line = assert_fails(run_processed(env, capsys, "higgs", corrupt), "val", "jet1_eta", "finite")
+    assert "offending rows: 6 (jet1_eta=-inf)" in line
+
+
+def test_processed_category_code_beyond_cardinality(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames, meta: dict) -> None:
+        f["test"].loc[8, "SEX"] = 3  # cardinality 2 + the reserved index 0: codes 0..2
+
+    line = assert_fails(run_processed(env, capsys, "acs_income", corrupt), "test", "SEX", "codes")
+    assert "offending rows: 8 (SEX=3)" in line
+
+
+def test_processed_train_not_standard_normal(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames, meta: dict) -> None:
+        f["train"]["lepton_pT"] = f["train"]["lepton_pT"] * 5 + 3  # forgot the quantile transform
+
+    rc, text, out = result = run_processed(env, capsys, "higgs", corrupt)
+    assert_fails(result, "train", "lepton_pT", "normal_std")
+    assert failed(text, "train", "lepton_pT", "normal_mean")
+
+
+def test_processed_splits_with_different_columns(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames, meta: dict) -> None:
+        f["test"] = f["test"].drop(columns=["m_bb"])
+
+    assert_fails(run_processed(env, capsys, "higgs", corrupt), "test", None, "same_columns_as_train")
+
+
+def test_processed_row_count_differs_from_meta(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames, meta: dict) -> None:
+        meta["n_rows"]["val"] += 1
+
+    assert_fails(run_processed(env, capsys, "acs_income", corrupt), "val", None, "rows")
+
+
+# ------------------------------------------------------------------------------------------------ behaviour
+def test_warn_only_writes_a_failing_verdict_and_exits_0(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["train"].loc[5, "income"] = 2
+
+    rc, text, out = run_raw(env, capsys, "acs_income", corrupt, "--warn-only")
+    assert rc == 0 and failed(text, "train", "income", "labels")
+    verdict = json.loads(out.read_text())
+    assert verdict["success"] is False and verdict["warn_only"] is True and verdict["failures"]
+
+
+def test_failure_leaves_an_earlier_verdict_untouched(env: dict, capsys: pytest.CaptureFixture) -> None:
+    rc, text, out = run_raw(env, capsys, "acs_income")
+    assert rc == 0
+    before = out.read_bytes()
+    case = out.parent.parent
+    f = pd.read_parquet(case / "splits" / "val.parquet")
+    f.loc[0, "marital"] = 11
+    f.to_parquet(case / "splits" / "val.parquet", index=False)
+    rc = validate_raw.main(
+        [
+            "--dataset",
+            "acs_income",
+            "--splits",
+            str(case / "splits"),
+            "--out",
+            str(out),
+            "--context",
+            str(env["gx"]),
+            "--report",
+            str(env["report"]),
+            "--params",
+            str(env["root"] / "params.yaml"),
+        ]
+    )
+    assert rc == 1 and out.read_bytes() == before
+
+
+def test_data_docs_index_shows_failed_expectations(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def corrupt(f: Frames) -> None:
+        f["test"].loc[4, "marital"] = 5
+
+    assert_fails(run_raw(env, capsys, "acs_income", corrupt), "test", "marital", "labels")
+    index = (env["report"] / "index.html").read_text()
+    assert "<script" not in index  # opens offline, in any browser
+    assert "validate_raw@acs_income" in index and "FAILED" in index
+    assert "column &#x27;marital&#x27; · expect_column_values_to_be_in_set (labels)" in index
+    record = json.loads((env["report"] / "results" / "validate_raw-acs_income-test.json").read_text())
+    page = env["report"] / record["page"]
+    assert (
+        page.exists()
+        and "expect_column_values_to_be_in_set" in page.read_text()
+        or "marital" in page.read_text()
+    )
+
+
+def test_missing_split_file_is_a_clear_error(env: dict, capsys: pytest.CaptureFixture) -> None:
+    case = _case(env)
+    vf.write_splits(case / "splits", "acs_income", env["params"])
+    (case / "splits" / "val.parquet").unlink()
+    rc = validate_raw.main([
+        "--dataset", "acs_income", "--splits", str(case / "splits"), "--out", str(case / "v.json"),
+        "--context", str(env["gx"]), "--report", str(env["report"]), "--params", str(env["root"] / "params.yaml"),
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 1 and not (case / "v.json").exists()
+    assert "[validate_raw@acs_income] error:" in err and "val.parquet not found" in err
+
+
+def test_expected_rows_exact_for_remote() -> None:
+    data = load_dataset_config("higgs", REPO / "params.yaml")
+    data = type(data)(**{**data.__dict__, "source": "remote"})
+    rows = expected_rows(get_schema("higgs"), data, 0, {"train": 0, "val": 0, "test": 0})
+    assert rows == {"train": (9_900_000, 9_900_000), "val": (550_000, 550_000), "test": (550_000, 550_000)}
+    ali = load_dataset_config("aliexpress", REPO / "params.yaml")
+    ali = type(ali)(**{**ali.__dict__, "source": "remote"})
+    rows = expected_rows(get_schema("aliexpress"), ali, 2, {"train": 0, "val": 0, "test": 0})
+    assert rows["test"] == (5_559_299, 5_559_303)
+    assert math.isclose(sum((lo + hi) / 2 for lo, hi in (rows["train"], rows["val"])), 12_157_894, abs_tol=1)
+
+
+def test_fast_decimal_check_answers_as_great_expectations() -> None:
+    import decimal
+
+    import great_expectations.util as gx_util
+
+    from multitab.validation.runner import _contains_decimal
+
+    assert gx_util.does_ndarray_contain_decimal_dtype is _contains_decimal  # installed by the runner
+    assert not _contains_decimal(np.arange(5, dtype=np.float32))
+    assert _contains_decimal(np.array([1.0, decimal.Decimal("2.5")], dtype=object))
+    assert not _contains_decimal(np.array([1.0, "a"], dtype=object))
