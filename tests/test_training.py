@@ -296,8 +296,10 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
     import yaml
 
     stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
-    exempt = {"datasets", "models", "seeds", "progress"}
+    exempt = {"datasets", "models", "seeds", "progress", "variants"}
     expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in exempt}
+    assert set(stages["train_ablation"]["params"]) == expected | {"train.variants"}
+    assert set(stages["train_ablation"]["matrix"]) == {"dataset", "variant", "seed"}
     for name, folder, key in (("train", "data/processed", "dataset"), ("train_bench", "data/synthetic", "config")):
         stage = stages[name]
         assert set(stage["params"]) == expected, name
@@ -306,3 +308,24 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
         assert data in stage["deps"] and verdict in stage["deps"], name
         assert f"--data {data}" in stage["cmd"] and f"--verdict {verdict}" in stage["cmd"], name
         assert set(stage["matrix"]) == {key, "model", "seed"}, name
+
+
+def test_variant_runs_build_the_base_model_with_the_variant_keywords(tiny: Path, tmp_path: Path) -> None:
+    from multitab.config import ConfigError
+    from multitab.training.config import Variant
+
+    seen: list[tuple[str, dict]] = []
+
+    def builder(name: str, meta: dict, overrides: dict, extras: dict) -> TinyNet:
+        seen.append((name, overrides))
+        return TinyNet(meta, d=overrides["d"])
+
+    config = make_config(max_epochs=1, variants={"wide": Variant(model="tiny", overrides={"d": 16})},
+                         model_overrides={"tiny": {"d": 4}})
+    spec = RunSpec(dataset="tiny", model="tiny@wide", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+    record, _ = run_training(spec, config, builder=builder, optim_defaults=tiny_optim)
+    assert seen == [("tiny", {"d": 16})] and record["model"] == "tiny@wide"
+    with pytest.raises(ConfigError, match="no variant 'narrow'"):
+        config.resolve("tiny@narrow")
+    with pytest.raises(ConfigError, match="variant of 'tiny', not of 'other'"):
+        config.resolve("other@wide")

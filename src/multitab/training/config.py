@@ -24,6 +24,12 @@ class OptimOverride:
 
 
 @dataclass(frozen=True)
+class Variant:
+    model: str
+    overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     datasets: tuple[str, ...]  # the real datasets of the train matrix (data/processed/<dataset>)
     models: tuple[str, ...]  # registry names (multitab.models.MODELS)
@@ -44,6 +50,9 @@ class TrainConfig:
     # model -> build_model keyword overrides, applied to every dataset; `<model>@<dataset>` keys apply to
     # one dataset only and win.
     model_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Named variants of a registry model, run as model `<model>@<variant>` (Table 2's ablation runs):
+    # `<variant>: {model: <registry name>, overrides: {build_model keywords}}`.
+    variants: dict[str, Variant] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.batch_size < 2:
@@ -62,7 +71,24 @@ class TrainConfig:
         return self.patience.get(dataset, self.patience["default"])
 
     def overrides_for(self, model: str, dataset: str) -> dict[str, Any]:
-        return {**self.model_overrides.get(model, {}), **self.model_overrides.get(f"{model}@{dataset}", {})}
+        """build_model keywords of run model `model` (a registry name or `<name>@<variant>`) on `dataset`:
+        the model's overrides, then its per-dataset ones, then the variant's."""
+        base, variant = self.resolve(model)
+        extra = self.variants[variant].overrides if variant else {}
+        return {**self.model_overrides.get(base, {}), **self.model_overrides.get(f"{base}@{dataset}", {}), **extra}
+
+    def resolve(self, model: str) -> tuple[str, str | None]:
+        """(registry name, variant or None) of a run model name."""
+        if "@" not in model:
+            return model, None
+        base, variant = model.split("@", 1)
+        if variant not in self.variants:
+            raise ConfigError(f"train.variants has no variant {variant!r} (run model {model!r}); "
+                              f"known: {sorted(self.variants)}")
+        if self.variants[variant].model != base:
+            raise ConfigError(f"train.variants.{variant} is a variant of {self.variants[variant].model!r}, "
+                              f"not of {base!r}")
+        return base, variant
 
 
 def load_train_config(params_path: str | Path = "params.yaml") -> TrainConfig:

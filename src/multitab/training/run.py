@@ -132,14 +132,15 @@ def run_training(
                  config.max_train_rows, len(data.splits["train"]))
         data.splits["train"] = data.splits["train"].head(config.max_train_rows)
     seed_everything(spec.seed, config.deterministic)
+    base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> with the variant's keywords
     overrides = config.overrides_for(spec.model, spec.dataset)
     extras = {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
               "device": config.device, "n_threads": config.num_threads}
-    model = builder(spec.model, data.meta, overrides, extras)
+    model = builder(base_model, data.meta, overrides, extras)
     patience = config.patience_for(spec.dataset)
     if isinstance(model, torch.nn.Module):
-        selected = optim_defaults(spec.dataset, spec.model)
-        optim = _optim_settings(selected, spec.model, config)
+        selected = optim_defaults(spec.dataset, base_model)
+        optim = _optim_settings(selected, base_model, config)
         max_epochs = config.max_epochs if config.max_epochs is not None else int(selected.get("max_epochs", 100))
         settings = RunSettings(
             seed=spec.seed, max_epochs=max_epochs, patience=patience, batch_size=config.batch_size,
