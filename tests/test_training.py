@@ -329,3 +329,16 @@ def test_variant_runs_build_the_base_model_with_the_variant_keywords(tiny: Path,
         config.resolve("tiny@narrow")
     with pytest.raises(ConfigError, match="variant of 'tiny', not of 'other'"):
         config.resolve("other@wide")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision,compile_", [("fp32", False), ("bf16", True)])
+def test_cuda_run_with_bf16_and_compile(tiny: Path, tmp_path: Path, precision: str, compile_: bool) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+    config = make_config(device="cuda", precision=precision, compile=compile_, max_epochs=3)
+    record, history = run_training(spec, config, builder=tiny_builder, optim_defaults=tiny_optim)
+    assert record["device"].startswith("cuda")
+    assert all(v is not None and math.isfinite(v) for v in record["test"].values())
+    assert record["test"]["click"] > 0.7 and len(history) == 3
