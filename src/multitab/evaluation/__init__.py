@@ -1,4 +1,4 @@
-"""Evaluation: metrics, multitask gain, significance tests, complexity, tables and figures."""
+"""Evaluation: metrics per task (metrics.py), multitask gain, significance tests, complexity, tables and figures."""
 
 from multitab.evaluation.complexity import complexity
 

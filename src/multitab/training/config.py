@@ -1,0 +1,95 @@
+"""Typed configuration of the training stages: params.yaml → `train`.
+
+Defaults live in params.yaml; the per-model optimiser, learning rate, weight decay and dropout default
+to the authors' selected configuration that `multitab.models.build_model` carries for each dataset.
+`optim` and `model_overrides` replace them per model (and `model_overrides` per dataset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from multitab.config import ConfigError, load_params, section
+
+
+@dataclass(frozen=True)
+class OptimOverride:
+    """Replaces the authors' selection for one model; null keeps it."""
+
+    optimizer: Literal["adam", "adamw"] | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    model: str
+    overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    datasets: tuple[str, ...]  # the real datasets of the train matrix (data/processed/<dataset>)
+    models: tuple[str, ...]  # registry names (multitab.models.MODELS)
+    seeds: tuple[int, ...]
+    device: Literal["auto", "cpu", "cuda"]
+    precision: Literal["fp32", "bf16"]  # bf16 = autocast on CUDA (ignored on CPU, with a warning)
+    compile: bool  # torch.compile the model (CUDA only)
+    deterministic: bool  # torch.use_deterministic_algorithms: bit-identical CPU reruns and resumes
+    num_threads: int  # torch intra-op threads; 0 = torch's default
+    batch_size: int  # 2048 in the paper; also the evaluation batch (inter-sample attention, see data.py)
+    max_epochs: int | None  # cap on epochs; null = the authors' selection (100; 50 for AliExpress)
+    # Train on the first `max_train_rows` rows of the (shuffled) training split; null = all (the paper).
+    max_train_rows: int | None
+    patience: dict[str, int]  # per dataset; key `default` for the others (MultiTab-Bench)
+    xgboost_early_stopping_rounds: int  # XGBoost's early stopping on the validation split
+    progress: bool  # a tqdm bar per epoch (samples/s)
+    optim: dict[str, OptimOverride] = field(default_factory=dict)  # model -> override
+    # model -> build_model keyword overrides, applied to every dataset; `<model>@<dataset>` keys apply to
+    # one dataset only and win.
+    model_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Named variants of a registry model, run as model `<model>@<variant>` (Table 2's ablation runs):
+    # `<variant>: {model: <registry name>, overrides: {build_model keywords}}`.
+    variants: dict[str, Variant] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 2:
+            raise ConfigError(f"train.batch_size={self.batch_size} must be >= 2")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise ConfigError(f"train.max_epochs={self.max_epochs} must be >= 1")
+        if self.max_train_rows is not None and self.max_train_rows < 1:
+            raise ConfigError(f"train.max_train_rows={self.max_train_rows} must be >= 1 or null")
+        if "default" not in self.patience:
+            raise ConfigError("train.patience needs a `default` entry (used for MultiTab-Bench configs)")
+        bad = {k: v for k, v in self.patience.items() if v < 1}
+        if bad:
+            raise ConfigError(f"train.patience: values must be >= 1, got {bad}")
+
+    def patience_for(self, dataset: str) -> int:
+        return self.patience.get(dataset, self.patience["default"])
+
+    def overrides_for(self, model: str, dataset: str) -> dict[str, Any]:
+        """build_model keywords of run model `model` (a registry name or `<name>@<variant>`) on `dataset`:
+        the model's overrides, then its per-dataset ones, then the variant's."""
+        base, variant = self.resolve(model)
+        extra = self.variants[variant].overrides if variant else {}
+        return {**self.model_overrides.get(base, {}), **self.model_overrides.get(f"{base}@{dataset}", {}), **extra}
+
+    def resolve(self, model: str) -> tuple[str, str | None]:
+        """(registry name, variant or None) of a run model name."""
+        if "@" not in model:
+            return model, None
+        base, variant = model.split("@", 1)
+        if variant not in self.variants:
+            raise ConfigError(f"train.variants has no variant {variant!r} (run model {model!r}); "
+                              f"known: {sorted(self.variants)}")
+        if self.variants[variant].model != base:
+            raise ConfigError(f"train.variants.{variant} is a variant of {self.variants[variant].model!r}, "
+                              f"not of {base!r}")
+        return base, variant
+
+
+def load_train_config(params_path: str | Path = "params.yaml") -> TrainConfig:
+    return section(load_params(params_path), "train", TrainConfig, source=str(params_path))

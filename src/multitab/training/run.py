@@ -1,0 +1,227 @@
+"""One training run end to end: load the processed data, build the model, train (or fit) it, and return
+the metrics record that `stages/train.py` writes as results/runs/<dataset>/<model>/seed<S>/metrics.json.
+
+The record's schema is `METRICS_SCHEMA` (JSON Schema; aggregate and the tests read it). Non-finite
+metric values (an undefined AUC) are written as null.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from multitab.evaluation.metrics import mean_metric, task_metrics
+from multitab.training import checkpoint as ckpt
+from multitab.training.config import TrainConfig
+from multitab.training.data import ProcessedData, load_processed
+from multitab.training.loop import RunResult, RunSettings, regression_mse, seed_everything, train
+
+log = logging.getLogger(__name__)
+
+_METRIC_MAP = {"type": "object", "additionalProperties": {"type": ["number", "null"]}}
+METRICS_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["dataset", "model", "seed", "source", "standin", "task_types", "metric_names", "test", "val",
+                 "test_mean", "val_mean", "test_mse", "test_mse_standardised", "best_epoch", "epochs",
+                 "max_epochs", "stopped_early", "train_seconds", "samples_per_second", "device",
+                 "torch_version", "n_params", "optimizer", "n_rows"],
+    "properties": {
+        "dataset": {"type": "string"},
+        "model": {"type": "string"},
+        "seed": {"type": "integer"},
+        "source": {"enum": ["standin", "local", "remote", "synthetic"]},
+        "standin": {"type": "boolean"},
+        "task_types": {"type": "object", "additionalProperties": {"enum": ["binary", "multiclass", "regression"]}},
+        "metric_names": {"type": "object", "additionalProperties": {"enum": ["auc", "ev"]}},
+        "test": _METRIC_MAP,
+        "val": _METRIC_MAP,
+        "test_mean": {"type": ["number", "null"]},
+        "val_mean": {"type": ["number", "null"]},
+        "test_mse": _METRIC_MAP,
+        "test_mse_standardised": _METRIC_MAP,
+        "best_epoch": {"type": "integer", "minimum": 1},
+        "epochs": {"type": "integer", "minimum": 1},
+        "max_epochs": {"type": "integer", "minimum": 1},
+        "stopped_early": {"type": "boolean"},
+        "train_seconds": {"type": "number", "minimum": 0},
+        "samples_per_second": {"type": ["number", "null"]},
+        "device": {"type": "string"},
+        "torch_version": {"type": "string"},
+        "n_params": {"type": ["integer", "null"]},
+        "optimizer": {"type": "object"},
+        "n_rows": {"type": "object", "additionalProperties": {"type": "integer"}},
+    },
+}
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _clean(metrics: dict[str, float]) -> dict[str, float | None]:
+    return {k: _finite_or_none(v) for k, v in metrics.items()}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    dataset: str
+    model: str
+    seed: int
+    data_path: Path
+    checkpoint_dir: Path
+
+
+def _optim_settings(defaults: dict[str, Any], name: str, config: TrainConfig) -> dict[str, Any]:
+    """The authors' optimiser selection (optimizer / lr / weight_decay) replaced key by key by params
+    `train.optim.<model>`."""
+    defaults = dict(defaults)
+    override = config.optim.get(name)
+    if override is not None:
+        for key in ("optimizer", "lr", "weight_decay"):
+            value = getattr(override, key)
+            if value is not None:
+                defaults[key] = value
+    return {k: defaults[k] for k in ("optimizer", "lr", "weight_decay")}
+
+
+def _default_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any], extras: dict[str, Any]) -> Any:
+    """`build_model` with `overrides`, plus the run's `extras` (seed, early_stopping_rounds, device,
+    n_threads) for the models that take them as hyperparameters (XGBoost) unless overridden."""
+    from multitab.models import build_model, hyperparameters  # imported late so tests can inject models
+
+    accepted = set(hyperparameters(name))
+    kwargs = {k: v for k, v in extras.items() if k in accepted}
+    kwargs.update(overrides)
+    return build_model(name, meta, **kwargs)
+
+
+def _default_optim(dataset: str, name: str) -> dict[str, Any]:
+    from multitab.models import training_defaults  # the authors' selection per dataset and model
+
+    return training_defaults(dataset, name)
+
+
+def run_training(
+    spec: RunSpec,
+    config: TrainConfig,
+    *,
+    builder: Callable[[str, dict[str, Any], dict[str, Any], dict[str, Any]], Any] | None = None,
+    optim_defaults: Callable[[str, str], dict[str, Any]] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """Train one run; returns (metrics record, per-epoch history). `builder(name, meta, overrides, extras)`
+    makes the model (default: `multitab.models.build_model`; extras: seed, early stopping rounds, device); `optim_defaults(dataset, model)` gives optimizer,
+    lr and weight_decay before params' `train.optim` overrides (default: `multitab.models.training_defaults`)."""
+    builder = builder or _default_builder
+    optim_defaults = optim_defaults or _default_optim
+    if config.num_threads > 0:
+        torch.set_num_threads(config.num_threads)
+    data = load_processed(spec.data_path)
+    if config.max_train_rows is not None and len(data.splits["train"]) > config.max_train_rows:
+        log.info("training on the first %d of %d training rows (train.max_train_rows)",
+                 config.max_train_rows, len(data.splits["train"]))
+        data.splits["train"] = data.splits["train"].head(config.max_train_rows)
+    seed_everything(spec.seed, config.deterministic)
+    base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> with the variant's keywords
+    overrides = config.overrides_for(spec.model, spec.dataset)
+    extras = {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
+              "device": config.device, "n_threads": config.num_threads}
+    model = builder(base_model, data.meta, overrides, extras)
+    patience = config.patience_for(spec.dataset)
+    if isinstance(model, torch.nn.Module):
+        selected = optim_defaults(spec.dataset, base_model)
+        optim = _optim_settings(selected, base_model, config)
+        max_epochs = config.max_epochs if config.max_epochs is not None else int(selected.get("max_epochs", 100))
+        settings = RunSettings(
+            seed=spec.seed, max_epochs=max_epochs, patience=patience, batch_size=config.batch_size,
+            optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
+            precision=config.precision, compile=config.compile, deterministic=config.deterministic,
+            progress=config.progress, on_step=on_step,
+        )
+        run_fp = ckpt.fingerprint({
+            "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
+            "optim": optim, "max_epochs": max_epochs, "patience": patience, "batch_size": config.batch_size,
+            "precision": config.precision, "max_train_rows": config.max_train_rows, "meta": data.meta,
+        })
+        result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir, run_fingerprint=run_fp)
+        n_params: int | None = sum(p.numel() for p in model.parameters())
+    else:
+        optim = {"optimizer": "none (gradient boosting)"}
+        max_epochs = int(getattr(model, "n_rounds", 1))
+        result = fit_predict(model, data)
+        n_params = None
+    record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
+    record["max_train_rows"] = config.max_train_rows
+    return record, result.history
+
+
+def fit_predict(model: Any, data: ProcessedData) -> RunResult:
+    """Non-torch models (XGBoost, see its class docstring): `fit(x_num, x_cat, targets, x_num_val=...,
+    x_cat_val=..., targets_val=...)` with its own early stopping on the validation split, then
+    `predict(x_num, x_cat) -> {task: scores}` (logits / values, as the torch models) on val and test.
+    `best_epoch` / `epochs` report boosting rounds (the largest over the model's boosters)."""
+    train_split, val_split = data.splits["train"], data.splits["val"]
+    t0 = time.perf_counter()
+    model.fit(train_split.x_num.numpy(), train_split.x_cat.numpy(), {k: v.numpy() for k, v in train_split.targets().items()},
+              x_num_val=val_split.x_num.numpy(), x_cat_val=val_split.x_cat.numpy(),
+              targets_val={k: v.numpy() for k, v in val_split.targets().items()})
+    seconds = time.perf_counter() - t0
+    tasks = data.schema.tasks
+    out: dict[str, dict[str, float]] = {}
+    preds_by: dict[str, dict[str, np.ndarray]] = {}
+    labels_by: dict[str, dict[str, np.ndarray]] = {}
+    for name in ("val", "test"):
+        split = data.splits[name]
+        preds_by[name] = {k: np.asarray(v) for k, v in model.predict(split.x_num.numpy(), split.x_cat.numpy()).items()}
+        labels_by[name] = {k: v.numpy() for k, v in split.targets().items()}
+        out[name] = task_metrics(tasks, labels_by[name], preds_by[name])
+    test_mse, test_mse_std = regression_mse(tasks, labels_by["test"], preds_by["test"], data.meta.get("target_stats", {}))
+    best_rounds = [int(r) for r in getattr(model, "best_rounds", [1])]
+    boosters = getattr(model, "boosters", [])
+    rounds = max([int(b.num_boosted_rounds()) for b in boosters] or best_rounds)
+    best = max(best_rounds)
+    n_train = len(train_split)
+    return RunResult(
+        val=out["val"], test=out["test"], test_mse=test_mse, test_mse_standardised=test_mse_std, best_epoch=best,
+        epochs=rounds, stopped_early=rounds < int(getattr(model, "n_rounds", rounds)), train_seconds=seconds,
+        samples_per_second=n_train * rounds / seconds if seconds > 0 else math.nan,
+        device=str(getattr(model, "device", "cpu")),
+        history=[{"epoch": 1, "val_mean": mean_metric(out["val"]), **{f"val_{k}": v for k, v in out["val"].items()}}],
+        resumed_from_epoch=0,
+    )
+
+
+def metrics_record(
+    spec: RunSpec, data: ProcessedData, result: RunResult, *, optim: dict[str, Any], max_epochs: int,
+    n_params: int | None,
+) -> dict[str, Any]:
+    meta = data.meta
+    if "standin" not in meta or "source" not in meta:
+        raise KeyError(f"{data.path / 'meta.json'}: keys 'source' and 'standin' are required (label stand-in results)")
+    tasks = data.schema.tasks
+    return {
+        "dataset": spec.dataset, "model": spec.model, "seed": spec.seed,
+        "source": meta["source"], "standin": bool(meta["standin"]),
+        "task_types": {t.name: t.type for t in tasks},
+        "metric_names": {t.name: t.metric for t in tasks},
+        "test": _clean(result.test), "val": _clean(result.val),
+        "test_mean": _finite_or_none(mean_metric(result.test)), "val_mean": _finite_or_none(mean_metric(result.val)),
+        "test_mse": _clean(result.test_mse), "test_mse_standardised": _clean(result.test_mse_standardised),
+        "best_epoch": result.best_epoch, "epochs": result.epochs, "max_epochs": max_epochs,
+        "stopped_early": result.stopped_early, "resumed_from_epoch": result.resumed_from_epoch,
+        "train_seconds": round(result.train_seconds, 3),
+        "samples_per_second": _finite_or_none(round(result.samples_per_second, 1)),
+        "device": result.device, "torch_version": torch.__version__, "python": platform.python_version(),
+        "n_params": n_params, "optimizer": optim,
+        "n_rows": {k: len(v) for k, v in data.splits.items()},
+    }

@@ -1,0 +1,71 @@
+"""Stage `train@<dataset>-<model>-<seed>` (and `train_bench@<config>-<model>-<seed>`): one training run.
+
+    python -m stages.train --dataset higgs --model multitab_net --seed 0 \
+        --data data/processed/higgs --verdict data/validated/higgs.json \
+        --out results/runs/higgs/multitab_net/seed0 --checkpoints results/checkpoints/higgs/multitab_net/seed0
+
+Writes <out>/metrics.json, the per-epoch curves as a dvclive log in <out>/dvclive, and the checkpoints
+(best.pt is the tested one; last.pt lets a killed run resume: just run the stage again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from multitab.io import atomic_dir, read_json, write_json
+from multitab.training.config import load_train_config
+from multitab.training.run import RunSpec, run_training
+from stages._common import parser, run
+
+
+def check_verdict(path: Path, dataset: str) -> None:
+    """Refuse to train on data the validation stage did not pass."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: validation verdict not found; run `dvc repro validate_processed@{dataset}`")
+    verdict = read_json(path)
+    ok = verdict.get("success", verdict.get("passed"))
+    if ok is not True:
+        raise ValueError(f"{path}: the data of {dataset} failed validation (success={ok!r}); see reports/validation/")
+
+
+def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
+    """Per-epoch curves as a dvclive log (plots/metrics/*.tsv), written whole from the history."""
+    from dvclive import Live
+
+    with atomic_dir(out) as tmp:
+        with Live(dir=str(tmp), save_dvc_exp=False, dvcyaml=None, report=None) as live:
+            for row in history:
+                for key, value in row.items():
+                    if key != "epoch" and value is not None and value == value:  # skip NaN
+                        live.log_metric(key, float(value))
+                live.next_step()
+
+
+def train_one(a: argparse.Namespace) -> None:
+    if a.verdict is not None:
+        check_verdict(a.verdict, a.dataset)
+    spec = RunSpec(dataset=a.dataset, model=a.model, seed=a.seed, data_path=a.data,
+                   checkpoint_dir=a.checkpoints)
+    record, history = run_training(spec, load_train_config(a.params))
+    write_dvclive(history, a.out / "dvclive")
+    write_json(a.out / "metrics.json", record)
+    print(json.dumps({k: record[k] for k in ("dataset", "model", "seed", "test", "best_epoch", "epochs")}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__ or "")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--seed", required=True, type=int)
+    p.add_argument("--data", required=True, type=Path, help="processed folder (meta.json + split parquet)")
+    p.add_argument("--verdict", type=Path, default=None, help="validation verdict JSON that must say success")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--checkpoints", required=True, type=Path)
+    a = p.parse_args(argv)
+    return run(f"train@{a.dataset}-{a.model}-{a.seed}", lambda: train_one(a))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""Tiny processed datasets and tiny models for the training tests (stand-in shaped, a few hundred rows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+FEATURES = [
+    {"name": "n1", "kind": "numerical", "cardinality": None},
+    {"name": "c1", "kind": "categorical", "cardinality": 5},
+    {"name": "n2", "kind": "numerical", "cardinality": None},
+    {"name": "c2", "kind": "categorical", "cardinality": 3},
+]
+TASKS = [
+    {"name": "click", "type": "binary", "n_classes": None},
+    {"name": "marital", "type": "multiclass", "n_classes": 3},
+    {"name": "m_jj", "type": "regression", "n_classes": None},
+]
+
+
+def write_tiny_processed(path: Path, *, n: dict[str, int] | None = None, seed: int = 0, standin: bool = True,
+                         features: list[dict[str, Any]] | None = None, tasks: list[dict[str, Any]] | None = None
+                         ) -> dict[str, Any]:
+    """Write data/processed-style Parquet splits + meta.json with learnable targets."""
+    n = n or {"train": 600, "val": 200, "test": 200}
+    features = features or FEATURES
+    tasks = tasks or TASKS
+    rng = np.random.default_rng(seed)
+    path.mkdir(parents=True, exist_ok=True)
+    for split, rows in n.items():
+        cols: dict[str, np.ndarray] = {}
+        signal = np.zeros(rows)
+        for f in features:
+            if f["kind"] == "numerical":
+                cols[f["name"]] = rng.normal(size=rows).astype(np.float32)
+                signal += cols[f["name"]]
+            else:
+                cols[f["name"]] = rng.integers(1, f["cardinality"], size=rows).astype(np.int64)
+                signal += (cols[f["name"]] % 2) - 0.5
+        for t in tasks:
+            noisy = signal + rng.normal(scale=0.5, size=rows)
+            if t["type"] == "binary":
+                cols[t["name"]] = (noisy > 0).astype(np.int64)
+            elif t["type"] == "multiclass":
+                cols[t["name"]] = np.digitize(noisy, np.quantile(noisy, np.linspace(0, 1, t["n_classes"] + 1)[1:-1])).astype(np.int64)
+            else:
+                cols[t["name"]] = ((noisy - noisy.mean()) / noisy.std()).astype(np.float32)
+        pd.DataFrame(cols).to_parquet(path / f"{split}.parquet", index=False)
+    meta = {
+        "dataset": path.name, "features": features, "tasks": tasks,
+        "source": "standin" if standin else "local", "standin": standin, "n_rows": n,
+        "target_stats": {t["name"]: {"mean": 1.0, "std": 0.5} for t in tasks if t["type"] == "regression"},
+        "inputs": {"seed": str(seed)},
+    }
+    (path / "meta.json").write_text(json.dumps(meta))
+    return meta
+
+
+class TinyNet(nn.Module):
+    """Embeddings + a shared MLP + one head per task; dropout so the RNG state matters for resume."""
+
+    def __init__(self, meta: dict[str, Any], d: int = 8) -> None:
+        super().__init__()
+        cards = [f["cardinality"] for f in meta["features"] if f["kind"] == "categorical"]
+        n_num = sum(f["kind"] == "numerical" for f in meta["features"])
+        self.embeddings = nn.ModuleList([nn.Embedding(c, d) for c in cards])
+        self.body = nn.Sequential(nn.Linear(n_num + d * len(cards), 32), nn.ReLU(), nn.Dropout(0.1))
+        self.tasks = [(t["name"], t["n_classes"] or 1) for t in meta["tasks"]]
+        self.heads = nn.ModuleDict({name: nn.Linear(32, k) for name, k in self.tasks})
+
+    def forward(self, x_num: torch.Tensor, x_cat: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = [x_num] + [e(x_cat[:, i]) for i, e in enumerate(self.embeddings)]
+        h = self.body(torch.cat(parts, dim=1))
+        return {name: self.heads[name](h).squeeze(-1) if k == 1 else self.heads[name](h) for name, k in self.tasks}
+
+
+def tiny_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any], extras: dict[str, Any]) -> nn.Module:
+    return TinyNet(meta, **overrides)
+
+
+def tiny_optim(dataset: str, model: str) -> dict[str, Any]:
+    return {"optimizer": "adamw", "lr": 1e-2, "weight_decay": 1e-5}

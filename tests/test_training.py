@@ -1,0 +1,344 @@
+"""Training path: data batching, losses, early stopping, the loop, metrics records, the train stage."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
+from multitab.datasets.schema import Task
+from multitab.evaluation import metrics as M
+from multitab.training import loop as loop_mod
+from multitab.training.config import TrainConfig
+from multitab.training.data import DataError, iterate_batches, load_processed
+from multitab.training.early_stopping import EarlyStopping
+from multitab.training.losses import MultitaskLoss
+from multitab.training.run import METRICS_SCHEMA, RunSpec, run_training
+
+torch.set_num_threads(1)
+
+
+def make_config(**kw: object) -> TrainConfig:
+    base: dict[str, object] = dict(
+        datasets=("tiny",), models=("tiny",), seeds=(0,), device="cpu", precision="fp32", compile=False,
+        deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None, patience={"default": 5},
+        xgboost_early_stopping_rounds=5, progress=False,
+    )
+    base.update(kw)
+    return TrainConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("processed") / "tiny"
+    write_tiny_processed(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- data
+def test_training_batches_are_a_permutation_and_eval_order_is_fixed(tiny: Path) -> None:
+    split = load_processed(tiny).splits["train"]
+    g = torch.Generator().manual_seed(0)
+    batches = list(iterate_batches(split, 128, generator=g))
+    assert [len(b) for b in batches] == [128] * 4 + [600 - 512]
+    seen = torch.cat([b.x_num[:, 0] for b in batches])
+    assert not torch.equal(seen, split.x_num[:, 0])  # shuffled
+    assert torch.equal(seen.sort().values, split.x_num[:, 0].sort().values)  # every row exactly once
+    # targets travel with their rows
+    b = batches[0]
+    idx = torch.nonzero(split.x_num[:, 0][:, None] == b.x_num[:, 0][None, :])[:, 0]
+    assert torch.equal(split.targets()["marital"][idx].sort().values, b.targets["marital"].sort().values)
+    evals = [torch.cat([x.x_num for x in iterate_batches(split, 128)]) for _ in range(2)]
+    assert torch.equal(evals[0], split.x_num) and torch.equal(evals[1], split.x_num)
+
+
+def test_load_processed_names_the_bad_column_and_row(tmp_path: Path) -> None:
+    import pandas as pd
+
+    path = tmp_path / "bad"
+    write_tiny_processed(path)
+    df = pd.read_parquet(path / "val.parquet")
+    df.loc[7, "c2"] = 9  # cardinality 3
+    df.to_parquet(path / "val.parquet", index=False)
+    with pytest.raises(DataError, match=r"val.parquet: column 'c2' row 7: code 9 outside \[0, 3\)"):
+        load_processed(path)
+    df.drop(columns=["m_jj"]).to_parquet(path / "val.parquet", index=False)
+    with pytest.raises(Exception, match="m_jj"):
+        load_processed(path)
+
+
+# -------------------------------------------------------------------------------------------- losses
+def test_multitask_loss_is_the_sum_of_task_losses() -> None:
+    tasks = (Task("b", "binary", "b"), Task("m", "multiclass", "m", n_classes=3), Task("r", "regression", "r"))
+    out = {"b": torch.tensor([0.3, -1.0]), "m": torch.tensor([[1.0, 0.0, -1.0], [0.0, 2.0, 0.0]]),
+           "r": torch.tensor([0.5, 1.5])}
+    y = {"b": torch.tensor([1.0, 0.0]), "m": torch.tensor([0, 1]), "r": torch.tensor([0.0, 1.0])}
+    total, parts = MultitaskLoss(tasks)(out, y)
+    bce = -(math.log(1 / (1 + math.exp(-0.3))) + math.log(1 - 1 / (1 + math.exp(1.0)))) / 2
+    assert parts["b"].item() == pytest.approx(bce, rel=1e-6)
+    assert parts["r"].item() == pytest.approx((0.25 + 0.25) / 2)
+    assert total.item() == pytest.approx(sum(p.item() for p in parts.values()), rel=1e-6)
+    # a last batch of one sample works (their code crashed on it)
+    one, _ = MultitaskLoss(tasks)({k: v[:1] for k, v in out.items()}, {k: v[:1] for k, v in y.items()})
+    assert torch.isfinite(one)
+
+
+# ------------------------------------------------------------------------------------------- metrics
+def test_metrics_match_sklearn_and_handle_missing_classes() -> None:
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 300)
+    s = rng.normal(size=(300, 3)) + np.eye(3)[y]
+    p = np.exp(s) / np.exp(s).sum(1, keepdims=True)
+    assert M.multiclass_auc(y, s) == pytest.approx(roc_auc_score(y, p, multi_class="ovr", average="macro"))
+    yb = rng.integers(0, 2, 300)
+    sb = rng.normal(size=300) + yb
+    assert M.binary_auc(yb, sb) == pytest.approx(M.binary_auc(yb, np.exp(3 * sb)))  # monotone invariance
+    assert math.isnan(M.binary_auc(np.zeros(10), rng.normal(size=10)))
+    y2 = np.where(y == 2, 0, y)  # class 2 absent
+    assert M.multiclass_auc(y2, s) == pytest.approx(np.mean([roc_auc_score(y2 == k, p[:, k]) for k in (0, 1)]))
+    assert M.mean_metric({"a": 0.8, "b": math.nan, "c": 0.6}) == pytest.approx(0.7)
+    r = rng.normal(size=100)
+    assert M.explained_variance(r, r + 1.0) == pytest.approx(1.0)  # EV ignores a constant bias
+    assert M.mse(r, r + 1.0) == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------ early stopping
+def test_early_stopping_stops_on_scripted_curve() -> None:
+    es = EarlyStopping(patience=3)
+    curve = [0.50, 0.60, 0.62, 0.61, 0.62, 0.60, 0.99]  # 0.62 again is no improvement
+    for epoch, value in enumerate(curve):
+        es.step(value, epoch)
+        if es.should_stop:
+            break
+    assert (epoch, es.best_epoch, es.best) == (5, 2, 0.62)
+    es2 = EarlyStopping(patience=2)
+    es2.step(math.nan, 0)
+    assert es2.best_epoch == -1 and es2.bad_epochs == 1
+
+
+def test_loop_stops_at_the_right_epoch_and_tests_the_best_weights(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mean validation metric is scripted; training must stop after epoch 6 (patience 3, best at
+    epoch 3) and test epoch 3's weights."""
+    curve = iter([0.50, 0.60, 0.62, 0.61, 0.62, 0.60, 0.99, 0.99, 0.99])
+    scripted: list[float] = []
+
+    def fake_mean(metrics: dict[str, float]) -> float:
+        scripted.append(next(curve))
+        return scripted[-1]
+
+    snapshots: dict[int, dict[str, torch.Tensor]] = {}
+    real_save = loop_mod.ckpt.save
+
+    def spy_save(path: Path, payload: dict) -> None:
+        if path.name == "last.pt":
+            snapshots[payload["epoch"]] = {k: v.clone() for k, v in payload["model"].items()}
+        real_save(path, payload)
+
+    monkeypatch.setattr(loop_mod, "mean_metric", fake_mean)
+    monkeypatch.setattr(loop_mod.ckpt, "save", spy_save)
+    data = load_processed(tiny)
+    torch.manual_seed(0)
+    model = TinyNet(data.meta)
+    settings = loop_mod.RunSettings(seed=0, max_epochs=20, patience=3, batch_size=128, device="cpu")
+    result = loop_mod.train(model, data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
+    assert (result.epochs, result.best_epoch, result.stopped_early) == (6, 3, True)
+    assert len(scripted) == 6
+    for k, v in model.state_dict().items():  # the tested weights are epoch 3's
+        assert torch.equal(v, snapshots[3][k]), k
+    assert not all(torch.equal(v, snapshots[6][k]) for k, v in model.state_dict().items())
+
+
+# -------------------------------------------------------------------------------- single-task models
+def test_one_adam_over_independent_submodels_equals_one_adam_each() -> None:
+    """The PerTask shortcut: one optimiser over task models that share no parameter and a summed loss
+    gives the same parameters as one optimiser per task model."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+    a2, b2 = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+    a2.load_state_dict(a.state_dict())
+    b2.load_state_dict(b.state_dict())
+    joint = torch.optim.AdamW([*a.parameters(), *b.parameters()], lr=1e-2, weight_decay=1e-2)
+    oa = torch.optim.AdamW(a2.parameters(), lr=1e-2, weight_decay=1e-2)
+    ob = torch.optim.AdamW(b2.parameters(), lr=1e-2, weight_decay=1e-2)
+    for _ in range(20):
+        x, ya, yb = torch.randn(16, 4), torch.randn(16), torch.randn(16)
+        joint.zero_grad()
+        (torch.nn.functional.mse_loss(a(x).squeeze(-1), ya) + torch.nn.functional.mse_loss(b(x).squeeze(-1), yb)).backward()
+        joint.step()
+        for m, o, y in ((a2, oa, ya), (b2, ob, yb)):
+            o.zero_grad()
+            torch.nn.functional.mse_loss(m(x).squeeze(-1), y).backward()
+            o.step()
+    for p, q in zip([*a.parameters(), *b.parameters()], [*a2.parameters(), *b2.parameters()]):
+        assert torch.equal(p, q)
+
+
+# ------------------------------------------------------------------------------- runs and the record
+def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path: Path) -> None:
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+    record, history = run_training(spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim)
+    jsonschema.validate(record, METRICS_SCHEMA)
+    assert record["standin"] is True and record["source"] == "standin"
+    assert set(record["test"]) == {"click", "marital", "m_jj"} and set(record["test_mse"]) == {"m_jj"}
+    assert record["metric_names"] == {"click": "auc", "marital": "auc", "m_jj": "ev"}
+    assert record["test"]["click"] > 0.75 and record["test"]["m_jj"] > 0.3  # it learned
+    # test_mse in original units = std^2 x standardised (meta target_stats std 0.5)
+    assert record["test_mse"]["m_jj"] == pytest.approx(0.25 * record["test_mse_standardised"]["m_jj"], rel=1e-6)
+    assert len(history) == record["epochs"] == 4 and 1 <= record["best_epoch"] <= 4
+    assert record["val_mean"] == pytest.approx(np.mean(list(record["val"].values())))
+    assert (tmp_path / "ck" / "best.pt").is_file() and (tmp_path / "ck" / "last.pt").is_file()
+    # a finished run re-run from its checkpoint trains nothing more and reports the same metrics
+    again, _ = run_training(spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim)
+    assert again["resumed_from_epoch"] == 4 and again["test"] == record["test"]
+    # changed settings never resume a foreign checkpoint
+    other, _ = run_training(spec, make_config(max_epochs=2), builder=tiny_builder, optim_defaults=tiny_optim)
+    assert other["resumed_from_epoch"] == 0 and other["epochs"] == 2
+
+
+def test_real_data_is_not_labelled_standin(tmp_path: Path) -> None:
+    write_tiny_processed(tmp_path / "real", standin=False, n={"train": 200, "val": 100, "test": 100})
+    spec = RunSpec(dataset="real", model="tiny", seed=1, data_path=tmp_path / "real", checkpoint_dir=tmp_path / "ck")
+    record, _ = run_training(spec, make_config(max_epochs=1), builder=tiny_builder, optim_defaults=tiny_optim)
+    assert record["standin"] is False and record["source"] == "local"
+
+
+def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stages import train as stage
+
+    monkeypatch.setattr("multitab.training.run._default_builder", tiny_builder)
+    monkeypatch.setattr("multitab.training.run._default_optim", tiny_optim)
+    params = tmp_path / "params.yaml"
+    import yaml
+
+    params.write_text(yaml.safe_dump({"train": {
+        "datasets": ["tiny"], "models": ["tiny"], "seeds": [0], "device": "auto", "precision": "fp32",
+        "compile": False, "deterministic": True, "num_threads": 1, "batch_size": 256, "max_epochs": 2, "max_train_rows": 300,
+        "patience": {"default": 5}, "xgboost_early_stopping_rounds": 5, "progress": False}}))
+    verdict = tmp_path / "verdict.json"
+    verdict.write_text(json.dumps({"success": False}))
+    args = ["--dataset", "tiny", "--model", "tiny", "--seed", "0", "--data", str(tiny), "--verdict", str(verdict),
+            "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ck"), "--params", str(params)]
+    assert stage.main(args) == 1  # failed validation: no training
+    assert not (tmp_path / "out").exists()
+    verdict.write_text(json.dumps({"success": True}))
+    assert stage.main(args) == 0
+    record = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    jsonschema.validate(record, METRICS_SCHEMA)
+    assert record["n_rows"] == {"train": 300, "val": 200, "test": 200} and record["max_train_rows"] == 300
+    tsv = tmp_path / "out" / "dvclive" / "plots" / "metrics" / "val_mean.tsv"
+    assert len(tsv.read_text().strip().splitlines()) == 1 + 2  # header + one row per epoch
+
+
+class HookedNet(TinyNet):
+    """TinyNet with the optional hooks: its own training objective and a context fitted on train."""
+
+    def __init__(self, meta: dict) -> None:
+        super().__init__(meta)
+        self.loss_calls = 0
+        self.context_rows: list[int] = []
+
+    def training_loss(self, x_num, x_cat, targets, task_loss_fn):  # type: ignore[no-untyped-def]
+        self.loss_calls += 1
+        outputs = self(x_num, x_cat)
+        return 2.0 * sum(task_loss_fn(k, v, targets[k]) for k, v in outputs.items()), outputs
+
+    def fit_context(self, x_num, x_cat, targets) -> None:  # type: ignore[no-untyped-def]
+        assert not self.training
+        self.context_rows.append(len(x_num))
+
+
+def test_loop_honours_training_loss_and_fit_context(tiny: Path, tmp_path: Path) -> None:
+    data = load_processed(tiny)
+    torch.manual_seed(0)
+    model = HookedNet(data.meta)
+    settings = loop_mod.RunSettings(seed=0, max_epochs=2, patience=3, batch_size=128, device="cpu")
+    result = loop_mod.train(model, data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
+    assert model.loss_calls == 2 * 5  # 600 rows / 128 per batch = 5 steps per epoch
+    assert model.context_rows == [600, 600, 600]  # before each validation and before the test
+    # history's train_loss is the model's objective (2 x the sum); per-task losses are the plain ones
+    row = result.history[0]
+    parts = sum(v for k, v in row.items() if k.startswith("train_loss_"))
+    assert row["train_loss"] == pytest.approx(2 * parts, rel=1e-5)
+
+
+def test_null_max_epochs_takes_the_authors_cap(tiny: Path, tmp_path: Path) -> None:
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+    record, _ = run_training(spec, make_config(max_epochs=None, patience={"default": 1}), builder=tiny_builder,
+                             optim_defaults=lambda d, m: {**tiny_optim(d, m), "max_epochs": 3})
+    assert record["max_epochs"] == 3 and record["epochs"] <= 3
+
+
+def test_non_finite_loss_stops_with_a_clear_error(tiny: Path, tmp_path: Path) -> None:
+    class NanNet(TinyNet):
+        def forward(self, x_num, x_cat):  # type: ignore[no-untyped-def]
+            return {k: v * float("nan") for k, v in super().forward(x_num, x_cat).items()}
+
+    data = load_processed(tiny)
+    settings = loop_mod.RunSettings(seed=0, max_epochs=2, patience=3, batch_size=256, device="cpu")
+    with pytest.raises(FloatingPointError, match="epoch 1: training loss is nan"):
+        loop_mod.train(NanNet(data.meta), data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
+
+
+def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
+    """dvc.yaml's train stages name every `train.*` key a run reads (so DVC re-runs on change), except
+    the matrix axes and the progress bar, and pass the paths they depend on."""
+    import dataclasses
+
+    import yaml
+
+    stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
+    exempt = {"datasets", "models", "seeds", "progress", "variants"}
+    expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in exempt}
+    assert set(stages["train_ablation"]["params"]) == expected | {"train.variants"}
+    assert set(stages["train_ablation"]["matrix"]) == {"dataset", "variant", "seed"}
+    for name, folder, key in (("train", "data/processed", "dataset"), ("train_bench", "data/synthetic", "config")):
+        stage = stages[name]
+        assert set(stage["params"]) == expected, name
+        verdict_dir = "data/validated" if name == "train" else "data/validated/synthetic"
+        data, verdict = f"{folder}/${{item.{key}}}", f"{verdict_dir}/${{item.{key}}}.json"
+        assert data in stage["deps"] and verdict in stage["deps"], name
+        assert f"--data {data}" in stage["cmd"] and f"--verdict {verdict}" in stage["cmd"], name
+        assert set(stage["matrix"]) == {key, "model", "seed"}, name
+
+
+def test_variant_runs_build_the_base_model_with_the_variant_keywords(tiny: Path, tmp_path: Path) -> None:
+    from multitab.config import ConfigError
+    from multitab.training.config import Variant
+
+    seen: list[tuple[str, dict]] = []
+
+    def builder(name: str, meta: dict, overrides: dict, extras: dict) -> TinyNet:
+        seen.append((name, overrides))
+        return TinyNet(meta, d=overrides["d"])
+
+    config = make_config(max_epochs=1, variants={"wide": Variant(model="tiny", overrides={"d": 16})},
+                         model_overrides={"tiny": {"d": 4}})
+    spec = RunSpec(dataset="tiny", model="tiny@wide", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+    record, _ = run_training(spec, config, builder=builder, optim_defaults=tiny_optim)
+    assert seen == [("tiny", {"d": 16})] and record["model"] == "tiny@wide"
+    with pytest.raises(ConfigError, match="no variant 'narrow'"):
+        config.resolve("tiny@narrow")
+    with pytest.raises(ConfigError, match="variant of 'tiny', not of 'other'"):
+        config.resolve("other@wide")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision,compile_", [("fp32", False), ("bf16", True)])
+def test_cuda_run_with_bf16_and_compile(tiny: Path, tmp_path: Path, precision: str, compile_: bool) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+    config = make_config(device="cuda", precision=precision, compile=compile_, max_epochs=3)
+    record, history = run_training(spec, config, builder=tiny_builder, optim_defaults=tiny_optim)
+    assert record["device"].startswith("cuda")
+    assert all(v is not None and math.isfinite(v) for v in record["test"].values())
+    assert record["test"]["click"] > 0.7 and len(history) == 3
