@@ -218,9 +218,9 @@ def iterate_batches(
         if order.device != split.device:
             order = order.to(split.device)
         for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
-            yield _to(Batch(split.x_num.index_select(0, idx), split.x_cat.index_select(0, idx),
-                            split.targets(split.y_float.index_select(0, idx), split.y_long.index_select(0, idx))),
+            rows = order[start : start + batch_size]
+            yield _to(Batch(split.x_num.index_select(0, rows), split.x_cat.index_select(0, rows),
+                            split.targets(split.y_float.index_select(0, rows), split.y_long.index_select(0, rows))),
                       device, non_blocking)
     else:
         for start in range(0, n, batch_size):
