@@ -129,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
                            weight_decay=opt["weight_decay"], device=str(device),  # type: ignore[arg-type]
                            precision="bf16" if a.bf16 else "fp32", compile=a.compile, progress=sys.stderr.isatty())
     optimizer = make_optimizer(model, settings)
-    forward = torch.compile(model) if (a.compile and device.type == "cuda") else model
+    forward = torch.compile(model, dynamic=False) if (a.compile and device.type == "cuda") else model
     loss_fn = MultitaskLoss(data.schema.tasks)
 
-    # warm-up (allocator, compile) on a few batches, then one full epoch
-    warm = split.head(2048 * 3)
+    # warm-up (allocator, compile) on a few batches and the epoch's last partial batch size, then one epoch
+    warm = split.head(2048 * 3 + len(split) % 2048)
     train_epoch(model, forward, optimizer, warm, torch.Generator(device=split.device).manual_seed(1), loss_fn,
                 settings, device)
     stats = train_epoch(model, forward, optimizer, split, torch.Generator(device=split.device).manual_seed(0),
