@@ -19,6 +19,13 @@ Non-torch models (XGBoost) expose ``fit(x_num, x_cat, targets, x_num_val=..., ..
 ``predict(x_num, x_cat) -> dict[str, numpy array]`` (same shapes as above, probabilities or logits
 as that class documents) instead of ``forward``.
 
+Adding a model: a class with this constructor, its entry in ``MODELS`` (models/__init__.py), a
+translator from the authors' keys in ``defaults.TRANSLATORS``, and, for any submodule that holds
+parameters directly (not through nn.Linear / nn.LayerNorm / nn.Embedding ... children), a method
+``flops(inputs, output) -> MACs`` so that ``multitab.evaluation.complexity`` can count it (it raises
+otherwise). Reusable pieces: tokenizer.FeatureTokenizer / TaskTokens, blocks.TaskHeads (batched
+per-task MLP heads), blocks.FeedForward, blocks.TransformerLayer, blocks.SelfAttention.
+
 Single-task baselines (STL MLP, TabTransformer, FT-Transformer, SAINT) are one model per task behind
 ``PerTask``. The authors train each with its own optimizer (official_code_findings.md item 4); one
 Adam/AdamW over all of them on the summed loss is the same computation (per-parameter optimizer

@@ -157,12 +157,13 @@ class FeedForward(nn.Module):
         super().__init__()
         if d_hidden < 1:
             raise ValueError(f"{d_hidden=} must be >= 1")
-        acts: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU}
+        acts: dict[str, nn.Module] = {"gelu": nn.GELU(), "relu": nn.ReLU(inplace=True)}
         if activation not in acts:
             raise ValueError(f"{activation=} must be one of {sorted(acts)}")
         self.linear1 = nn.Linear(d, d_hidden)
-        self.act = acts[activation]()
-        self.drop = nn.Dropout(dropout)
+        # in place: the hidden layer is the largest tensor of a step ((B * tokens) x d_hidden)
+        self.act = acts[activation]
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.linear2 = nn.Linear(d_hidden, d)
         init_linear_(self.linear1, init)
         init_linear_(self.linear2, init)
