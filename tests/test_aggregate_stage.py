@@ -194,3 +194,17 @@ def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
     assert "Learning curves higgs (validation mean metric, seed mean)" in shown_plots
     assert "MultiTab-Net" in shown_plots and "errors" not in json.loads(shown_plots)
     assert "up to date" in sh(str(dvc), "status", "aggregate") or "unchanged" in sh(str(dvc), "repro", "aggregate")
+
+
+def test_reduced_training_is_marked_in_the_report(tmp_path: Path) -> None:
+    params = make_inputs(tmp_path)
+    assert run_stage(tmp_path, params) == 0
+    assert "REDUCED TRAINING" not in (tmp_path / "results/report.md").read_text()
+    # One run trained on capped rows: the report says so, with the caps it found.
+    path = tmp_path / "runs/higgs/mmoe/seed0/metrics.json"
+    record = json.loads(path.read_text())
+    record.update(max_train_rows=2048, max_epochs=2)
+    path.write_text(json.dumps(record))
+    assert run_stage(tmp_path, params) == 0
+    report = (tmp_path / "results/report.md").read_text()
+    assert "REDUCED TRAINING" in report and "at most [2048] training rows" in report and "[2] epochs" in report

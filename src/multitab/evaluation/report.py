@@ -155,6 +155,12 @@ def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Seque
     if standin:
         lines += [f"> **{STANDIN_MARK.upper()}**: inputs {', '.join(standin)} come from generated stand-in data. "
                   "Every number built from them is a pipeline check, not a result of the study.", ""]
+    caps = study.runs.training_caps()
+    if caps:
+        lines += [f"> **REDUCED TRAINING**: runs were trained on at most {caps['max_train_rows']} training rows for at "
+                  f"most {caps['max_epochs']} epochs (params `train.max_train_rows`, `train.max_epochs`), not the "
+                  "paper's full protocol (all rows, early stopping within 100 epochs, 50 for AliExpress). Their "
+                  "metrics check the pipeline; they do not reproduce the study.", ""]
     lines += [
         "Metrics in percent (AUC, explained variance), Δm in percent (Equation 5, against "
         f"{cfg.label(cfg.baseline)}), MSE in target units, p-values one-sided. Where the paper printed a value the "

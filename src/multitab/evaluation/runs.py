@@ -190,6 +190,16 @@ class RunSet:
         flags = [r.standin for (d, _), slot in self._runs.items() if d == dataset for r in slot.values()]
         return any(flags) if flags else None
 
+    def training_caps(self) -> dict[str, list[int]]:
+        """Distinct training caps recorded by the runs (`max_train_rows`, `max_epochs`), for the report's
+        warning that a run set was trained at reduced scale; empty when no run capped its training rows."""
+        runs = [r for slot in self._runs.values() for r in slot.values()]
+        rows = sorted({int(r.extra["max_train_rows"]) for r in runs if r.extra.get("max_train_rows") is not None})
+        if not rows:
+            return {}
+        epochs = sorted({int(r.extra["max_epochs"]) for r in runs if r.extra.get("max_epochs") is not None})
+        return {"max_train_rows": rows, "max_epochs": epochs}
+
     def n_found(self, dataset: str, model: str) -> int:
         return len(set(self.runs(dataset, model)) & set(self.seeds(dataset)))
 
