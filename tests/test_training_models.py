@@ -39,3 +39,5 @@ def test_every_model_trains_end_to_end(name: str, tiny: Path, tmp_path: Path) ->
     assert all(v is not None and 0.0 <= v <= 1.0 for k, v in record["test"].items() if k != "m_jj")
     assert record["test"]["m_jj"] is not None and record["test"]["m_jj"] <= 1.0
     assert record["epochs"] >= 1 and len(history) >= 1
+    # Every run leaves its checkpoint folder (the train stages declare it as an output).
+    assert (tmp_path / "ck").is_dir() and any((tmp_path / "ck").iterdir())

@@ -159,6 +159,8 @@ def run_training(
         optim = {"optimizer": "none (gradient boosting)"}
         max_epochs = int(getattr(model, "n_rounds", 1))
         result = fit_predict(model, data)
+        # The fitted boosters are this run's checkpoint (the stage's declared output folder).
+        model.save(spec.checkpoint_dir)
         n_params = None
     record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
     record["max_train_rows"] = config.max_train_rows
