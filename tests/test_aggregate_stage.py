@@ -208,3 +208,13 @@ def test_reduced_training_is_marked_in_the_report(tmp_path: Path) -> None:
     assert run_stage(tmp_path, params) == 0
     report = (tmp_path / "results/report.md").read_text()
     assert "REDUCED TRAINING" in report and "at most [2048] training rows" in report and "[2] epochs" in report
+
+
+def test_single_seed_prints_t_test_as_undefined(tmp_path: Path) -> None:
+    """The default `make repro` trains one seed: Table 8's t-tests have no spread and read n/a."""
+    params = make_inputs(tmp_path)
+    for path in (tmp_path / "runs").rglob("seed[12]"):
+        shutil.rmtree(path)
+    assert run_stage(tmp_path, params) == 0
+    table8 = (tmp_path / "results/tables/table8_t_test.csv").read_text()
+    assert "n/a" in table8

@@ -318,6 +318,8 @@ def _p_value_of(study: Study, kind: str, scope: str, model: str, baseline: str) 
         a, b = study.delta_m_per_seed(scope, model), study.delta_m_per_seed(scope, baseline)
         if a is None or b is None:
             return None
+        if len(a) < 2 or len(b) < 2:
+            raise _Undefined  # one seed: no spread to test (printed n/a; the paper uses five seeds)
         return t_test_greater(_finite(a.to_numpy()), _finite(b.to_numpy()),
                               equal_var=cfg.significance.equal_var).pvalue
     if scope == "global":
