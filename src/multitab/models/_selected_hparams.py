@@ -1,5 +1,5 @@
 """The MultiTab authors' selected hyperparameters, verbatim (their keys), generated from
-/work/shared/reference/selected_hparams.yaml (a test checks it still equals that file).
+../shared/reference/selected_hparams.yaml beside the checkout (a test checks it still equals that file).
 Read through multitab.models.defaults, which translates them to our constructor keywords."""
 
 from typing import Any
