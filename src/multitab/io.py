@@ -4,6 +4,7 @@ leaves the old output or none, never half of one."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -58,6 +59,15 @@ def write_json(path: str | Path, obj: Any) -> None:
 def write_parquet(path: str | Path, df: pd.DataFrame) -> None:
     with atomic_path(path) as tmp:
         df.to_parquet(tmp, index=False)
+
+
+def sha256_file(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
+    """Hex sha256 of a file, read in chunks (files may be several GB)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def read_json(path: str | Path) -> Any:

@@ -15,7 +15,6 @@ What it guarantees:
 from __future__ import annotations
 
 import gzip
-import hashlib
 import logging
 import os
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 import requests
 import urllib3
 from tqdm.auto import tqdm
+
+from multitab.io import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +47,6 @@ class _Retry(Exception):
         super().__init__(reason)
         self.restart = restart
         self.wait = wait
-
-
-def sha256_file(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_integrity(path: str | Path, name: str | None = None) -> str | None:

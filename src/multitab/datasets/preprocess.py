@@ -12,10 +12,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,14 +30,6 @@ log = logging.getLogger(__name__)
 class Processed:
     frames: dict[str, pd.DataFrame]
     meta: dict[str, Any]
-
-
-def sha256_file(path: Path, block: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _numerical(cfg: PreprocessConfig, frames: dict[str, pd.DataFrame], names: list[str]) -> dict[str, np.ndarray]:

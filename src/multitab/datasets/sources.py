@@ -37,9 +37,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from multitab.datasets.config import LocalConfig, RemoteConfig
-from multitab.datasets.download import fetch, sha256_file
+from multitab.datasets.download import fetch
 from multitab.datasets.schema import DatasetSchema, RawColumn
-from multitab.io import atomic_path
+from multitab.io import atomic_path, sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from typing import Any
 import pandas as pd
 
 from multitab.datasets.config import DatasetConfig
-from multitab.datasets.preprocess import preprocess, sha256_file
+from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.split import SPLITS, canonicalize, split_frames
 from multitab.datasets.standin import write_standin
-from multitab.io import atomic_dir, read_json, write_json
+from multitab.io import atomic_dir, read_json, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import decimal
 import fcntl
-import hashlib
 import html
 import logging
 import math
@@ -378,14 +377,6 @@ def _short(v: Any, n: int = 8) -> str:
     if isinstance(v, float | np.floating):
         return "nan" if math.isnan(v) else f"{float(v):.6g}"
     return repr(v.item() if isinstance(v, np.generic) else v)
-
-
-def sha256(path: str | Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------ index

@@ -12,10 +12,10 @@ import pandas as pd
 
 from multitab.datasets.config import DatasetConfig
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
-from multitab.io import read_json
+from multitab.io import read_json, sha256_file
 from multitab.validation import suites
 from multitab.validation.config import ValidationConfig
-from multitab.validation.runner import Outcome, open_context, run_suites, sha256
+from multitab.validation.runner import Outcome, open_context, run_suites
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def _read_splits(folder: Path, stage: str) -> tuple[dict[str, pd.DataFrame], dic
         if not path.exists():
             raise FileNotFoundError(f"{stage}: {path} not found; run the stage that writes {folder} first")
         frames[split] = pd.read_parquet(path)
-        inputs[path.name] = sha256(path)
+        inputs[path.name] = sha256_file(path)
     return frames, inputs
 
 
@@ -152,7 +152,7 @@ def validate_processed(
     if missing:
         raise ValueError(f"validate_processed: {meta_path} has no n_rows for {missing}; re-run its stage")
     frames, inputs = _read_splits(processed_dir, "validate_processed")
-    inputs[meta_path.name] = sha256(meta_path)
+    inputs[meta_path.name] = sha256_file(meta_path)
     train_columns = list(frames["train"].columns)
     built = {
         split: suites.processed_suite(
