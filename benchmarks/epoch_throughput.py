@@ -38,6 +38,7 @@ import torch
 
 from multitab.datasets.schema import HIGGS
 from multitab.models import build_model, training_defaults
+from multitab.runtime import tune_cpu_runtime
 from multitab.training.data import iterate_batches, load_processed, place
 from multitab.training.loop import RunSettings, _autocast, make_optimizer, resolve_device, train_epoch
 from multitab.training.losses import MultitaskLoss
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
+    tune_cpu_runtime()  # as training does (multitab/runtime.py)
     device = resolve_device(a.device)
     res: dict[str, Any] = {"rows": a.rows, "device": str(device), "torch": torch.__version__, "threads": a.threads,
                            "bf16": a.bf16, "compile": a.compile, "batch_size": 2048,

@@ -7,8 +7,11 @@ training stage is SIGKILLed mid-run; check that every stage completes with the s
 ROOT is a DVC project (a git checkout); without it a small toy DAG is built (prepare -> features@x ->
 train@x with checkpoints -> aggregate). The project's files (`git ls-files`, plus untracked files not
 ignored) are copied twice into a temporary folder: one copy runs clean (no retries), the other runs with
-faults, and the two dvc.lock files must be equal (same deps, same commands, same output hashes) and
-`dvc status` of the faulty copy clean.
+faults. Both must record the same stages and commands in dvc.lock, every output file of the clean run
+must be equal in the faulty one (byte for byte, or apart from timings: training seconds, samples/s and
+the epoch a killed run resumed from, which differ between any two runs; checkpoints are compared tensor
+by tensor), and `dvc status` of the faulty copy must be clean. `dvc_lock_equal` (output hashes equal too)
+holds for the toy DAG, whose outputs carry no timings.
 
 The faults come from outside the pipeline: DVC runs every stage command as `$SHELL -c <cmd>`, so the faulty
 run sets SHELL to a wrapper script (written here) that, per attempt, fails before or after running the
@@ -226,6 +229,96 @@ def dvc_status(root: Path) -> dict[str, Any]:
     return json.loads(out or "{}")
 
 
+# What records how a run went rather than what it computed: timings, and the epoch a killed run resumed
+# from. Files and JSON keys matching these may differ between the clean and the faulty run.
+VOLATILE_KEYS = {"resumed_from_epoch", "load_average"}
+VOLATILE_FILE_STEMS = {"epoch_seconds", "data_seconds", "samples_per_second"}
+
+
+def _volatile(key: object) -> bool:
+    return isinstance(key, str) and (key in VOLATILE_KEYS or "seconds" in key or "per_second" in key)
+
+
+def _strip(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items() if not _volatile(k)}
+    if isinstance(obj, list | tuple):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Deep equality with tensors compared exactly (bit for bit, NaN equal to NaN)."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def compare_file(a: Path, b: Path) -> str:
+    """'identical', 'equal apart from timings' or 'different'."""
+    if a.read_bytes() == b.read_bytes():
+        return "identical"
+    if a.stem in VOLATILE_FILE_STEMS:
+        return "equal apart from timings"
+    if a.suffix == ".json":
+        same = _strip(json.loads(a.read_text())) == _strip(json.loads(b.read_text()))
+    elif a.suffix == ".pt":  # checkpoints: weights, optimizer and RNG states, history
+        import torch
+
+        same = _equal(*(_strip(torch.load(p, map_location="cpu", weights_only=False)) for p in (a, b)))
+    else:
+        same = False
+    return "equal apart from timings" if same else "different"
+
+
+def out_files(root: Path, lock: dict[str, Any]) -> set[str]:
+    files: set[str] = set()
+    for entry in lock.values():
+        for out in entry.get("outs", []):
+            path = root / out["path"]
+            if path.is_dir():
+                files.update(str(p.relative_to(root)) for p in path.rglob("*") if p.is_file())
+            else:
+                files.add(out["path"])
+    return files
+
+
+def resumed_runs(root: Path, lock: dict[str, Any]) -> list[str]:
+    """Training runs (metrics.json outputs) that resumed from a checkpoint, with the epoch."""
+    found = []
+    for rel in sorted(out_files(root, lock)):
+        if rel.endswith("metrics.json"):
+            epoch = json.loads((root / rel).read_text()).get("resumed_from_epoch") or 0
+            if isinstance(epoch, int) and epoch > 0:
+                found.append(f"{rel} (after epoch {epoch})")
+    return found
+
+
+def compare_results(clean: Path, faulty: Path, lock_clean: dict[str, Any], lock_faulty: dict[str, Any]) -> dict[str, Any]:
+    """The same stages and commands, and every output of the clean run equal in the faulty one (exactly,
+    or apart from timings: train seconds, samples/s, the epoch a killed run resumed from)."""
+    same_stages = lock_clean.keys() == lock_faulty.keys() and all(
+        lock_clean[k].get("cmd") == lock_faulty[k].get("cmd") for k in lock_clean
+    )
+    files_clean, files_faulty = out_files(clean, lock_clean), out_files(faulty, lock_faulty)
+    verdicts = {rel: compare_file(clean / rel, faulty / rel) for rel in sorted(files_clean & files_faulty)}
+    return {
+        "same_stages_and_commands": same_stages,
+        "output_files": len(verdicts),
+        "identical": sum(v == "identical" for v in verdicts.values()),
+        "equal_apart_from_timings": sum(v == "equal apart from timings" for v in verdicts.values()),
+        "different": [k for k, v in verdicts.items() if v == "different"],
+        "missing_in_faulty": sorted(files_clean - files_faulty),
+        "extra_in_faulty": sorted(files_faulty - files_clean),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("root", nargs="?", help="DVC project to copy and run (default: a toy DAG)")
@@ -292,6 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     # Same stages, commands, deps and output hashes (the order of entries follows completion order).
     lock_clean, lock_faulty = (read_lock(root) for root in (clean, faulty))
     status = dvc_status(faulty)
+    results = compare_results(clean, faulty, lock_clean, lock_faulty)
+    same_results = (
+        bool(lock_clean)
+        and results["same_stages_and_commands"]
+        and not results["different"]
+        and not results["missing_in_faulty"]
+        and not results["extra_in_faulty"]
+    )
     resumed = sorted({x["stage"] for x in events if x["event"] == "sigkill"})
     report = {
         "root": str(args.root or "toy DAG"),
@@ -303,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
         "injected_before_command": count["fail_before"],
         "injected_after_command": count["fail_after"],
         "sigkilled_stages": resumed,
-        "resumed_from_checkpoint": output.count("resumed from the checkpoint"),
+        # the toy's message, or training runs whose metrics.json says they resumed from a checkpoint
+        "resumed_from_checkpoint": output.count("resumed from the checkpoint") + len(resumed_runs(faulty, lock_faulty)),
+        "resumed_runs": resumed_runs(faulty, lock_faulty),
         "flow_attempts": s_faulty.get("attempts"),
         "retried_stages": s_faulty.get("retried"),
         "failed_stages": s_faulty.get("failed"),
@@ -314,10 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         "dvc_lock_equal": lock_clean == lock_faulty and bool(lock_clean),
         "dvc_lock_stages": len(lock_faulty),
         "dvc_status_faulty": status,
+        "results": results,
+        "same_results": same_results,
         # Nothing was tested unless faults were injected: a draw without any counts as a failed check.
         "ok": rc == 0
-        and lock_clean == lock_faulty
-        and bool(lock_clean)
+        and same_results
         and status == {}
         and bool(resumed)
         and count["fail_before"] + count["fail_after"] > 0,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 
 from multitab.datasets.schema import SCHEMAS, DatasetSchema
 from multitab.models import MODELS, build_model, training_defaults
+from multitab.runtime import tune_cpu_runtime
 
 AUTHORS_HIGGS = {"per_sample_mixing": 5918.0, "attention": 3443.0}
 TARGETS_CPU = {"per_sample_mixing": 2.0, "attention": 1.3}  # x the authors' figure
@@ -199,15 +201,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--cuda-graph", action="store_true", help="capture the whole training step as a CUDA graph")
+    p.add_argument("--default-malloc", action="store_true",
+                   help="leave glibc malloc at its defaults (to measure what keeping freed memory gains)")
     p.add_argument("--skip-higgs-check", action="store_true", help="skip the MultiTab-Net Higgs comparison")
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = p.parse_args(argv)
 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     torch.set_num_threads(args.threads)
-    # Adam's second moments of N(0, 0.01^2)-initialised weights reach denormal floats, which x86 CPUs
-    # process ~100x slower; flushing them to zero is standard for CPU training (both models get it).
-    torch.set_flush_denormal(True)
+    # As training does (multitab/runtime.py): denormals flushed, freed memory kept by malloc. Process-wide,
+    # so the authors-style model timed in the same run gets both too.
+    if args.default_malloc:
+        torch.set_flush_denormal(True)
+    else:
+        tune_cpu_runtime()
     kw = dict(
         batch_size=args.batch_size, device=device, warmup=args.warmup, steps=args.steps,
         repeats=args.repeats, compile_=args.compile, bf16=args.bf16, cuda_graph=args.cuda_graph,
@@ -215,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device={device} threads={torch.get_num_threads()} batch={args.batch_size} "
           f"compile={args.compile} bf16={args.bf16} torch={torch.__version__}")
     results: dict[str, Any] = {"device": str(device), "threads": args.threads, "batch_size": args.batch_size,
-                               "compile": args.compile, "bf16": args.bf16, "rates": {}, "higgs_check": {}}
+                               "compile": args.compile, "bf16": args.bf16, "malloc_keeps_freed_memory": not args.default_malloc,
+                               "torch": torch.__version__, "load_average": list(os.getloadavg()),
+                               "rates": {}, "higgs_check": {}}
     models = args.models or list(MODELS)
     for ds in args.datasets:
         for name in models:

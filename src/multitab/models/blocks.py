@@ -18,6 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from multitab.models.cpu_kernels import (
+    feed_forward,
+    small_head_attention,
+    use_cpu_kernels,
+    uses_small_head_kernel,
+)
 from multitab.models.tokenizer import Init, init_bias_, init_weight_
 
 QKVInit = Literal["xavier", "normal"]
@@ -98,10 +104,13 @@ class SelfAttention(nn.Module):
         self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         b, length, d = x.shape
+        p = self.dropout if self.training else 0.0
+        small = uses_small_head_kernel(self.n_heads, length)
+        if not need_weights and self.rotary is None and small and use_cpu_kernels(x):
+            return self.out(small_head_attention(self.qkv(x), mask, self.n_heads, p))  # cpu_kernels.py
         q, k, v = self.qkv(x).view(b, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)  # (B, h, L, d_head)
-        p = self.dropout if self.training else 0.0
         weights = None
         if need_weights:
             scores = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5)
@@ -166,10 +175,16 @@ class FeedForward(nn.Module):
         self.act = acts[activation]
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.linear2 = nn.Linear(d_hidden, d)
+        self.dropout = dropout
+        self.activation = activation
         init_linear_(self.linear1, init)
         init_linear_(self.linear2, init)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.activation == "relu" and use_cpu_kernels(x):  # chunked, in cache: cpu_kernels.py
+            p = self.dropout if self.training else 0.0
+            l1, l2 = self.linear1, self.linear2
+            return feed_forward(x, l1.weight, l1.bias, l2.weight, l2.bias, p)
         return self.linear2(self.drop(self.act(self.linear1(x))))
 
 

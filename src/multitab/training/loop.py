@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from multitab.datasets.schema import Task
 from multitab.evaluation.metrics import mean_metric, mse, task_metrics
+from multitab.runtime import tune_cpu_runtime
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
 from multitab.training.early_stopping import EarlyStopping
@@ -101,9 +102,7 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     if deterministic and cuda:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(deterministic, warn_only=cuda)
-    # Adam's second moments of N(0, 0.01^2)-initialised weights reach denormal floats, which x86 CPUs
-    # process far slower; flushing them to zero is standard for CPU training (deterministic either way).
-    torch.set_flush_denormal(True)
+    tune_cpu_runtime()  # flush denormals, keep freed memory (multitab/runtime.py)
     if cuda:
         torch.backends.cudnn.benchmark = not deterministic
 
@@ -113,7 +112,9 @@ def make_optimizer(model: torch.nn.Module, settings: RunSettings) -> torch.optim
     if not params:
         raise ValueError("model has no trainable parameters")
     cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[settings.optimizer]
-    return cls(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    # the fused kernel (one pass over all parameters) exists on CPU and CUDA for float parameters
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params) or None
+    return cls(params, lr=settings.lr, weight_decay=settings.weight_decay, fused=fused)
 
 
 def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
