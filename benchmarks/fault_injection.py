@@ -186,6 +186,11 @@ def copy_project(src: Path, dst: Path) -> None:
     subprocess.run(["git", "init", "-q"], cwd=dst, check=True)
     if not (dst / ".dvc").is_dir():
         subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=dst, check=True)
+    # A commit, as in a clone: dvclive (training stages) reads HEAD and fails in a repository without one.
+    git_env = {**os.environ, "GIT_AUTHOR_NAME": "fault-injection", "GIT_AUTHOR_EMAIL": "fi@localhost",
+               "GIT_COMMITTER_NAME": "fault-injection", "GIT_COMMITTER_EMAIL": "fi@localhost"}
+    subprocess.run(["git", "add", "-A"], cwd=dst, check=True, env=git_env)
+    subprocess.run(["git", "commit", "-q", "-m", "snapshot"], cwd=dst, check=True, env=git_env)
 
 
 def run_flow(root: Path, env: dict[str, str], args: list[str]) -> tuple[int, float, dict[str, Any], str]:
@@ -249,8 +254,11 @@ def _strip(obj: Any) -> Any:
 
 def _equal(a: Any, b: Any) -> bool:
     """Deep equality with tensors compared exactly (bit for bit, NaN equal to NaN)."""
+    import numpy as np
     import torch
 
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):  # e.g. numpy's RNG state in a checkpoint
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
     if isinstance(a, dict) and isinstance(b, dict):
@@ -258,6 +266,14 @@ def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
     return bool(a == b)
+
+
+def _svg_content(path: Path) -> str:
+    import re
+
+    text = re.sub(r"<dc:date>[^<]*</dc:date>", "", path.read_text())
+    ids: dict[str, str] = {}  # element ids renamed in order of appearance
+    return re.sub(r"\b(p[0-9a-f]{10}|m[0-9a-f]{10})\b", lambda m: ids.setdefault(m.group(1), f"id{len(ids)}"), text)
 
 
 def compare_file(a: Path, b: Path) -> str:
@@ -268,6 +284,8 @@ def compare_file(a: Path, b: Path) -> str:
         return "equal apart from timings"
     if a.suffix == ".json":
         same = _strip(json.loads(a.read_text())) == _strip(json.loads(b.read_text()))
+    elif a.suffix == ".svg":  # matplotlib stamps a date and random element ids (figures.py now fixes both)
+        same = _svg_content(a) == _svg_content(b)
     elif a.suffix == ".pt":  # checkpoints: weights, optimizer and RNG states, history
         import torch
 
@@ -331,15 +349,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", help="fault seed (default: a fresh one, printed in the report)")
     parser.add_argument("--out", default=str(REPO / "results" / "benchmarks" / "fault_injection.json"))
     parser.add_argument("--keep", action="store_true", help="keep the temporary copies")
+    parser.add_argument("--clean-from", help="a folder kept by --keep: take its clean run, run only the faulty one")
+    parser.add_argument("--reuse", help="a folder kept by --keep: write the report from its two runs, run nothing")
     args = parser.parse_args(argv)
     seed = args.seed or str(secrets.randbelow(10**6))
+    if args.reuse:
+        return report_kept(Path(args.reuse), args)
 
     tmp = Path(tempfile.mkdtemp(prefix="fault-injection-"))
     source = Path(args.root).resolve() if args.root else tmp / "toy"
     if not args.root:
         build_toy(source)
     clean, faulty = tmp / "clean", tmp / "faulty"
-    for dst in (clean, faulty):
+    if args.clean_from:  # the kept clean run of the same commit stands in for a new one
+        shutil.copytree(Path(args.clean_from) / "clean", clean, symlinks=True)
+    for dst in (faulty,) if args.clean_from else (clean, faulty):
         dst.mkdir()
         if args.root:
             copy_project(source, dst)
@@ -355,8 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--retry-delay", str(args.retry_delay)] + (
         ["--workers", str(args.workers)] if args.workers else []
     )
-    print(f"clean run in {clean}", flush=True)
-    rc_clean, t_clean, _, _ = run_flow(clean, env, ["--retries", "0", *common])
+    if args.clean_from:
+        rc_clean, t_clean = 0, json.loads((clean / "results" / "pipeline_summary.json").read_text())["wall_seconds"]
+    else:
+        print(f"clean run in {clean}", flush=True)
+        rc_clean, t_clean, _, _ = run_flow(clean, env, ["--retries", "0", *common])
     if rc_clean != 0:
         print(f"the clean run failed (exit {rc_clean}): fix the DAG first", file=sys.stderr)
         return 1
@@ -377,6 +404,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"faulty run in {faulty} (SHELL={wrapper})", flush=True)
     rc, t_faulty, s_faulty, output = run_flow(faulty, fault_env, ["--retries", str(args.retries), *common])
 
+    return write_report(tmp, args, seed, rc, t_clean, t_faulty, s_faulty, output)
+
+
+def report_kept(tmp: Path, args: argparse.Namespace) -> int:
+    """The report of a kept folder (times: the pipelines' own wall time, without the flow's start-up)."""
+    s_clean, s_faulty = (
+        json.loads((tmp / run / "results" / "pipeline_summary.json").read_text()) for run in ("clean", "faulty")
+    )
+    seed = args.seed or "unknown (see the run's log)"
+    rc = 1 if s_faulty.get("failed") else 0
+    return write_report(tmp, args, seed, rc, s_clean["wall_seconds"], s_faulty["wall_seconds"], s_faulty, "")
+
+
+def write_report(
+    tmp: Path, args: argparse.Namespace, seed: str, rc: int, t_clean: float, t_faulty: float,
+    s_faulty: dict[str, Any], output: str,
+) -> int:
+    clean, faulty, log = tmp / "clean", tmp / "faulty", tmp / "faults.jsonl"
     events = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     count = {
         e: sum(1 for x in events if x["event"] == e)
@@ -431,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp_out.write_text(json.dumps(report, indent=2) + "\n")
     tmp_out.replace(args.out)
     print(textwrap.indent(json.dumps(report, indent=2), "  "))
-    if not args.keep:
+    if not args.keep and not args.reuse:
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         print(f"kept {tmp}")

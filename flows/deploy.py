@@ -1,12 +1,17 @@
 """`make ui`: start a local Prefect server (offline) and serve the pipeline as a scheduled deployment.
 
     python -m flows.deploy [--host 127.0.0.1] [--port 4200] [--params params.yaml] [--no-server]
+    python -m flows.deploy --pool NAME [--name multitab] [--targets STAGE ...]   (PREFECT_API_URL set)
 
 The server keeps its SQLite database in PREFECT_HOME (`.prefect/` in the checkout, git-ignored), runs
 with telemetry off and needs no network. The deployment `multitab-pipeline/multitab` runs `flows.pipeline`
 on `orchestration.schedule` (cron, `orchestration.timezone`) from params.yaml; runs can also be started
 from the UI ("Run" on the deployment's page) or with `python -m flows.check_deployment --trigger`. Ctrl-C
 stops both the runner and the server. With `--no-server` it serves against the server in PREFECT_API_URL.
+
+With `--pool` it registers the deployment with a work pool of the server in PREFECT_API_URL instead and
+exits: every `prefect worker start --pool NAME` (on this machine or another with the same checkout path)
+then runs its flow runs (README, "Several machines"; tests/test_pipeline_scale_out.py).
 """
 
 from __future__ import annotations
@@ -76,6 +81,34 @@ def serve(root: Path, params: str) -> None:
     )
 
 
+def deploy_to_pool(
+    root: Path, params: str, pool: str, name: str = DEPLOYMENT, targets: Sequence[str] | None = None
+) -> str:
+    """Register the pipeline (from this checkout's source) as deployment `name` of work pool `pool`,
+    scheduled like `make ui`; returns the deployment id. Workers load `flows/pipeline.py` from this
+    checkout's path and get `src` on PYTHONPATH."""
+    from prefect.schedules import Cron
+
+    cfg = load_config(root, params)
+    repo = Path(__file__).resolve().parent.parent
+    parameters: dict[str, object] = {"root": str(root), "params": params}
+    if targets:
+        parameters["targets"] = list(targets)
+    source = pipeline.from_source(source=str(repo), entrypoint="flows/pipeline.py:pipeline")
+    # Not Flow.deploy(): in Prefect 3.8.8 it lists the pool's workers with limit=None, which the server
+    # rejects (422). Building the deployment and applying it registers the same thing.
+    deployment = source.to_deployment(  # type: ignore[attr-defined]
+        name=name,
+        work_pool_name=pool,
+        parameters=parameters,
+        schedules=[Cron(cfg.schedule, timezone=cfg.timezone)],
+        job_variables={"env": {"PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}},
+        description="The MultiTab DVC DAG (dvc.yaml), run stage by stage by flows.pipeline.",
+        tags=["multitab", "dvc"],
+    )
+    return str(deployment.apply())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.deploy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -83,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--root", default=".", help="DVC project root (default: the current folder)")
     parser.add_argument("--params", default="params.yaml", help="params file with `orchestration:`")
     parser.add_argument("--no-server", action="store_true", help="use the server in PREFECT_API_URL")
+    parser.add_argument("--pool", help="register the deployment with this work pool (PREFECT_API_URL) and exit")
+    parser.add_argument("--name", default=DEPLOYMENT, help="deployment name (with --pool)")
+    parser.add_argument("--targets", nargs="*", help="stages the deployment runs (with --pool; default all)")
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
     try:
@@ -90,6 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"flows.deploy: {e}", file=sys.stderr)
         return 2
+    if args.pool:
+        if not os.environ.get("PREFECT_API_URL"):
+            print("flows.deploy: --pool needs PREFECT_API_URL (the server the workers poll)", file=sys.stderr)
+            return 2
+        deployment_id = deploy_to_pool(root, args.params, args.pool, args.name, args.targets)
+        print(f"deployment {pipeline.name}/{args.name} ({deployment_id}) in work pool {args.pool}")
+        return 0
 
     server = None
     if not args.no_server:

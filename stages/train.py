@@ -33,9 +33,17 @@ def check_verdict(path: Path, dataset: str) -> None:
 def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
     """Per-epoch curves as a dvclive log (plots/metrics/*.tsv), written whole from the history."""
     from dvclive import Live
+    from scmrepo.exceptions import SCMError
 
     with atomic_dir(out) as tmp:
-        with Live(dir=str(tmp), save_dvc_exp=False, dvcyaml=None, report=None) as live:
+        try:
+            live = Live(dir=str(tmp), save_dvc_exp=False, dvcyaml=None, report=None)
+        except SCMError as e:  # dvclive reads the project's git HEAD, which fails before the first commit
+            raise RuntimeError(
+                f"dvclive could not read the git repository around {out} ({e}): commit once "
+                "(`git add -A && git commit -m init`), then re-run the stage"
+            ) from e
+        with live:
             for row in history:
                 for key, value in row.items():
                     if key != "epoch" and value is not None and value == value:  # skip NaN

@@ -184,3 +184,20 @@ def test_zero_baseline_gives_n_a_not_a_crash(tmp_path: Path) -> None:
     row = {r[0]: r for r in table3(study).rows}["MultiTab-Net"]
     assert [c.text() for c in row if isinstance(c, Cell)][-1] == "n/a"
     assert {r[0]: r for r in table8(study).rows}["higgs"][3].text() == "n/a"  # type: ignore[union-attr]
+
+
+def test_saved_figures_are_byte_reproducible(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from multitab.evaluation.figures import save_figure
+
+    blobs = []
+    for run in ("a", "b"):
+        fig, ax = plt.subplots()
+        ax.bar([0, 1], [1.0, 2.0])
+        paths = save_figure(fig, tmp_path / run, "fig", dpi=50)
+        blobs.append([p.read_bytes() for p in paths])
+    assert blobs[0] == blobs[1]

@@ -77,13 +77,14 @@ def mark_figure(fig: Figure, title: str, standin: bool) -> None:
 
 
 def save_figure(fig: Figure, folder: str | Path, name: str, dpi: int) -> list[Path]:
-    """<folder>/<name>.png and .svg, each written atomically."""
+    """<folder>/<name>.png and .svg, each written atomically and byte-reproducible: the SVG gets no
+    date and a fixed salt for its element ids (matplotlib's defaults differ on every run)."""
     folder = Path(folder)
     paths = []
     for ext in ("png", "svg"):
         path = folder / f"{name}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=dpi)
+        with atomic_path(path) as tmp, plt.rc_context({"svg.hashsalt": f"multitab:{name}"}):
+            fig.savefig(tmp, format=ext, dpi=dpi, metadata={"Date": None} if ext == "svg" else None)
         paths.append(path)
     plt.close(fig)
     return paths
