@@ -271,7 +271,7 @@ def _equal(a: Any, b: Any) -> bool:
 def _svg_content(path: Path) -> str:
     import re
 
-    text = re.sub(r"<dc:date>[^<]*</dc:date>", "", path.read_text())
+    text = re.sub(r"\s*<dc:date>[^<]*</dc:date>", "", path.read_text())
     ids: dict[str, str] = {}  # element ids renamed in order of appearance
     return re.sub(r"\b(p[0-9a-f]{10}|m[0-9a-f]{10})\b", lambda m: ids.setdefault(m.group(1), f"id{len(ids)}"), text)
 
