@@ -438,7 +438,8 @@ def write_report(
         and not results["missing_in_faulty"]
         and not results["extra_in_faulty"]
     )
-    resumed = sorted({x["stage"] for x in events if x["event"] == "sigkill"})
+    killed = sorted({x["stage"] for x in events if x["event"] == "sigkill"})
+    resumed = resumed_runs(faulty, lock_faulty)
     report = {
         "root": str(args.root or "toy DAG"),
         "stages": len(s_faulty.get("stages", {})),
@@ -448,10 +449,10 @@ def write_report(
         "injected_failures": count["fail_before"] + count["fail_after"],
         "injected_before_command": count["fail_before"],
         "injected_after_command": count["fail_after"],
-        "sigkilled_stages": resumed,
+        "sigkilled_stages": killed,
         # the toy's message, or training runs whose metrics.json says they resumed from a checkpoint
-        "resumed_from_checkpoint": output.count("resumed from the checkpoint") + len(resumed_runs(faulty, lock_faulty)),
-        "resumed_runs": resumed_runs(faulty, lock_faulty),
+        "resumed_from_checkpoint": output.count("resumed from the checkpoint") + len(resumed),
+        "resumed_runs": resumed,
         "flow_attempts": s_faulty.get("attempts"),
         "retried_stages": s_faulty.get("retried"),
         "failed_stages": s_faulty.get("failed"),
@@ -468,7 +469,7 @@ def write_report(
         "ok": rc == 0
         and same_results
         and status == {}
-        and bool(resumed)
+        and bool(killed)
         and count["fail_before"] + count["fail_after"] > 0,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -160,7 +160,7 @@ class _Attention(torch.autograd.Function):
         d, d_head = d3 // 3, d3 // (3 * n_heads)
         scale = d_head**-0.5
         out = qkv.new_empty(b, length, d)
-        step = max(1, _chunk_rows(n_heads * length * length, minimum=1))
+        step = _chunk_rows(n_heads * length * length, minimum=1)
         weights = []
         for s in range(0, b, step):
             q, k, v = _heads(qkv[s : s + step], n_heads)
