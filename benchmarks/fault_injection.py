@@ -289,7 +289,7 @@ def compare_file(a: Path, b: Path) -> str:
     elif a.suffix == ".pt":  # checkpoints: weights, optimizer and RNG states, history
         import torch
 
-        same = _equal(*(_strip(torch.load(p, map_location="cpu", weights_only=False)) for p in (a, b)))
+        same = _equal(*(_strip(torch.load(p, map_location="cpu", weights_only=True)) for p in (a, b)))
     else:
         same = False
     return "equal apart from timings" if same else "different"

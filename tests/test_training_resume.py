@@ -36,7 +36,7 @@ def test_sigkilled_run_resumes_bit_identically(tmp_path: Path) -> None:
     killed = _run(data, tmp_path / "ck_kill", tmp_path / "kill.json", 2, 3)  # mid-epoch 3 of 5
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (tmp_path / "kill.json").exists()
-    assert torch.load(tmp_path / "ck_kill" / "last.pt", weights_only=False)["epoch"] == 2
+    assert torch.load(tmp_path / "ck_kill" / "last.pt", weights_only=True)["epoch"] == 2
     resumed = _run(data, tmp_path / "ck_kill", tmp_path / "kill.json")
     assert resumed.returncode == 0, resumed.stderr
     a = json.loads((tmp_path / "full.json").read_text())
@@ -44,6 +44,6 @@ def test_sigkilled_run_resumes_bit_identically(tmp_path: Path) -> None:
     assert b["record"]["resumed_from_epoch"] == 2 and a["record"]["resumed_from_epoch"] == 0
     assert _strip(a["record"]) == _strip(b["record"])  # float equality of every metric: bit for bit
     assert [_strip(r) for r in a["history"]] == [_strip(r) for r in b["history"]]
-    sd_a = torch.load(tmp_path / "ck_full" / "best.pt", weights_only=False)["model"]
-    sd_b = torch.load(tmp_path / "ck_kill" / "best.pt", weights_only=False)["model"]
+    sd_a = torch.load(tmp_path / "ck_full" / "best.pt", weights_only=True)["model"]
+    sd_b = torch.load(tmp_path / "ck_kill" / "best.pt", weights_only=True)["model"]
     assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)

@@ -1,9 +1,14 @@
-"""Atomic output: every file is written to a temporary name beside it and renamed into place, so a crash
-leaves the old output or none, never half of one."""
+"""Atomic, crash-safe output: every file is written to a temporary name beside it (`.<name>.<random>.tmp`),
+flushed to disk (fsync), renamed into place and the rename made durable (fsync of the folder), so a crash
+or power loss leaves the old output or the new one, never half of one. A temporary left by a killed
+writer is removed by `remove_stale_temporaries` at the next start of whoever owns the folder. A full disk
+raises `DiskFullError` ("no space left on <path> (needed ~N MB)"), an OSError that stages print as one line.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -15,45 +20,153 @@ from typing import Any
 
 import pandas as pd
 
+TMP_SUFFIX = ".tmp"
 
-@contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path in the same folder; rename it onto `path` only if the block succeeds."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+
+class DiskFullError(OSError):
+    """ENOSPC (or EDQUOT) while writing `path`; `needed_bytes` is what the write needed (an estimate when
+    the writer could not say: the bytes written before the failure)."""
+
+    def __init__(self, path: Path, needed_bytes: int | None) -> None:
+        self.path, self.needed_bytes = path, needed_bytes
+        needed = f" (needed ~{_megabytes(needed_bytes)} MB)" if needed_bytes is not None else ""
+        try:
+            free = f"; {_megabytes(shutil.disk_usage(path.parent).free)} MB free"
+        except OSError:
+            free = ""
+        super().__init__(errno.ENOSPC, f"no space left on {path}{needed}{free}: free some space and run again")
+
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno 28]" prefix
+        return str(self.args[1])
+
+
+def _megabytes(n: int) -> str:
+    mb = n / 1e6
+    return f"{mb:.1f}" if mb >= 0.1 else f"{mb:.2g}"
+
+
+def _is_disk_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size if path.exists() else 0
+
+
+def _fsync_path(path: Path) -> None:
+    """Flush a file's (or a folder's entries') data to disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        yield tmp_path
-        os.replace(tmp_path, path)
+        os.fsync(fd)
+    except OSError as e:  # some file systems cannot fsync a folder; the data itself was synced
+        if e.errno not in (errno.EINVAL, errno.EBADF) or not path.is_dir():
+            raise
     finally:
-        tmp_path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _fsync_path(Path(folder) / name)
+        _fsync_path(Path(folder))
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Remove the `.<name>.*.tmp` files and folders that a killed `atomic_path` / `atomic_dir` left in
+    `folder` (and `.<name>.old` of an interrupted folder swap). Call it only where one writer owns the
+    folder (a stage's output folder: DVC locks the stage). Returns what it removed."""
+    folder = Path(folder)
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for p in folder.iterdir():
+        if p.name.startswith(".") and (p.name.endswith(TMP_SUFFIX) or p.name.endswith(".old")):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a fresh temporary folder; on success it replaces `path` as a whole (old contents removed)."""
+def atomic_path(path: str | Path, *, expected_bytes: int | None = None) -> Iterator[Path]:
+    """Yield a temporary path in the same folder; if the block succeeds, fsync it, rename it onto `path`
+    and fsync the folder. A full disk raises `DiskFullError` naming `path` and `expected_bytes` (default:
+    what the block had written when it failed); the temporary is always removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp_path: Path | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
+        yield tmp_path
+        _fsync_path(tmp_path)
+        os.replace(tmp_path, path)
+        _fsync_path(path.parent)
+    except OSError as e:
+        if _is_disk_full(e) and not isinstance(e, DiskFullError):
+            needed = expected_bytes if expected_bytes is not None else (_size(tmp_path) if tmp_path else None)
+            raise DiskFullError(path, needed) from e
+        raise
+    finally:
+        if tmp_path is not None:
+            tmp_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path, *, expected_bytes: int | None = None) -> Iterator[Path]:
+    """Yield a fresh temporary folder; on success its files are fsynced and it replaces `path` as a whole
+    (old contents removed). Disk full: as `atomic_path`."""
+    path = Path(path)
+    tmp: Path | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent))
         yield tmp
+        _fsync_tree(tmp)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
         os.replace(tmp, path)
+        _fsync_path(path.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        if _is_disk_full(e) and not isinstance(e, DiskFullError):
+            needed = expected_bytes if expected_bytes is not None else (_size(tmp) if tmp else None)
+            raise DiskFullError(path, needed) from e
+        raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_chunks(f: Any, data: bytes | memoryview, chunk_bytes: int = 1 << 24) -> None:
+    """Write `data` to the open binary file `f` (the one place `write_bytes` touches the disk)."""
+    view = memoryview(data)
+    for start in range(0, len(view), chunk_bytes):
+        f.write(view[start:start + chunk_bytes])
+
+
+def write_bytes(path: str | Path, data: bytes | memoryview) -> None:
+    """Write `data` to `path` atomically and durably (a full disk: `DiskFullError` with the exact size)."""
+    with atomic_path(path, expected_bytes=len(data)) as tmp, open(tmp, "wb") as f:
+        _write_chunks(f, data)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    write_bytes(path, text.encode())
 
 
 def write_json(path: str | Path, obj: Any) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
 def write_parquet(path: str | Path, df: pd.DataFrame) -> None:

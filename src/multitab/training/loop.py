@@ -267,9 +267,11 @@ def train(
     *,
     checkpoint_dir: Path,
     run_fingerprint: str,
+    run_settings: dict[str, Any] | None = None,
 ) -> RunResult:
     """Train `model` on `data` (resuming from `checkpoint_dir/last.pt` when it matches), test the best
-    epoch's weights, and return the metrics. The caller seeds torch before building the model."""
+    epoch's weights, and return the metrics. The caller seeds torch before building the model.
+    `run_settings` (what `run_fingerprint` hashes) is stored to explain a mismatch on resume."""
     device = resolve_device(settings.device)
     if settings.precision == "bf16" and device.type != "cuda":
         log.warning("precision bf16 applies on CUDA only; training in float32 on %s", device)
@@ -290,7 +292,7 @@ def train(
     history: list[dict[str, float]] = []
     start_epoch, train_seconds, loop_seconds, samples_seen = 0, 0.0, 0.0, 0
     checkpoint_dir = Path(checkpoint_dir)
-    last = ckpt.load(checkpoint_dir / ckpt.LAST, run_fingerprint)
+    last = ckpt.resume(checkpoint_dir, run_fingerprint, run_settings)
     if last is not None:
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
@@ -334,10 +336,10 @@ def train(
         epoch += 1
         stopped_early = stopper.should_stop
         if improved:
-            ckpt.save(checkpoint_dir / ckpt.BEST, {"fingerprint": run_fingerprint, "epoch": epoch,
+            ckpt.save(checkpoint_dir / ckpt.BEST, {**ckpt.identity(run_fingerprint, run_settings), "epoch": epoch,
                                                    "model": model.state_dict(), "val": val_metrics})
         ckpt.save(checkpoint_dir / ckpt.LAST, {
-            "fingerprint": run_fingerprint, "epoch": epoch, "model": model.state_dict(),
+            **ckpt.identity(run_fingerprint, run_settings), "epoch": epoch, "model": model.state_dict(), "val": val_metrics,
             "optimizer": optimizer.state_dict(), "rng": ckpt.rng_state(generator),
             "early_stopping": stopper.state_dict(), "history": history, "stopped": stopped_early,
             "train_seconds": train_seconds, "loop_seconds": loop_seconds, "samples_seen": samples_seen,
@@ -346,10 +348,7 @@ def train(
             log.info("early stop after epoch %d: no improvement for %d epochs (best epoch %d)",
                      epoch, stopper.patience, stopper.best_epoch + 1)
 
-    best = ckpt.load(checkpoint_dir / ckpt.BEST, run_fingerprint)
-    if best is None:
-        raise RuntimeError(f"{checkpoint_dir / ckpt.BEST}: no best checkpoint (no epoch had a finite mean "
-                           "validation metric); check the validation split's labels")
+    best = ckpt.load_best(checkpoint_dir, run_fingerprint, run_settings)
     model.load_state_dict(best["model"])
     model.to(device)
     val_metrics = dict(best["val"])  # measured at the best epoch, with these weights

@@ -7,9 +7,11 @@ metric values (an undefined AUC) are written as null.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,10 +22,18 @@ import numpy as np
 import torch
 
 from multitab.evaluation.metrics import mean_metric, task_metrics
+from multitab.io import sha256_file
 from multitab.training import checkpoint as ckpt
 from multitab.training.config import TrainConfig
 from multitab.training.data import ProcessedData, load_processed
-from multitab.training.loop import RunResult, RunSettings, regression_mse, seed_everything, train
+from multitab.training.loop import (
+    RunResult,
+    RunSettings,
+    regression_mse,
+    resolve_device,
+    seed_everything,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +121,45 @@ def _default_optim(dataset: str, name: str) -> dict[str, Any]:
     return training_defaults(dataset, name)
 
 
+def model_code_version(model: Any) -> str:
+    """sha256 over the source of the model's code and of the training code: for a model class defined in
+    a package, every .py file of that package (shared blocks included); otherwise the files defining the
+    class and its bases; plus multitab/training/*.py. Any edit there makes old checkpoints foreign."""
+    files: set[Path] = set(Path(__file__).parent.glob("*.py"))
+    for cls in type(model).__mro__:
+        module = sys.modules.get(cls.__module__)
+        source = getattr(module, "__file__", None)
+        if source is None or cls.__module__.split(".")[0] in ("torch", "builtins"):
+            continue
+        package = cls.__module__.rpartition(".")[0]
+        files |= set(Path(source).parent.rglob("*.py")) if package else {Path(source)}
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def resume_settings(
+    spec: RunSpec, config: TrainConfig, data: ProcessedData, model: torch.nn.Module, *, overrides: dict[str, Any],
+    optim: dict[str, Any], max_epochs: int, patience: int,
+) -> dict[str, Any]:
+    """Every setting that changes a run's numbers; a checkpoint is resumed only when all are equal (its
+    fingerprint is their hash). Threads, determinism, device and dtype change float results in the last
+    bits; the data are identified by the sha256 of the processed files, the code by `model_code_version`."""
+    device = resolve_device(config.device)
+    return {
+        "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
+        "optim": optim, "max_epochs": max_epochs, "patience": patience, "batch_size": config.batch_size,
+        "precision": config.precision, "max_train_rows": config.max_train_rows, "meta": data.meta,
+        "num_threads": torch.get_num_threads(), "deterministic": config.deterministic,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
+        "dtype": str(next((p.dtype for p in model.parameters()), torch.get_default_dtype())),
+        "compile": config.compile, "torch": torch.__version__,
+        "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()},
+        "code": model_code_version(model),
+    }
+
+
 def run_training(
     spec: RunSpec,
     config: TrainConfig,
@@ -148,12 +197,10 @@ def run_training(
             precision=config.precision, compile=config.compile, deterministic=config.deterministic,
             progress=config.progress, on_step=on_step,
         )
-        run_fp = ckpt.fingerprint({
-            "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
-            "optim": optim, "max_epochs": max_epochs, "patience": patience, "batch_size": config.batch_size,
-            "precision": config.precision, "max_train_rows": config.max_train_rows, "meta": data.meta,
-        })
-        result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir, run_fingerprint=run_fp)
+        run_settings = resume_settings(spec, config, data, model, overrides=overrides, optim=optim,
+                                       max_epochs=max_epochs, patience=patience)
+        result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir,
+                       run_fingerprint=ckpt.fingerprint(run_settings), run_settings=run_settings)
         n_params: int | None = sum(p.numel() for p in model.parameters())
     else:
         optim = {"optimizer": "none (gradient boosting)"}
