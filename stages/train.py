@@ -5,7 +5,9 @@
         --out results/runs/higgs/multitab_net/seed0 --checkpoints results/checkpoints/higgs/multitab_net/seed0
 
 Writes <out>/metrics.json, the per-epoch curves as a dvclive log in <out>/dvclive, and the checkpoints
-(best.pt is the tested one; last.pt lets a killed run resume: just run the stage again).
+(best.pt is the tested one; last.pt lets a killed run resume: just run the stage again). Every file is
+replaced atomically and durably, so a failed attempt leaves the previous results; a full disk ends the
+stage with one line, "no space left on <path> (needed ~N MB)", and exit status 1.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from multitab.io import atomic_dir, read_json, write_json
+from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
 from multitab.training.config import load_train_config
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
@@ -54,6 +56,7 @@ def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
 def train_one(a: argparse.Namespace) -> None:
     if a.verdict is not None:
         check_verdict(a.verdict, a.dataset)
+    remove_stale_temporaries(a.out)  # of a save killed in an earlier attempt (the checkpoints: by `resume`)
     spec = RunSpec(dataset=a.dataset, model=a.model, seed=a.seed, data_path=a.data,
                    checkpoint_dir=a.checkpoints)
     record, history = run_training(spec, load_train_config(a.params))

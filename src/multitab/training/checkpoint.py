@@ -24,7 +24,6 @@ import json
 import logging
 import pickle
 import random
-import re
 from pathlib import Path
 from typing import Any
 
@@ -125,12 +124,15 @@ def save(path: Path, payload: dict[str, Any]) -> None:
 
 def _why_unreadable(e: Exception) -> str:
     text = str(e)
-    if isinstance(e, pickle.UnpicklingError) and ("Weights only load failed" in text or "Unsupported" in text):
-        found = re.search(r"Unsupported[^\n.]*", text)
-        what = found.group(0).strip() if found else "a Python object that is not plain data"
+    detail = text.partition("WeightsUnpickler error:")[2].strip()
+    detail = detail.splitlines()[0].strip() if detail else ""
+    # the weights-only unpickler met something other than plain data (a global, a reduce call): refused.
+    # "Unsupported operand" is a byte that is no pickle opcode at all: a corrupt file.
+    if isinstance(e, pickle.UnpicklingError) and detail and not detail.startswith("Unsupported operand"):
+        what = detail.split(" was not an allowed global")[0]
         return (f"refused: it holds pickled Python code or objects ({what}); loading it could run code, "
                 "so it is never loaded")
-    first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    first = (detail or text.strip().splitlines()[0]) if text.strip() else type(e).__name__
     return f"unreadable (truncated or corrupt: {first})"
 
 

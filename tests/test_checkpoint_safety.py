@@ -1,0 +1,292 @@
+"""Checkpoints that cannot run code, a corrupt best.pt that a re-run recovers from, a full disk that ends
+the stage with one clear line and resumes once space is freed, and a resume fingerprint that holds the
+settings that change numbers (issue 15)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
+from multitab import io as mio
+from multitab.training import checkpoint as ckpt
+from multitab.training import loop as loop_mod
+from multitab.training.config import TrainConfig
+from multitab.training.run import RunSpec, model_code_version, run_training
+
+torch.set_num_threads(1)
+WORKER = Path(__file__).parent / "_training_worker.py"
+ROOT = Path(__file__).resolve().parents[1]
+TIMING = {"epoch_seconds", "data_seconds", "samples_per_second", "train_seconds", "resumed_from_epoch"}
+
+
+def make_config(**kw: object) -> TrainConfig:
+    base: dict[str, object] = dict(
+        datasets=("tiny",), models=("tiny",), seeds=(0,), device="cpu", precision="fp32", compile=False,
+        deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None,
+        patience={"default": 5}, xgboost_early_stopping_rounds=5, progress=False,
+    )
+    base.update(kw)
+    return TrainConfig(**base)  # type: ignore[arg-type]
+
+
+def _strip(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k not in TIMING}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("processed") / "tiny"
+    write_tiny_processed(path)
+    return path
+
+
+def _train(tiny: Path, ck: Path, **config: object) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=ck)
+    return run_training(spec, make_config(**config), builder=tiny_builder, optim_defaults=tiny_optim)
+
+
+# ------------------------------------------------------------------------------ nothing loaded runs code
+class Payload:
+    """Unpickling this runs code: it writes `marker` (stands for whatever an attacker would run)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def test_malicious_checkpoint_is_refused_and_nothing_runs(
+    tiny: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ck = tmp_path / "ck"
+    clean, _ = _train(tiny, ck)
+    marker = tmp_path / "marker"
+    for name in (ckpt.LAST, ckpt.BEST):  # right fingerprint and keys: only the payload is foreign
+        good = torch.load(ck / name, weights_only=True)
+        torch.save({**good, "model": Payload(marker)}, ck / name)
+    with caplog.at_level(logging.WARNING):
+        again, _ = _train(tiny, ck)
+    assert not marker.exists()
+    assert "refused" in caplog.text and "could run code" in caplog.text and "GLOBAL exec" in caplog.text
+    assert again["resumed_from_epoch"] == 0 and _strip(again) == _strip(clean)  # trained afresh, same numbers
+    # the crafted file is live: loading it the old way (weights_only=False) runs its code
+    bad = tmp_path / "bad.pt"
+    torch.save({"model": Payload(marker)}, bad)
+    torch.load(bad, weights_only=False)
+    assert marker.read_text() == "ran"
+
+
+def test_save_stores_plain_data_only(tmp_path: Path) -> None:
+    payload = {"a": np.float64(0.25), "b": [np.int64(3), (1.5, None)], "c": np.arange(3), "t": torch.ones(2)}
+    ckpt.save(tmp_path / "x.pt", payload)
+    back = torch.load(tmp_path / "x.pt", weights_only=True)
+    assert back["a"] == 0.25 and type(back["a"]) is float and back["b"] == [3, (1.5, None)]
+    assert torch.equal(back["c"], torch.arange(3)) and torch.equal(back["t"], torch.ones(2))
+    with pytest.raises(TypeError, match=r"checkpoint\['f'\]: a function cannot be stored"):
+        ckpt.save(tmp_path / "y.pt", {"f": lambda: 0})
+    assert not (tmp_path / "y.pt").exists()
+
+
+def test_rng_states_round_trip_through_a_weights_only_checkpoint(tmp_path: Path) -> None:
+    import random
+
+    g = torch.Generator().manual_seed(5)
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    np.random.normal()  # a cached gaussian in numpy's state
+    ckpt.save(tmp_path / "r.pt", {"rng": ckpt.rng_state(g)})
+    expected = (random.random(), np.random.normal(), torch.rand(1).item(), torch.rand(1, generator=g).item())
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    g2 = torch.Generator()
+    ckpt.set_rng_state(torch.load(tmp_path / "r.pt", weights_only=True)["rng"], g2)
+    assert (random.random(), np.random.normal(), torch.rand(1).item(), torch.rand(1, generator=g2).item()) == expected
+
+
+# ------------------------------------------------------------------------------------ a corrupt best.pt
+@pytest.fixture
+def scripted_curve(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """Early stopping sees `curve[epoch - 1]` as the mean validation metric (so the best epoch is chosen
+    by the test); the recorded metrics stay the real ones."""
+    curve: list[float] = []
+    calls = [0]
+
+    def fake_mean(metrics: dict[str, float]) -> float:
+        calls[0] += 1
+        return curve[calls[0] - 1]
+
+    def per_run(*a: Any, **kw: Any) -> Any:
+        calls[0] = 0
+        return real_train(*a, **kw)
+
+    real_train = loop_mod.train
+    monkeypatch.setattr(loop_mod, "mean_metric", fake_mean)
+    monkeypatch.setattr("multitab.training.run.train", per_run)
+    yield curve
+
+
+@pytest.mark.parametrize(("curve", "outcome", "resumed_from"), [
+    ([0.5, 0.7, 0.6, 0.65], "retraining from scratch", 0),  # best epoch 2 of 4: its weights must be retrained
+    ([0.5, 0.6, 0.7, 0.8], "rebuilt it from last.pt", 4),  # best epoch = last epoch: last.pt holds them
+])
+def test_truncated_best_pt_then_rerun_gives_the_uninterrupted_metrics(
+    tiny: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, scripted_curve: list[float],
+    curve: list[float], outcome: str, resumed_from: int,
+) -> None:
+    scripted_curve[:] = curve
+    ck = tmp_path / "ck"
+    full, history = _train(tiny, ck)
+    assert full["best_epoch"] == 1 + curve.index(max(curve))
+    best = ck / ckpt.BEST
+    best.write_bytes(best.read_bytes()[: best.stat().st_size // 2])
+    with caplog.at_level(logging.INFO):
+        again, history_again = _train(tiny, ck)
+    assert f"{best}: unreadable (truncated or corrupt" in caplog.text and outcome in caplog.text
+    assert "no best checkpoint" not in caplog.text
+    assert again["resumed_from_epoch"] == resumed_from
+    assert _strip(again) == _strip(full)  # every metric, bit for bit
+    assert [_strip(r) for r in history_again] == [_strip(r) for r in history]
+    assert torch.load(best, weights_only=True)["epoch"] == full["best_epoch"]  # best.pt is whole again
+
+
+def test_a_best_pt_lost_after_training_is_named_not_blamed_on_the_labels(tiny: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    real_save = ckpt.save
+
+    def save_then_corrupt(path: Path, payload: dict[str, Any]) -> None:
+        real_save(path, payload)
+        if path.name == ckpt.BEST:
+            path.write_bytes(b"garbage")
+
+    monkeypatch.setattr(ckpt, "save", save_then_corrupt)
+    with pytest.raises(RuntimeError, match=r"best checkpoint is unreadable .*run the stage again"):
+        _train(tiny, tmp_path / "ck", max_epochs=1)
+
+
+# ------------------------------------------------------------------------------------- the disk fills up
+def _stage_args(tiny: Path, tmp_path: Path, name: str) -> list[str]:
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"train": {
+        "datasets": ["tiny"], "models": ["tiny"], "seeds": [0], "device": "cpu", "precision": "fp32",
+        "compile": False, "deterministic": True, "num_threads": 1, "batch_size": 128, "max_epochs": 3,
+        "max_train_rows": None, "patience": {"default": 5}, "xgboost_early_stopping_rounds": 5,
+        "progress": False}}))
+    return ["--dataset", "tiny", "--model", "tiny", "--seed", "0", "--data", str(tiny), "--out",
+            str(tmp_path / f"out_{name}"), "--checkpoints", str(tmp_path / f"ck_{name}"), "--params", str(params)]
+
+
+def test_disk_full_gives_one_clear_line_and_the_rerun_resumes(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stages import train as stage
+
+    monkeypatch.setattr("multitab.training.run._default_builder", tiny_builder)
+    monkeypatch.setattr("multitab.training.run._default_optim", tiny_optim)
+    assert stage.main(_stage_args(tiny, tmp_path, "full")) == 0
+    capsys.readouterr()
+    real_write = mio._write_chunks
+    attempted: list[int] = []
+
+    def full_disk(f: Any, data: Any, *a: Any) -> None:  # the second save of last.pt (epoch 2) hits ENOSPC
+        if Path(f.name).name.startswith(f".{ckpt.LAST}.") and len(attempted) == 1:
+            attempted.append(len(data))
+            f.write(bytes(data)[:100])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if Path(f.name).name.startswith(f".{ckpt.LAST}."):
+            attempted.append(len(data))
+        real_write(f, data, *a)
+
+    monkeypatch.setattr(mio, "_write_chunks", full_disk)
+    args = _stage_args(tiny, tmp_path, "kill")
+    assert stage.main(args) == 1
+    err = capsys.readouterr().err
+    ck, out = tmp_path / "ck_kill", tmp_path / "out_kill"
+    line = f"error: no space left on {ck / ckpt.LAST} (needed ~{mio._megabytes(attempted[1])} MB"
+    assert line in err and "Traceback" not in err, err
+    assert not list(ck.glob("*.tmp")) and not list(ck.glob(".*.tmp"))  # no half-written file stays
+    assert torch.load(ck / ckpt.LAST, weights_only=True)["epoch"] == 1 and not (out / "metrics.json").exists()
+    # space is freed; a save killed by SIGKILL in between left temporaries: the re-run removes them
+    monkeypatch.setattr(mio, "_write_chunks", real_write)
+    (ck / f".{ckpt.LAST}.k1ll3d.tmp").write_bytes(b"partial")
+    out.mkdir()
+    (out / ".metrics.json.k1ll3d.tmp").write_text("{")
+    assert stage.main(args) == 0
+    assert not list(ck.glob(".*.tmp")) and not list(out.glob(".*.tmp"))
+    a = json.loads((tmp_path / "out_full" / "metrics.json").read_text())
+    b = json.loads((out / "metrics.json").read_text())
+    assert b["resumed_from_epoch"] == 1 and _strip(a) == _strip(b)
+
+
+# ---------------------------------------------------------------------- settings that change the numbers
+def _worker(*args: object, threads: int = 1) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "WORKER_THREADS": str(threads)}
+    return subprocess.run([sys.executable, str(WORKER), *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_changing_num_threads_between_kill_and_resume_starts_fresh(tmp_path: Path) -> None:
+    data = tmp_path / "tiny"
+    write_tiny_processed(data)
+    killed = _worker(data, tmp_path / "ck", tmp_path / "kill.json", 2, 3)  # mid-epoch 3 of 5, one thread
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    shutil.copytree(tmp_path / "ck", tmp_path / "ck_same")
+    resumed = _worker(data, tmp_path / "ck", tmp_path / "two.json", threads=2)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "checkpoint of other settings (num_threads: 1 -> 2); starting from scratch" in resumed.stderr
+    assert json.loads((tmp_path / "two.json").read_text())["record"]["resumed_from_epoch"] == 0
+    same = _worker(data, tmp_path / "ck_same", tmp_path / "one.json", threads=1)  # the control: it resumes
+    assert same.returncode == 0 and "other settings" not in same.stderr, same.stderr
+    assert json.loads((tmp_path / "one.json").read_text())["record"]["resumed_from_epoch"] == 2
+
+
+def test_fingerprint_holds_every_setting_that_changes_results(tiny: Path, tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    ck = tmp_path / "ck"
+    _train(tiny, ck, max_epochs=1)
+    settings = json.loads(torch.load(ck / ckpt.LAST, weights_only=True)["settings"])
+    assert {"num_threads", "deterministic", "device", "dtype", "compile", "precision", "data", "code",
+            "torch"} <= set(settings)
+    assert set(settings["data"]) == {"meta.json", "train.parquet", "val.parquet", "test.parquet"}
+    for change in ({"deterministic": False}, {"compile": True}):  # each one: not resumed, and said why
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            record, _ = _train(tiny, ck, max_epochs=1, **change)
+        key, value = next(iter(change.items()))
+        assert record["resumed_from_epoch"] == 0 and f"{key}: {not value} -> {value}" in caplog.text
+    copy = tmp_path / "tiny_copy"  # the same rows in a re-written file: the data hash decides
+    shutil.copytree(tiny, copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    (copy / "meta.json").write_text(json.dumps({**meta, "note": "edited"}))
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=copy, checkpoint_dir=ck)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        record, _ = run_training(spec, make_config(max_epochs=1), builder=tiny_builder, optim_defaults=tiny_optim)
+    assert record["resumed_from_epoch"] == 0 and "data.meta.json:" in caplog.text
+
+
+def test_model_code_version_follows_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    src = tmp_path / "fp_model_mod.py"
+    src.write_text("import torch\nclass M(torch.nn.Linear):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("fp_model_mod")
+    before = model_code_version(mod.M(2, 1))
+    assert before == model_code_version(mod.M(3, 1))  # the code, not the instance
+    src.write_text(src.read_text() + "# edited\n")
+    assert model_code_version(mod.M(2, 1)) != before
+    assert model_code_version(torch.nn.Linear(2, 1)) != before  # torch classes: the training code only
