@@ -21,7 +21,7 @@ import pytest
 import torch
 import yaml
 
-from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
+from _training_tiny import tiny_builder, tiny_optim, write_tiny_processed
 from multitab import io as mio
 from multitab.training import checkpoint as ckpt
 from multitab.training import loop as loop_mod
