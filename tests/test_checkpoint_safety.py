@@ -290,3 +290,54 @@ def test_model_code_version_follows_the_source(tmp_path: Path, monkeypatch: pyte
     src.write_text(src.read_text() + "# edited\n")
     assert model_code_version(mod.M(2, 1)) != before
     assert model_code_version(torch.nn.Linear(2, 1)) != before  # torch classes: the training code only
+
+
+# ------------------------------------------------------------------------- DVC keeps a run's results
+def _dvc(args: list[str], cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1", "DVC_NO_UPDATER": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = os.pathsep.join([str(cwd / "src"), str(cwd)])
+    r = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert (r.returncode == 0) == ok, f"dvc {' '.join(args)}: {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def test_dvc_train_stage_keeps_its_results_through_a_failed_rerun(tmp_path: Path) -> None:
+    """The real dvc.yaml `train` stage, as written there: a re-run that fails leaves the previous
+    metrics.json and curves in place (persist), and the version dvc.lock records is in DVC's cache (cache),
+    so a lost copy comes back with `dvc checkout`."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__")
+    for item in ("stages", "src"):
+        shutil.copytree(ROOT / item, repo / item, ignore=ignore)
+    (repo / ".gitignore").write_text((ROOT / ".gitignore").read_text())
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["train"]
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": stage}}, sort_keys=False))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["train"].update(datasets=["higgs"], models=["stl_mlp"], seeds=[0], device="cpu", max_epochs=1,
+                           max_train_rows=None, progress=False, num_threads=1)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_tiny_processed(repo / "data" / "processed" / "higgs", n={"train": 300, "val": 100, "test": 100})
+    verdict = repo / "data" / "validated" / "higgs.json"
+    verdict.parent.mkdir(parents=True)
+    verdict.write_text(json.dumps({"success": True}))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    _dvc(["init", "-q"], repo)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], cwd=repo, check=True)  # dvclive reads HEAD
+    target = "train@higgs-stl_mlp-0"
+    _dvc(["repro", target], repo)
+    run = repo / "results" / "runs" / "higgs" / "stl_mlp" / "seed0"
+    metrics = (run / "metrics.json").read_bytes()
+    curve = (run / "dvclive" / "plots" / "metrics" / "val_mean.tsv").read_bytes()
+    verdict.write_text(json.dumps({"success": False}))  # a changed dep: DVC re-runs the stage, which fails
+    failed = _dvc(["repro", target], repo, ok=False)
+    assert "failed validation" in failed.stderr + failed.stdout
+    assert (run / "metrics.json").read_bytes() == metrics  # DVC did not delete it first
+    assert (run / "dvclive" / "plots" / "metrics" / "val_mean.tsv").read_bytes() == curve
+    (run / "metrics.json").unlink()
+    _dvc(["checkout", "--force", target], repo)
+    assert (run / "metrics.json").read_bytes() == metrics
