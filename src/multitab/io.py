@@ -29,12 +29,11 @@ class DiskFullError(OSError):
 
     def __init__(self, path: Path, needed_bytes: int | None) -> None:
         self.path, self.needed_bytes = path, needed_bytes
-        needed = f" (needed ~{_megabytes(needed_bytes)} MB)" if needed_bytes is not None else ""
-        try:
-            free = f"; {_megabytes(shutil.disk_usage(path.parent).free)} MB free"
-        except OSError:
-            free = ""
-        super().__init__(errno.ENOSPC, f"no space left on {path}{needed}{free}: free some space and run again")
+        parts = [f"needed ~{_megabytes(needed_bytes)} MB"] if needed_bytes is not None else []
+        with contextlib.suppress(OSError):
+            parts.append(f"{_megabytes(shutil.disk_usage(path.parent).free)} MB free")
+        detail = f" ({', '.join(parts)})" if parts else ""
+        super().__init__(errno.ENOSPC, f"no space left on {path}{detail}; free some space and run again")
 
     def __str__(self) -> str:  # the message alone, without OSError's "[Errno 28]" prefix
         return str(self.args[1])

@@ -1,0 +1,84 @@
+"""Crash-safe writes (multitab.io): fsync before and after the rename, a full disk named with its path and
+size, stale temporaries of a killed writer removed, nothing half-written left behind."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from multitab import io as mio
+
+
+def test_writes_are_fsynced_before_and_after_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[tuple[str, bool]] = []  # (path, whether `path` held the new content at that moment)
+    real_fsync = os.fsync
+    target = tmp_path / "sub" / "a.json"
+
+    def spy(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append((path, target.is_file()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(mio.os, "fsync", spy)
+    mio.write_json(target, {"x": 1})
+    assert mio.read_json(target) == {"x": 1}
+    (tmp_file, before), (folder, after) = synced
+    assert Path(tmp_file).name.startswith(".a.json.") and tmp_file.endswith(".tmp") and not before
+    assert folder == str(target.parent) and after
+    synced.clear()
+    with mio.atomic_dir(tmp_path / "d") as tmp:
+        (tmp / "f.txt").write_text("x")
+    assert [Path(p).name for p, _ in synced][-1] == tmp_path.name  # the parent, after the swap
+    assert any(p.endswith("f.txt") for p, _ in synced)
+
+
+def _full_disk(f: Any, data: Any, *a: Any) -> None:
+    f.write(bytes(data)[:10])
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_disk_full_names_the_path_and_the_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "big.bin"
+    target.write_bytes(b"old")
+    monkeypatch.setattr(mio, "_write_chunks", _full_disk)
+    with pytest.raises(mio.DiskFullError) as info:
+        mio.write_bytes(target, b"\0" * 3_000_000)
+    assert str(info.value).startswith(f"no space left on {target} (needed ~3.0 MB, ")
+    assert isinstance(info.value, OSError) and info.value.errno == errno.ENOSPC
+    assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["big.bin"]
+
+
+def test_disk_full_inside_an_atomic_block_or_folder(tmp_path: Path) -> None:
+    def fill(path: Path) -> None:
+        path.write_bytes(b"\0" * 200_000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(mio.DiskFullError, match=r"no space left on .*t\.parquet \(needed ~0\.2 MB"):
+        with mio.atomic_path(tmp_path / "t.parquet") as tmp:
+            fill(tmp)
+    with pytest.raises(mio.DiskFullError, match=r"no space left on .*/out \(needed ~0\.2 MB"):
+        with mio.atomic_dir(tmp_path / "out") as tmp:
+            fill(tmp / "part")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OSError) as other:  # other errors pass through unchanged
+        with mio.atomic_path(tmp_path / "t.parquet"):
+            raise OSError(errno.EACCES, "denied")
+    assert not isinstance(other.value, mio.DiskFullError)
+
+
+def test_stale_temporaries_are_removed(tmp_path: Path) -> None:
+    mio.write_parquet(tmp_path / "x.parquet", pd.DataFrame({"a": [1]}))
+    (tmp_path / ".x.parquet.abc123.tmp").write_bytes(b"half")
+    (tmp_path / ".dvclive.abc.tmp").mkdir()
+    (tmp_path / ".dvclive.abc.tmp" / "f").write_text("x")
+    (tmp_path / ".dvclive.old").mkdir()
+    (tmp_path / "keep.tmp").write_text("not ours: no leading dot")
+    removed = mio.remove_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in removed) == [".dvclive.abc.tmp", ".dvclive.old", ".x.parquet.abc123.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.tmp", "x.parquet"]
+    assert mio.remove_stale_temporaries(tmp_path / "absent") == []
