@@ -289,7 +289,11 @@ def compare_file(a: Path, b: Path) -> str:
     elif a.suffix == ".pt":  # checkpoints: weights, optimizer and RNG states, history
         import torch
 
-        same = _equal(*(_strip(torch.load(p, map_location="cpu", weights_only=True)) for p in (a, b)))
+        try:  # weights_only: a checkpoint is data; one that needs code to load is refused (and differs)
+            same = _equal(*(_strip(torch.load(p, map_location="cpu", weights_only=True)) for p in (a, b)))
+        except Exception as e:  # torch raises several types for corrupt or refused files
+            print(f"{a.name}: cannot compare ({type(e).__name__}: {str(e).strip().splitlines()[0][:200]})")
+            same = False
     else:
         same = False
     return "equal apart from timings" if same else "different"
