@@ -91,6 +91,20 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     return removed
 
 
+def replace_durably(src: str | Path, dst: str | Path) -> None:
+    """Flush the finished file `src` to disk, rename it onto `dst` (same file system) and flush the folder,
+    so that after a crash `dst` is the old file or the whole new one. A full disk: `DiskFullError`."""
+    src, dst = Path(src), Path(dst)
+    try:
+        _fsync_path(src)
+        os.replace(src, dst)
+        _fsync_path(dst.parent)
+    except OSError as e:
+        if _is_disk_full(e) and not isinstance(e, DiskFullError):
+            raise DiskFullError(dst, _size(src) if src.exists() else None) from e
+        raise
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, *, expected_bytes: int | None = None) -> Iterator[Path]:
     """Yield a temporary path in the same folder; if the block succeeds, fsync it, rename it onto `path`
@@ -104,9 +118,7 @@ def atomic_path(path: str | Path, *, expected_bytes: int | None = None) -> Itera
         os.close(fd)
         tmp_path = Path(tmp)
         yield tmp_path
-        _fsync_path(tmp_path)
-        os.replace(tmp_path, path)
-        _fsync_path(path.parent)
+        replace_durably(tmp_path, path)
     except OSError as e:
         if _is_disk_full(e) and not isinstance(e, DiskFullError):
             needed = expected_bytes if expected_bytes is not None else (_size(tmp_path) if tmp_path else None)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
 import time
 import zipfile
 import zlib
@@ -26,7 +25,7 @@ import requests
 import urllib3
 from tqdm.auto import tqdm
 
-from multitab.io import sha256_file
+from multitab.io import replace_durably, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +271,7 @@ def fetch(
                 raise
             reason = _verify(part, dest, sha256, expected_size)
             if reason is None:
-                os.replace(part, dest)
+                replace_durably(part, dest)  # fsync before and after the rename
                 log.info("%s: downloaded and verified -> %s (%d bytes)", url, dest, dest.stat().st_size)
                 return dest
             # A damaged file is never resumed or used: start again from zero.
