@@ -45,7 +45,8 @@ def _megabytes(n: int) -> str:
 
 
 def _is_disk_full(e: BaseException) -> bool:
-    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+    # some libraries (pyarrow) raise an OSError without errno, with the C library's message
+    return isinstance(e, OSError) and (e.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(e))
 
 
 def _size(path: Path) -> int:
