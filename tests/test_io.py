@@ -82,3 +82,28 @@ def test_stale_temporaries_are_removed(tmp_path: Path) -> None:
     assert sorted(p.name for p in removed) == [".dvclive.abc.tmp", ".dvclive.old", ".x.parquet.abc123.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.tmp", "x.parquet"]
     assert mio.remove_stale_temporaries(tmp_path / "absent") == []
+
+
+def test_outputs_get_the_modes_of_a_plain_write(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    mio.write_json(tmp_path / "a.json", {})
+    with mio.atomic_dir(tmp_path / "d"):
+        pass
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_free_space_is_measured_after_the_temporary_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    real_usage = mio.shutil.disk_usage
+
+    def usage(path: Any) -> Any:
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        return real_usage(path)
+
+    monkeypatch.setattr(mio.shutil, "disk_usage", usage)
+    monkeypatch.setattr(mio, "_write_chunks", _full_disk)
+    with pytest.raises(mio.DiskFullError):
+        mio.write_bytes(tmp_path / "x.bin", b"123")
+    assert seen == [[]]

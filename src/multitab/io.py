@@ -21,6 +21,8 @@ from typing import Any
 import pandas as pd
 
 TMP_SUFFIX = ".tmp"
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once, at import: mkstemp / mkdtemp create private (0600 / 0700) temporaries
 
 
 class DiskFullError(OSError):
@@ -118,11 +120,14 @@ def atomic_path(path: str | Path, *, expected_bytes: int | None = None) -> Itera
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
         os.close(fd)
         tmp_path = Path(tmp)
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # the mode a plain open() would give the output
         yield tmp_path
         replace_durably(tmp_path, path)
     except OSError as e:
         if _is_disk_full(e) and not isinstance(e, DiskFullError):
             needed = expected_bytes if expected_bytes is not None else (_size(tmp_path) if tmp_path else None)
+            if tmp_path is not None:  # before measuring what is free
+                tmp_path.unlink(missing_ok=True)
             raise DiskFullError(path, needed) from e
         raise
     finally:
@@ -139,6 +144,7 @@ def atomic_dir(path: str | Path, *, expected_bytes: int | None = None) -> Iterat
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent))
+        os.chmod(tmp, 0o777 & ~_UMASK)
         yield tmp
         _fsync_tree(tmp)
         old = None
@@ -153,6 +159,8 @@ def atomic_dir(path: str | Path, *, expected_bytes: int | None = None) -> Iterat
     except OSError as e:
         if _is_disk_full(e) and not isinstance(e, DiskFullError):
             needed = expected_bytes if expected_bytes is not None else (_size(tmp) if tmp else None)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise DiskFullError(path, needed) from e
         raise
     finally:
