@@ -197,7 +197,7 @@ def resume(checkpoint_dir: Path, expected_fingerprint: str, settings: dict[str, 
     if best is not None and int(best["epoch"]) == best_epoch:
         return last
     if best is not None:
-        why = f"of epoch {int(best['epoch'])}, not of the best epoch {best_epoch}"
+        why = f"holds epoch {int(best['epoch'])}, but the best epoch in {LAST} is {best_epoch} (a save was cut short)"
     if int(last["epoch"]) == best_epoch and "val" in last:
         save(best_path, {**identity(expected_fingerprint, settings), "epoch": best_epoch, "model": last["model"],
                          "val": last["val"]})
