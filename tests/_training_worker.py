@@ -1,8 +1,6 @@
 """Subprocess worker for the resume test: one tiny run, optionally SIGKILLed at (epoch, step).
 
     python tests/_training_worker.py DATA CHECKPOINTS OUT_JSON [KILL_EPOCH KILL_STEP]
-
-Environment: WORKER_THREADS (default 1) is the run's `train.num_threads`.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ from multitab.training.run import RunSpec, run_training  # noqa: E402
 def main() -> None:
     data, ck, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     kill = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else None
-    threads = int(os.environ.get("WORKER_THREADS", "1"))
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
 
     def on_step(epoch: int, step: int) -> None:
         if kill == (epoch, step):
@@ -33,7 +30,7 @@ def main() -> None:
 
     config = TrainConfig(
         datasets=("tiny",), models=("tiny",), seeds=(3,), device="cpu", precision="fp32", compile=False,
-        deterministic=True, num_threads=threads, batch_size=128, max_epochs=5, max_train_rows=None, patience={"default": 5},
+        deterministic=True, num_threads=1, batch_size=128, max_epochs=5, max_train_rows=None, patience={"default": 5},
         xgboost_early_stopping_rounds=5, progress=False,
     )
     spec = RunSpec(dataset="tiny", model="tiny", seed=3, data_path=data, checkpoint_dir=ck)

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,7 +28,6 @@ from multitab.training.config import TrainConfig
 from multitab.training.run import RunSpec, model_code_version, run_training
 
 torch.set_num_threads(1)
-WORKER = Path(__file__).parent / "_training_worker.py"
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = {"epoch_seconds", "data_seconds", "samples_per_second", "train_seconds", "resumed_from_epoch"}
 
@@ -232,25 +230,36 @@ def test_disk_full_gives_one_clear_line_and_the_rerun_resumes(
 
 
 # ---------------------------------------------------------------------- settings that change the numbers
-def _worker(*args: object, threads: int = 1) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "WORKER_THREADS": str(threads)}
-    return subprocess.run([sys.executable, str(WORKER), *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=300)
+class Killed(BaseException):
+    """Stands for SIGKILL mid-epoch: nothing after the raise runs (tests/test_training_resume.py kills for
+    real; what a re-run sees is the same: last.pt of the last finished epoch)."""
 
 
-def test_changing_num_threads_between_kill_and_resume_starts_fresh(tmp_path: Path) -> None:
-    data = tmp_path / "tiny"
-    write_tiny_processed(data)
-    killed = _worker(data, tmp_path / "ck", tmp_path / "kill.json", 2, 3)  # mid-epoch 3 of 5, one thread
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+def test_changing_num_threads_between_kill_and_resume_starts_fresh(
+    tiny: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+
+    def kill_in_epoch_3(epoch: int, step: int) -> None:
+        if (epoch, step) == (2, 3):
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_training(spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim, on_step=kill_in_epoch_3)
+    assert torch.load(tmp_path / "ck" / ckpt.LAST, weights_only=True)["epoch"] == 2
     shutil.copytree(tmp_path / "ck", tmp_path / "ck_same")
-    resumed = _worker(data, tmp_path / "ck", tmp_path / "two.json", threads=2)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "checkpoint of other settings (num_threads: 1 -> 2); starting from scratch" in resumed.stderr
-    assert json.loads((tmp_path / "two.json").read_text())["record"]["resumed_from_epoch"] == 0
-    same = _worker(data, tmp_path / "ck_same", tmp_path / "one.json", threads=1)  # the control: it resumes
-    assert same.returncode == 0 and "other settings" not in same.stderr, same.stderr
-    assert json.loads((tmp_path / "one.json").read_text())["record"]["resumed_from_epoch"] == 2
+    try:
+        with caplog.at_level(logging.WARNING):
+            two, _ = run_training(spec, make_config(num_threads=2), builder=tiny_builder, optim_defaults=tiny_optim)
+    finally:
+        torch.set_num_threads(1)
+    assert "checkpoint of other settings (num_threads: 1 -> 2); starting from scratch" in caplog.text
+    assert two["resumed_from_epoch"] == 0 and two["epochs"] == 4
+    caplog.clear()
+    same_spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck_same")
+    with caplog.at_level(logging.WARNING):  # the control: the same settings resume
+        same, _ = run_training(same_spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim)
+    assert same["resumed_from_epoch"] == 2 and "other settings" not in caplog.text
 
 
 def test_fingerprint_holds_every_setting_that_changes_results(tiny: Path, tmp_path: Path,
