@@ -82,6 +82,10 @@ def test_stale_temporaries_are_removed(tmp_path: Path) -> None:
     assert sorted(p.name for p in removed) == [".dvclive.abc.tmp", ".dvclive.old", ".x.parquet.abc123.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.tmp", "x.parquet"]
     assert mio.remove_stale_temporaries(tmp_path / "absent") == []
+    (tmp_path / ".seed0.x1.tmp").mkdir()
+    (tmp_path / ".seed1.x2.tmp").mkdir()  # another writer's: left alone when only `seed0`'s are removed
+    assert [p.name for p in mio.remove_stale_temporaries(tmp_path, "seed0")] == [".seed0.x1.tmp"]
+    assert (tmp_path / ".seed1.x2.tmp").is_dir()
 
 
 def test_outputs_get_the_modes_of_a_plain_write(tmp_path: Path) -> None:

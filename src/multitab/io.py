@@ -76,16 +76,18 @@ def _fsync_tree(root: Path) -> None:
         _fsync_path(Path(folder))
 
 
-def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+def remove_stale_temporaries(folder: str | Path, name: str | None = None) -> list[Path]:
     """Remove the `.<name>.*.tmp` files and folders that a killed `atomic_path` / `atomic_dir` left in
-    `folder` (and `.<name>.old` of an interrupted folder swap). Call it only where one writer owns the
-    folder (a stage's output folder: DVC locks the stage). Returns what it removed."""
+    `folder` (and `.<name>.old` of an interrupted folder swap): all of them, or only those of output
+    `name`. Call it only for what one writer owns (a stage's output folder, or its output `name` in a
+    shared folder: DVC locks the stage). Returns what it removed."""
     folder = Path(folder)
     removed: list[Path] = []
     if not folder.is_dir():
         return removed
+    prefix = "." if name is None else f".{name}."
     for p in folder.iterdir():
-        if p.name.startswith(".") and (p.name.endswith(TMP_SUFFIX) or p.name.endswith(".old")):
+        if p.name.startswith(prefix) and (p.name.endswith(TMP_SUFFIX) or p.name.endswith(".old")):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:

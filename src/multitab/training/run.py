@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from multitab.evaluation.metrics import mean_metric, task_metrics
-from multitab.io import sha256_file
+from multitab.io import remove_stale_temporaries, sha256_file
 from multitab.training import checkpoint as ckpt
 from multitab.training.config import TrainConfig
 from multitab.training.data import ProcessedData, load_processed
@@ -206,7 +206,9 @@ def run_training(
         optim = {"optimizer": "none (gradient boosting)"}
         max_epochs = int(getattr(model, "n_rounds", 1))
         result = fit_predict(model, data)
-        # The fitted boosters are this run's checkpoint (the stage's declared output folder).
+        # The fitted boosters are this run's checkpoint (the stage's declared output folder), swapped in
+        # whole from a temporary beside it: first remove the temporaries of a save that was killed.
+        remove_stale_temporaries(spec.checkpoint_dir.parent, spec.checkpoint_dir.name)
         model.save(spec.checkpoint_dir)
         n_params = None
     record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
