@@ -141,7 +141,18 @@ def _raw_feature(
         # (group categories); more distinct values in train than the guess is only a warning (estimates).
         out += _bounded("code_range", f.name, 0, FLOAT32_MAX)
         if split != "train" and train_range is not None:
-            out += _bounded("code_range", f.name, train_range[0], train_range[1])
+            lo, hi = train_range
+            out.append(
+                gxe.ExpectColumnValuesToBeBetween(
+                    column=f.name,
+                    min_value=lo,
+                    max_value=hi,
+                    mostly=1.0 - cfg.unseen_max_fraction,
+                    meta=_meta("code_range", f.name, low=lo, high=hi),
+                    notes=f"codes within train's range [{lo}, {hi}]: at most "
+                    f"{100 * cfg.unseen_max_fraction:g}% of rows outside",
+                )
+            )
     else:
         low = f.low if f.low is not None else 0
         high = f.high if f.high is not None else (f.cardinality - 1 if f.cardinality else FLOAT32_MAX)
