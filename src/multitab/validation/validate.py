@@ -91,14 +91,18 @@ def _train_values(
     return out
 
 
-def _train_ranges(schema: DatasetSchema, train: pd.DataFrame) -> dict[str, tuple[int, int]]:
-    """Train's code range of each categorical feature whose cardinality is only an estimate."""
+def _train_ranges(
+    schema: DatasetSchema, train: pd.DataFrame, min_rows_per_value: float
+) -> dict[str, tuple[int, int]]:
+    """Train's code range of each categorical feature whose cardinality is only an estimate, where train
+    has enough rows per value for a code outside that range to mean something (as `_train_values`)."""
     out = {}
     for f in schema.features:
         if f.cardinality_is_estimate and f.name in train.columns and len(train):
             if pd.api.types.is_integer_dtype(train[f.name]):
                 col = train[f.name].to_numpy()
-                out[f.name] = (int(col.min()), int(col.max()))
+                if len(train) >= min_rows_per_value * len(np.unique(col)):
+                    out[f.name] = (int(col.min()), int(col.max()))
     return out
 
 
@@ -205,7 +209,7 @@ def validate_raw(
     rows = expected_rows(schema, data, cfg.raw.row_count_slack, {s: len(f) for s, f in frames.items()})
     train = frames["train"]
     values = _train_values(schema, train, cfg.raw.unseen_min_rows_per_value)
-    ranges = _train_ranges(schema, train)
+    ranges = _train_ranges(schema, train, cfg.raw.unseen_min_rows_per_value)
     built = {
         split: suites.raw_suite(
             schema,
