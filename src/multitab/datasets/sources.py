@@ -292,7 +292,14 @@ class _Reader:
         value = m.group(2)
         names = read.column_names or self._first_line()
         col = names[int(m.group(1))] if int(m.group(1)) < len(names) else f"#{m.group(1)}"
-        row = self._find_bad_row(col, source, read, parse)
+        if "\ufffd" in value:  # pyarrow shows bytes that are not UTF-8 as U+FFFD
+            return self._utf8_error()
+        try:
+            row = self._find_bad_row(col, source, read, parse)
+        except pa.ArrowInvalid as e2:
+            if "UTF8" in str(e2):
+                return self._utf8_error()
+            raise
         return SourceError(
             f"{self.where(col, row)}: value {value!r} is not a number (wrong dtype: the column must be numeric); "
             "fix the file or check that it is the right one"
