@@ -65,7 +65,7 @@ def run_pipeline(tmp: Path, dataset: str, params: Path) -> dict[str, Any]:
     assert acquire.main([*p, *d, "--out", str(raw)]) == 0
     assert split.main([*p, *d, "--raw", str(raw), "--out", str(splits)]) == 0
     assert validate_raw.main([*p, *d, "--splits", str(splits), "--out", str(tmp / "raw.json"), *gx_args]) == 0
-    assert preprocess.main([*p, *d, "--splits", str(splits), "--out", str(processed)]) == 0
+    assert preprocess.main([*p, *d, "--splits", str(splits), "--out", str(processed), "--verdict", str(tmp / "raw.json")]) == 0
     assert validate_processed.main([*p, "--processed", str(processed), "--out", str(tmp / "v.json"), *gx_args]) == 0
     assert train.main([*p, *d, "--model", "stl_mlp", "--seed", "0", "--data", str(processed),
                        "--verdict", str(tmp / "v.json"), "--out", str(tmp / "run"),
@@ -87,6 +87,8 @@ def test_release_layouts_run_through_training(case: str, tmp_path: Path) -> None
         assert not [w for w in verdict["warnings"] if "class_balance" in w]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["dataset"] == dataset and metrics["epochs"] == 1
+    # the warnings travel with the data: meta.json -> metrics.json -> the report's banner
+    assert metrics["validation_warnings"] == verdict["warnings"]
     meta = json.loads((tmp_path / "processed" / "meta.json").read_text())
     assert meta["standin"] is False
     if dataset == "aliexpress":
@@ -109,3 +111,16 @@ def test_table_1_off_without_warn_policy_stops_at_validate_raw(tmp_path: Path) -
     rc = validate_raw.main([*p, "--splits", str(splits), "--out", str(tmp_path / "raw.json"),
                             "--context", str(tmp_path / "gx"), "--report", str(tmp_path / "reports")])
     assert rc == 1 and not (tmp_path / "raw.json").exists()
+
+
+def test_report_banner_names_the_estimates_that_did_not_hold() -> None:
+    from types import SimpleNamespace
+
+    from multitab.evaluation.report import _validation_banner
+
+    run = SimpleNamespace(extra={"validation_warnings": ["[train] column 'income' · ... (class_balance): observed 0.2"]})
+    runs = SimpleNamespace(datasets=["acs_income", "higgs"], models=lambda d: ["stl_mlp"],
+                           runs=lambda d, m: {0: run} if d == "acs_income" else {0: SimpleNamespace(extra={})})
+    lines = _validation_banner(SimpleNamespace(runs=runs))  # type: ignore[arg-type]
+    assert len([ln for ln in lines if ln]) == 1
+    assert "DATA DIFFERS FROM THE PUBLISHED FACTS (acs_income)" in lines[0] and "class_balance" in lines[0]
