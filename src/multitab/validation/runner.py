@@ -123,8 +123,14 @@ class Outcome:
         n_exp = sum(s.n_expectations for s in self.splits.values())
         fails = self.failures
         head = f"{self.stage}@{self.dataset}: "
-        if not fails:
+        n_warn = len(self.warnings)
+        if not fails and not n_warn:
             head += f"all {n_exp} expectations passed on {', '.join(self.splits)}"
+        elif not fails:
+            head += (
+                f"passed on {', '.join(self.splits)}: {n_exp - n_warn} of {n_exp} expectations held, {n_warn} did not "
+                "and are warnings (policy)"
+            )
         else:
             bad = sorted({f.split for f in fails}, key=list(self.splits).index)
             head += f"{len(fails)} of {n_exp} expectations failed (split(s): {', '.join(bad)})"
