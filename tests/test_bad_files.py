@@ -243,3 +243,17 @@ def test_changed_local_file_reruns_acquire_and_dvc_status_says_so(tmp_path: Path
     status = _dvc(["status", "acquire@acs_income"], repo)
     assert "modified:" in status and "local/acs_income/acs.csv" in status
     assert "Running stage 'acquire@acs_income'" in _dvc(["repro", "acquire@acs_income"], repo)
+
+
+def test_dropped_columns_that_vary_are_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "ali"
+    shutil.copytree(FIX / "aliexpress_nl", folder)
+    with caplog.at_level("WARNING", logger="multitab.datasets.sources"):
+        acquire_local(ALI, LocalConfig(path=str(folder)), tmp_path / "raw1")
+    assert not [r for r in caplog.records if "varies" in r.getMessage()]
+    lines = (folder / "train.csv").read_text().splitlines()
+    lines[2] = set_field(lines[2], 17 + 57, "0.5")  # numerical_58, constant in the release
+    write(folder / "train.csv", lines)
+    with caplog.at_level("WARNING", logger="multitab.datasets.sources"):
+        acquire_local(ALI, LocalConfig(path=str(folder)), tmp_path / "raw2")
+    assert any("'numerical_58' varies" in r.getMessage() for r in caplog.records)

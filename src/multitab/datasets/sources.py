@@ -692,6 +692,7 @@ def _write_all(
                 pq.write_table(table, tmp)
             written.append(target)
             rows = table.num_rows
+            _check_dropped_constant(schema, table, (labels or {}).get(key) or str(files[key]))
             del table
             info[key] = {"rows": rows, **refs[key]}
             expected = schema.real_rows.get(key)
@@ -709,6 +710,21 @@ def _write_all(
             p.unlink(missing_ok=True)
         raise
     return info
+
+
+def _check_dropped_constant(schema: DatasetSchema, table: pa.Table, label: str) -> None:
+    """The columns the study drops as constant (AliExpress' categorical_1, numerical_58..60) should be: if one
+    varies, the file may not be the published release (or the columns are shifted), so say so."""
+    for c in schema.raw_columns:
+        if c.role != "drop" or c.name.endswith("_id") or table.num_rows == 0:
+            continue
+        mm = pc.min_max(table.column(c.name)).as_py()
+        if mm["min"] != mm["max"]:
+            log.warning(
+                "%s: column %r varies (%s .. %s) but is constant in the %s release (the study drops it); check that "
+                "the columns are the release's",
+                label, c.name, mm["min"], mm["max"], schema.name,
+            )
 
 
 def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) -> dict[str, Any]:
