@@ -117,8 +117,10 @@ def test_truncated_gzip_names_the_file(tmp_path: Path) -> None:
     blob = gzip.compress((FIX / "higgs_uci.csv").read_bytes() * 40)
     path = tmp_path / "HIGGS.csv.gz"
     path.write_bytes(blob[: len(blob) // 2])
-    with pytest.raises(SourceError, match=r"HIGGS\.csv\.gz: the compressed data ends early .* download or copy"):
+    with pytest.raises(SourceError, match=r"HIGGS\.csv\.gz: the compressed data ends early .* download or copy") as e:
         read_raw_file(path, HIGGS, "data")
+    line = int(str(e.value).split("after line ")[1].split()[0])
+    assert 0 < line < 40 * 40  # the last complete line before the cut
 
 
 def test_bad_utf8_names_file_line_and_column(tmp_path: Path) -> None:

@@ -280,8 +280,9 @@ class _Reader:
         if m is None:
             after = rows + (self.line_offset or 0)
             if isinstance(e, OSError | EOFError | zlib.error) or "compress" in msg.lower():
+                after = max(after, self._readable_lines())
                 return SourceError(
-                    f"{self.label}: the compressed data ends early or is damaged after about line {after} "
+                    f"{self.label}: the compressed data ends early or is damaged after line {after} "
                     f"({msg}){_compression_note(self.path)}; the file was cut short (an interrupted download or "
                     "copy): download or copy it again"
                 )
@@ -304,6 +305,18 @@ class _Reader:
             f"{self.where(col, row)}: value {value!r} is not a number (wrong dtype: the column must be numeric); "
             "fix the file or check that it is the right one"
         )
+
+    def _readable_lines(self) -> int:
+        """Complete lines before a damaged or cut-short compressed stream ends (error path only)."""
+        n = 0
+        try:
+            with _open_binary(self.path) as f:
+                for line in f:
+                    if line.endswith(b"\n"):
+                        n += 1
+        except (OSError, EOFError, zlib.error):
+            pass
+        return n
 
     def _utf8_error(self) -> SourceError:
         """Find the first line with bytes that are not UTF-8 (error path only)."""
