@@ -144,8 +144,10 @@ _HIGGS_HIGH = ["m_jj", "m_jjj", "m_lv", "m_jlv", "m_bb", "m_wbb", "m_wwbb"]
 
 # The b-tag of each jet takes three values in the UCI release, 0 and two levels of its own (the second is
 # twice the first): jet 1 {0, 1.0865, 2.1731}, jet 2 {0, 1.1074, 2.2149}, jet 3 {0, 1.2741, 2.5482},
-# jet 4 {0, 1.5510, 3.1020} (the raw b-tag 0/1/2 times a per-jet scale). Top levels as float32 values whose
-# four-decimal roundings are the published ones; values are matched within LEVEL_TOLERANCE.
+# jet 4 {0, 1.5510, 3.1020} (the raw b-tag 0/1/2 times a per-jet scale, so 0 stays 0 and the middle level is
+# half the top one: exactly so for jets 1 and 2). The four top levels, and jet 1's and jet 2's middle levels,
+# are as printed in public copies of HIGGS.csv's first lines; jets 3 and 4's middle levels are half the top
+# (not seen printed). Values are matched within LEVEL_TOLERANCE.
 HIGGS_BTAG_TOP = {1: 2.1730761528015137, 2: 2.214872121810913, 3: 2.548224449157715, 4: 3.101961374282837}
 
 
