@@ -15,10 +15,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", required=True)
     p.add_argument("--splits", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument(
+        "--verdict", type=Path, default=None,
+        help="validate_raw's verdict (data/validated/<D>.raw.json): must say success; its warnings go to meta.json",
+    )
     a = p.parse_args(argv)
     return run(
         f"preprocess@{a.dataset}",
-        lambda: preprocess_splits(get_schema(a.dataset), load_dataset_config(a.dataset, a.params), a.splits, a.out),
+        lambda: preprocess_splits(
+            get_schema(a.dataset), load_dataset_config(a.dataset, a.params), a.splits, a.out, verdict=a.verdict
+        ),
     )
 
 

@@ -1,7 +1,9 @@
 """validate_raw@<dataset>: check the canonical split files (data/splits/<D>) before preprocessing.
 
-Writes the verdict (data/validated/<D>.raw.json) only when every expectation passes (or with --warn-only);
-otherwise prints a short summary and exits 1. Data Docs (reports/validation/) are written either way.
+Writes the verdict (data/validated/<D>.raw.json) only when every check passes, apart from the check groups
+that params.yaml's validation.policy.<D> sets to `warn` (listed in the verdict's `warnings`), or with
+--warn-only; otherwise prints a short summary and exits 1. Data Docs (reports/validation/) are written either
+way.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ class StandinConfig:
 
 @dataclass(frozen=True)
 class LocalConfig:
-    # A file (CSV, gzipped CSV or Parquet) or, for datasets with several raw files (AliExpress), a folder
-    # holding train.* and test.*. Relative paths are relative to the repository root.
+    # A file (CSV, gzipped CSV, Parquet or ARFF), a folder, or a .zip / .tar.gz; for datasets with several
+    # raw files (AliExpress) a folder or archive holding train.* and test.*. Relative paths are relative to
+    # the repository root. dvc.yaml makes it a dependency of acquire@D (params.yaml's default: local/<D>/).
     path: str | None = None
 
 

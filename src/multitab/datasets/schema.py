@@ -7,6 +7,14 @@ Two views of a dataset:
 - raw: the columns of the source files (`RawColumn`), as the real files name and type them;
 - canonical: the input features (`Feature`, after dropping ids and constant columns) followed by one
   column per task (`Task`), named by the task (`click`, `income`, `m_jj` ...). `split@D` writes it.
+
+Facts and estimates. What each release publishes is a *fact* and is enforced (a file that breaks it is
+the wrong file): column names and order, label sets, Higgs' per-jet b-tag levels, which AliExpress columns
+are constant. Everything else is an *estimate* and is only compared with what the data says (validation
+reports a difference as a warning or an error by the per-dataset policy in params.yaml): the AliExpress
+cardinalities (`Feature.cardinality` with `cardinality_is_estimate`), Table 1's class balance
+(`Task.class_ratio`) and the plausible ranges (`Feature.low/high` of numerical features, `Task.low/high`).
+Encoders and embedding sizes always come from the training split, never from an estimate.
 """
 
 from __future__ import annotations
@@ -15,9 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 FeatureKind = Literal["numerical", "categorical"]
 TaskType = Literal["binary", "multiclass", "regression"]
 RawDtype = Literal["float", "int"]
+
+
+# Level values are matched within this distance (files round the published float32 values differently).
+LEVEL_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -41,7 +55,21 @@ class Feature:
     low: float | None = None
     high: float | None = None
     # Raw values of a categorical column stored as floats (Higgs' b-tags): canonical code i = levels[i].
+    # A fact: acquire rejects a missing value or a value at none of the levels (file, column, line).
     levels: tuple[float, ...] | None = None
+    # The cardinality (and code range) is a guess, not published: validation compares val/test codes
+    # with train's range instead of enforcing it (AliExpress).
+    cardinality_is_estimate: bool = False
+
+    def level_code(self, values: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Codes 0..len(levels)-1 of raw level values, and a mask of values at none of the levels (or NaN)."""
+        assert self.levels is not None
+        v = np.asarray(values, dtype=np.float64)
+        levels = np.asarray(self.levels, dtype=np.float64)
+        idx = np.abs(v[:, None] - levels[None, :]).argmin(axis=1) if len(v) else np.zeros(0, np.int64)
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.abs(v - levels[idx]) <= LEVEL_TOLERANCE)
+        return idx.astype(np.int64), bad
 
 
 @dataclass(frozen=True)
@@ -56,8 +84,11 @@ class Task:
     n_classes: int | None = None
     threshold: float | None = None
     codes: tuple[int, ...] | None = None
-    # Class shares in percent from the paper's Table 1 (binary: (neg, pos)); None for regression.
+    # Class shares in percent from the paper's Table 1 (binary: (neg, pos)); None for regression. An estimate.
     class_ratio: tuple[float, ...] | None = None
+    # Plausible range of a regression target (an estimate; validation also checks robust train statistics).
+    low: float | None = None
+    high: float | None = None
 
     @property
     def metric(self) -> str:
@@ -111,10 +142,19 @@ for _j in range(1, 5):
 _HIGGS_HIGH = ["m_jj", "m_jjj", "m_lv", "m_jlv", "m_bb", "m_wbb", "m_wwbb"]
 
 
+# The b-tag of each jet takes three values in the UCI release, 0 and two levels of its own (the second is
+# twice the first): jet 1 {0, 1.0865, 2.1731}, jet 2 {0, 1.1074, 2.2149}, jet 3 {0, 1.2741, 2.5482},
+# jet 4 {0, 1.5510, 3.1020} (the raw b-tag 0/1/2 times a per-jet scale, so 0 stays 0 and the middle level is
+# half the top one: exactly so for jets 1 and 2). The four top levels, and jet 1's and jet 2's middle levels,
+# are as printed in public copies of HIGGS.csv's first lines; jets 3 and 4's middle levels are half the top
+# (not seen printed). Values are matched within LEVEL_TOLERANCE.
+HIGGS_BTAG_TOP = {1: 2.1730761528015137, 2: 2.214872121810913, 3: 2.548224449157715, 4: 3.101961374282837}
+
+
 def _higgs_feature(name: str) -> Feature:
     if name.endswith("_btag"):
-        # The b-tag takes three values in the released file (0, 1.0865..., 2.1730...).
-        return Feature(name, "categorical", cardinality=3, levels=(0.0, 1.0865380764007568, 2.1730761528015137))
+        top = HIGGS_BTAG_TOP[int(name[3])]
+        return Feature(name, "categorical", cardinality=3, levels=(0.0, top / 2, top))
     if name.endswith("_phi"):
         return Feature(name, "numerical", low=-1.75, high=1.75)
     if name.endswith("_eta"):
@@ -132,7 +172,8 @@ HIGGS = DatasetSchema(
     features=tuple(_higgs_feature(n) for n in _HIGGS_LOW),
     tasks=(
         Task("target", "binary", column="label", class_ratio=(47.01, 52.99)),
-        *(Task(n, "regression", column=n) for n in _HIGGS_HIGH),
+        # Invariant masses: never negative (no published upper bound: validation uses train's quantiles).
+        *(Task(n, "regression", column=n, low=0.0) for n in _HIGGS_HIGH),
     ),
     real_rows={"data": 11_000_000},
     headerless=True,
@@ -179,7 +220,8 @@ ACS_INCOME = DatasetSchema(
 
 # --------------------------------------------------------------------------------------------------
 # AliExpress_NL (MTReclib). Dropped: search_id and the constant columns categorical_1, numerical_58..60.
-# Cardinalities of the real categorical columns are not published; these are the stand-in's guesses.
+# Cardinalities of the real categorical columns are not published; these are the stand-in's guesses
+# (estimates: the real files hold codes far above them; validation never enforces them).
 _ALI_DROPPED = {"categorical_1", "numerical_58", "numerical_59", "numerical_60"}
 _ALI_CARDS = [0, 0, 3, 7, 4, 12, 20, 40, 8, 60, 100, 150, 250, 500, 1000, 2000, 5000]  # index = column no.
 ALIEXPRESS = DatasetSchema(
@@ -199,7 +241,7 @@ ALIEXPRESS = DatasetSchema(
     ),
     features=(
         *(
-            Feature(f"categorical_{i}", "categorical", cardinality=_ALI_CARDS[i])
+            Feature(f"categorical_{i}", "categorical", cardinality=_ALI_CARDS[i], cardinality_is_estimate=True)
             for i in range(2, 17)
         ),
         *(

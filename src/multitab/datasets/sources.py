@@ -25,11 +25,13 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +40,7 @@ import pyarrow.parquet as pq
 
 from multitab.datasets.config import LocalConfig, RemoteConfig
 from multitab.datasets.download import fetch
-from multitab.datasets.schema import DatasetSchema, RawColumn
+from multitab.datasets.schema import DatasetSchema, Feature, RawColumn
 from multitab.io import atomic_path, sha256_file
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,10 @@ _FORMAT_SUFFIX = {
     "tar.gz": ".tar.gz",
 }
 _MAX_EXACT_INT = 2**53  # integers stored as float64 are exact below this
+_FLOAT32_MAX = 3.4028234663852886e38
+_GZIP_MAGIC = b"\x1f\x8b"
+# What reading a damaged file raises (compressed stream cut short, bad bytes): turned into SourceError.
+_READ_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowInvalid, UnicodeDecodeError)
 
 
 class SourceError(ValueError):
@@ -67,7 +73,7 @@ class SourceError(ValueError):
 # Reading one file
 
 
-def _kind(path: Path) -> str:
+def _kind(path: Path, label: str | None = None) -> str:
     name = path.name.lower()
     for suffix, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".csv.gz", "csv"), (".csv", "csv")):
         if name.endswith(suffix):
@@ -75,15 +81,36 @@ def _kind(path: Path) -> str:
     if name.endswith((".arff", ".arff.gz")):
         return "arff"
     raise SourceError(
-        f"{path}: unsupported file type; use CSV (.csv), gzipped CSV (.csv.gz), Parquet (.parquet/.pq) or "
-        "ARFF (.arff)"
+        f"{label or path}: unsupported file type; use CSV (.csv), gzipped CSV (.csv.gz), Parquet (.parquet/.pq) "
+        "or ARFF (.arff)"
     )
 
 
+def _is_gzip(path: Path) -> bool:
+    """Whether the file's bytes are gzip (sniffed: a gzip named .csv, or a plain file named .csv.gz, happen)."""
+    with open(path, "rb") as f:
+        return f.read(2) == _GZIP_MAGIC
+
+
 def _open_binary(path: Path) -> IO[bytes]:
-    if path.name.lower().endswith(".gz"):
+    if _is_gzip(path):
         return cast(IO[bytes], gzip.open(path, "rb"))
     return open(path, "rb")
+
+
+def _arrow_stream(path: Path) -> pa.NativeFile:
+    """The file's bytes for pyarrow's CSV reader, decompressed by what the bytes are, not by the name."""
+    return pa.input_stream(str(path), compression="gzip" if _is_gzip(path) else None)
+
+
+def _compression_note(path: Path) -> str:
+    gz = _is_gzip(path)
+    named = path.name.lower().endswith(".gz")
+    if gz and not named:
+        return " (the file is gzip-compressed although its name does not end in .gz: it was read as gzip)"
+    if named and not gz:
+        return " (the file is named .gz but is not gzip-compressed: it was read as plain text)"
+    return ""
 
 
 def _allowed_values(schema: DatasetSchema) -> dict[str, tuple[float, ...]]:
@@ -101,15 +128,17 @@ def _allowed_values(schema: DatasetSchema) -> dict[str, tuple[float, ...]]:
 class _Reader:
     """Batches of the raw columns (untyped as read) plus how to name rows in messages."""
 
-    def __init__(self, path: Path, schema: DatasetSchema, file_key: str) -> None:
+    def __init__(self, path: Path, schema: DatasetSchema, file_key: str, label: str | None = None) -> None:
         self.path = path
+        # The name the user knows the file by (e.g. `AliExpress_NL.zip:train.csv` for an archive member).
+        self.label = label or str(path)
         self.schema = schema
         self.file_key = file_key
         self.names = [c.name for c in schema.raw_columns]
         self.line_offset: int | None = None  # file line of data row 0, minus 1 (None: no lines)
 
     def where(self, column: str, row: int | None = None) -> str:
-        at = f"{self.path}: column {column!r}"
+        at = f"{self.label}: column {column!r}"
         if row is not None:
             at += f", row {row + 1}"
             if self.line_offset is not None:
@@ -119,21 +148,21 @@ class _Reader:
     def check_columns(self, present: list[str], *, header: str) -> None:
         dup = sorted({c for c in present if present.count(c) > 1})
         if dup:
-            raise SourceError(f"{self.path}: duplicate column(s) {dup} in the {header}; fix the file")
+            raise SourceError(f"{self.label}: duplicate column(s) {dup} in the {header}; fix the file")
         missing = [c for c in self.names if c not in present]
         if missing:
             raise SourceError(
-                f"{self.path}: column {missing[0]!r} is missing ({len(missing)} missing in all: {missing}); the "
+                f"{self.label}: column {missing[0]!r} is missing ({len(missing)} missing in all: {missing}); the "
                 f"{header} has {present[:12]}{' ...' if len(present) > 12 else ''}. The {self.schema.name!r} "
                 f"file {self.file_key!r} needs the columns {self.names}: fix the file or point params.yaml at "
                 "the right one"
             )
         extra = [c for c in present if c not in self.names]
         if extra:
-            log.info("%s: ignoring %d extra column(s): %s", self.path, len(extra), extra[:20])
+            log.info("%s: ignoring %d extra column(s): %s", self.label, len(extra), extra[:20])
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        kind = _kind(self.path)
+        kind = _kind(self.path, self.label)
         if kind == "parquet":
             yield from self._parquet()
         elif kind == "csv":
@@ -147,28 +176,57 @@ class _Reader:
             f = pq.ParquetFile(self.path)
         except (pa.ArrowInvalid, OSError) as e:
             raise SourceError(
-                f"{self.path}: not a readable Parquet file ({e}); re-create or re-download it"
+                f"{self.label}: not a readable Parquet file ({e}); re-create or re-download it"
             ) from e
         with f:
             self.check_columns(list(f.schema_arrow.names), header="Parquet schema")
-            yield from f.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=self.names)
+            try:
+                yield from f.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=self.names)
+            except (OSError, pa.ArrowInvalid) as e:
+                raise SourceError(
+                    f"{self.label}: damaged Parquet file ({e}); re-create or re-download it"
+                ) from e
 
     # -- csv
     def _first_line(self) -> list[str]:
-        with _open_binary(self.path) as f:
-            try:
-                line = f.readline().decode("utf-8-sig")
-            except (OSError, EOFError, UnicodeDecodeError) as e:
-                raise SourceError(
-                    f"{self.path}: cannot read the first line ({e}); is the file damaged?"
-                ) from e
+        try:
+            with _open_binary(self.path) as f:
+                raw = f.readline()
+        except (OSError, EOFError, zlib.error) as e:
+            raise SourceError(
+                f"{self.label}: cannot read line 1 ({e}){_compression_note(self.path)}; the file is damaged or "
+                "cut short: re-download or re-create it"
+            ) from e
+        try:
+            line = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise SourceError(
+                f"{self.label} line 1: byte {raw[e.start:e.start + 1]!r} at position {e.start + 1} is not UTF-8 "
+                "text; save the file as UTF-8 (or plain ASCII) CSV"
+            ) from e
         if not line.strip():
-            raise SourceError(f"{self.path}: the file is empty; expected the columns {self.names}")
+            raise SourceError(f"{self.label}: the file is empty; expected the columns {self.names}")
         return next(csv.reader([line]))
 
     def _csv(self) -> Iterator[pa.RecordBatch]:
         first = self._first_line()
         has_header = not self.schema.headerless or set(self.names) <= set(first)
+        looks_like_header = any(not _is_number(v) for v in first)
+        if self.schema.headerless and looks_like_header and not has_header:
+            # A header whose names are not the schema's: say so instead of reading it as data.
+            missing = [c for c in self.names if c not in first]
+            raise SourceError(
+                f"{self.label} line 1 is a header {first[:8]}{' ...' if len(first) > 8 else ''} but its names are "
+                f"not the {self.schema.name} column names: expected no header ({len(self.names)} numeric columns in "
+                f"the release's order: {', '.join(self.names[:4])}, ...) or a header with these names (any order); "
+                f"missing: {missing[:8]}{' ...' if len(missing) > 8 else ''}. Rename the header's columns or delete "
+                "the header line"
+            )
+        if has_header and not looks_like_header:
+            raise SourceError(
+                f"{self.label} line 1 holds data ({first[:5]} ...), not a header: expected a header line with the "
+                f"column names {self.names[:6]} ...; add the header line (the {self.schema.name} release has one)"
+            )
         if has_header:
             self.check_columns(first, header="header")
             read = pacsv.ReadOptions(block_size=BLOCK_BYTES)
@@ -176,21 +234,18 @@ class _Reader:
         else:
             if len(first) != len(self.names):
                 raise SourceError(
-                    f"{self.path}: this header-less file must have {len(self.names)} columns "
+                    f"{self.label}: this header-less file must have {len(self.names)} columns "
                     f"({', '.join(self.names)}) but line 1 has {len(first)}; is it the right file?"
                 )
             read = pacsv.ReadOptions(block_size=BLOCK_BYTES, column_names=self.names)
             self.line_offset = 0
-        yield from self._csv_stream(lambda: str(self.path), read, pacsv.ParseOptions())
+        yield from self._csv_stream(lambda: _arrow_stream(self.path), read, pacsv.ParseOptions())
 
     def _convert_options(self, types: dict[str, pa.DataType] | None = None) -> pacsv.ConvertOptions:
-        # Every raw column is parsed as a float first (int columns as float64, checked integral later):
-        # files written by other tools often spell integers "1.0".
+        # Every raw column is parsed as float64 first (int columns checked integral later: files written by
+        # other tools often spell integers "1.0"; float columns checked to fit float32 before the cast).
         if types is None:
-            types = {
-                c.name: (pa.float32() if c.dtype == "float" else pa.float64())
-                for c in self.schema.raw_columns
-            }
+            types = {c.name: pa.float64() for c in self.schema.raw_columns}
         return pacsv.ConvertOptions(
             column_types=types,
             include_columns=list(types),
@@ -202,31 +257,85 @@ class _Reader:
     def _csv_stream(
         self, source: Any, read: pacsv.ReadOptions, parse: pacsv.ParseOptions
     ) -> Iterator[pa.RecordBatch]:
+        rows = 0
         try:
             reader = pacsv.open_csv(
                 source(), read_options=read, parse_options=parse, convert_options=self._convert_options()
             )
-            yield from reader
-        except pa.ArrowInvalid as e:
-            raise self._csv_error(e, source, read, parse) from e
+            for batch in reader:
+                rows += batch.num_rows
+                yield batch
+        except _READ_ERRORS as e:
+            raise self._csv_error(e, source, read, parse, rows) from e
 
     def _csv_error(
-        self, e: Exception, source: Any, read: pacsv.ReadOptions, parse: pacsv.ParseOptions
+        self, e: Exception, source: Any, read: pacsv.ReadOptions, parse: pacsv.ParseOptions, rows: int
     ) -> SourceError:
         msg = str(e)
         if "Empty CSV file" in msg:
-            return SourceError(f"{self.path}: the file is empty; expected the columns {self.names}")
+            return SourceError(f"{self.label}: the file is empty; expected the columns {self.names}")
+        if "UTF8" in msg or isinstance(e, UnicodeDecodeError):
+            return self._utf8_error()
         m = re.search(r"In CSV column #(\d+): CSV conversion error to \w+: invalid value '(.*)'", msg)
         if m is None:
-            return SourceError(f"{self.path}: malformed file: {msg}; fix or re-download it")
+            after = rows + (self.line_offset or 0)
+            if isinstance(e, OSError | EOFError | zlib.error) or "compress" in msg.lower():
+                after = max(after, self._readable_lines())
+                return SourceError(
+                    f"{self.label}: the compressed data ends early or is damaged after line {after} "
+                    f"({msg}){_compression_note(self.path)}; the file was cut short (an interrupted download or "
+                    "copy): download or copy it again"
+                )
+            return SourceError(
+                f"{self.label}: malformed CSV after about line {after}: {msg}{_compression_note(self.path)}; fix "
+                "or re-download it"
+            )
         value = m.group(2)
         names = read.column_names or self._first_line()
         col = names[int(m.group(1))] if int(m.group(1)) < len(names) else f"#{m.group(1)}"
-        row = self._find_bad_row(col, source, read, parse)
+        if "\ufffd" in value:  # pyarrow shows bytes that are not UTF-8 as U+FFFD
+            return self._utf8_error()
+        try:
+            row = self._find_bad_row(col, source, read, parse)
+        except pa.ArrowInvalid as e2:
+            if "UTF8" in str(e2):
+                return self._utf8_error()
+            raise
         return SourceError(
             f"{self.where(col, row)}: value {value!r} is not a number (wrong dtype: the column must be numeric); "
             "fix the file or check that it is the right one"
         )
+
+    def _readable_lines(self) -> int:
+        """Complete lines before a damaged or cut-short compressed stream ends (error path only)."""
+        n = 0
+        try:
+            with _open_binary(self.path) as f:
+                for line in f:
+                    if line.endswith(b"\n"):
+                        n += 1
+        except (OSError, EOFError, zlib.error):
+            pass
+        return n
+
+    def _utf8_error(self) -> SourceError:
+        """Find the first line with bytes that are not UTF-8 (error path only)."""
+        try:
+            with _open_binary(self.path) as f:
+                for no, raw in enumerate(f, start=1):
+                    try:
+                        raw.decode("utf-8")
+                    except UnicodeDecodeError as u:
+                        fields = raw[: u.start].count(b",")
+                        names = self.names if self.line_offset == 0 or no == 1 else self._first_line()
+                        col = names[fields] if fields < len(names) else f"#{fields + 1}"
+                        return SourceError(
+                            f"{self.label} line {no}: column {col!r}: byte {raw[u.start:u.start + 1]!r} is not "
+                            "UTF-8 text; fix the value or save the file as UTF-8 CSV"
+                        )
+        except (OSError, EOFError, zlib.error):
+            pass
+        return SourceError(f"{self.label}: the file holds bytes that are not UTF-8 text; save it as UTF-8 CSV")
 
     def _find_bad_row(
         self, col: str, source: Any, read: pacsv.ReadOptions, parse: pacsv.ParseOptions
@@ -318,6 +427,14 @@ def _numeric(arr: pa.Array, reader: _Reader, name: str, row0: int) -> pa.Array:
     )
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return text.strip() in _NULLS
+    return True
+
+
 def _first(mask: pa.Array) -> int:
     return int(pc.index(mask, True).as_py())
 
@@ -326,16 +443,23 @@ def _convert_batch(
     batch: pa.RecordBatch, reader: _Reader, row0: int, allowed: dict[str, tuple[float, ...]]
 ) -> pa.RecordBatch:
     arrays = []
+    features = {f.name: f for f in reader.schema.features}
     for col in reader.schema.raw_columns:
         arr = _numeric(batch.column(col.name), reader, col.name, row0)
-        arrays.append(_typed(arr, col, reader, row0, allowed.get(col.name)))
+        arrays.append(_typed(arr, col, reader, row0, allowed.get(col.name), features.get(col.name)))
     return pa.RecordBatch.from_arrays(arrays, names=reader.names)
 
 
 def _typed(
-    arr: pa.Array, col: RawColumn, reader: _Reader, row0: int, allowed: tuple[float, ...] | None
+    arr: pa.Array,
+    col: RawColumn,
+    reader: _Reader,
+    row0: int,
+    allowed: tuple[float, ...] | None,
+    feature: Feature | None = None,
 ) -> pa.Array:
     name = col.name
+    levels = feature.levels if feature is not None else None
     if arr.null_count or (pa.types.is_floating(arr.type) and pc.any(pc.is_nan(arr)).as_py()):
         missing = (
             pc.or_kleene(pc.is_null(arr), pc.is_nan(arr))
@@ -343,6 +467,12 @@ def _typed(
             else pc.is_null(arr)
         )
         missing = pc.fill_null(missing, True)
+        if levels is not None:
+            raise SourceError(
+                f"{reader.where(name, row0 + _first(missing))}: missing value in a level-coded column (its values "
+                f"are the published levels {_levels_text(levels)}); a missing b-tag cannot be coded: fix or drop "
+                "such rows in the source file"
+            )
         if col.role == "label":
             raise SourceError(
                 f"{reader.where(name, row0 + _first(missing))}: missing value (NaN) in a label column; every "
@@ -352,6 +482,28 @@ def _typed(
             raise SourceError(
                 f"{reader.where(name, row0 + _first(missing))}: missing value in an integer column; "
                 "fill it (e.g. with a code for 'unknown') or drop such rows in the source file"
+            )
+    if pa.types.is_floating(arr.type) and col.dtype == "float":
+        # Label sources (e.g. PINCP before its income threshold) must be finite; no value may overflow float32.
+        f64 = pc.cast(arr, pa.float64())
+        too_big = pc.fill_null(pc.greater(pc.abs(f64), _FLOAT32_MAX), False)
+        if pc.any(too_big).as_py():
+            i = _first(too_big)
+            value = f64[i].as_py()
+            what = "infinite" if value in (float("inf"), float("-inf")) else "beyond the float32 range (±3.4e38)"
+            role = "a label source" if col.role == "label" else "a feature"
+            raise SourceError(
+                f"{reader.where(name, row0 + i)}: value {value!r} is {what} in {role} column; it would become inf "
+                "(and a wrong label or input): fix or drop such rows in the source file"
+            )
+    if levels is not None:
+        _, bad = feature.level_code(pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False))  # type: ignore[union-attr]
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise SourceError(
+                f"{reader.where(name, row0 + i)}: value {arr[i].as_py()!r} is none of the column's published levels "
+                f"{_levels_text(levels)}; check that the file is the {reader.schema.name} release with its columns "
+                "in the release's order"
             )
     if allowed is not None:
         ok = pc.fill_null(
@@ -380,18 +532,24 @@ def _typed(
     return pc.cast(f64, pa.int64())
 
 
-def read_raw_table(path: str | Path, schema: DatasetSchema, file_key: str) -> pa.Table:
-    """`read_raw_file` as an Arrow table (no pandas copy): what `acquire_*` write to Parquet."""
+def _levels_text(levels: tuple[float, ...]) -> str:
+    return "{" + ", ".join(f"{v:.4f}" for v in levels) + "}"
+
+
+def read_raw_table(path: str | Path, schema: DatasetSchema, file_key: str, label: str | None = None) -> pa.Table:
+    """`read_raw_file` as an Arrow table (no pandas copy): what `acquire_*` write to Parquet. `label` names the
+    file in messages (default: its path; an archive member: `archive.zip:train.csv`)."""
     path = Path(path)
+    label = label or str(path)
     if file_key not in schema.raw_files:
         raise ValueError(f"{schema.name} has no raw file {file_key!r}; raw files: {list(schema.raw_files)}")
     if not path.is_file():
-        raise SourceError(f"{path}: no such file; check the path in params.yaml")
+        raise SourceError(f"{label}: no such file; check the path in params.yaml")
     if path.stat().st_size == 0:
         raise SourceError(
-            f"{path}: the file is empty (0 bytes); expected the columns {[c.name for c in schema.raw_columns]}"
+            f"{label}: the file is empty (0 bytes); expected the columns {[c.name for c in schema.raw_columns]}"
         )
-    reader = _Reader(path, schema, file_key)
+    reader = _Reader(path, schema, file_key, label)
     allowed = _allowed_values(schema)
     out: list[pa.RecordBatch] = []
     rows = 0
@@ -399,7 +557,7 @@ def read_raw_table(path: str | Path, schema: DatasetSchema, file_key: str) -> pa
         out.append(_convert_batch(batch, reader, rows, allowed))
         rows += batch.num_rows
     if rows == 0:
-        raise SourceError(f"{path}: no data rows (header only); the file is empty or was cut short")
+        raise SourceError(f"{label}: no data rows (header only); the file is empty or was cut short")
     target = pa.schema(
         [(c.name, pa.float32() if c.dtype == "float" else pa.int64()) for c in schema.raw_columns]
     )
@@ -444,22 +602,30 @@ def _locate_in_folder(folder: Path, schema: DatasetSchema, where: str) -> dict[s
             hits = [p for p in files if p.name.lower().endswith(_DATA_SUFFIXES)]
         if len(hits) != 1:
             what = "no" if not hits else f"{len(hits)} ({[p.name for p in hits]})"
+            listing = [p.name for p in files][:30]
             raise SourceError(
                 f"{folder}: found {what} file(s) for {schema.name!r} raw file {key!r}; expected exactly one of "
-                f"{sorted(_candidates(key))} ({where})"
+                f"{sorted(_candidates(key))} ({where}). The folder holds {len(files)} file(s): "
+                f"{listing}{' ...' if len(files) > 30 else ''}; rename or move the file, or point the path at it"
             )
         found[key] = hits[0]
     return found
 
 
-def _extract(archive: Path, schema: DatasetSchema, dest_dir: Path) -> dict[str, Path]:
+_ARCHIVE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, zlib.error, OSError)
+
+
+def _extract(archive: Path, schema: DatasetSchema, dest_dir: Path) -> dict[str, tuple[Path, str]]:
     """Extract the member for each raw file (e.g. AliExpress_NL/train.csv) into `dest_dir`; members already
-    there with the right size are reused."""
-    if archive.name.lower().endswith(".zip"):
-        with zipfile.ZipFile(archive) as z:
-            members = {i.filename: i.file_size for i in z.infolist() if not i.is_dir()}
-            return _extract_members(archive, schema, dest_dir, members, lambda m: z.open(m))
+    there with the right size are reused. Returns raw file -> (extracted path, `archive:member` label).
+    A damaged archive (cut short, bad CRC, bad compressed data) raises SourceError naming archive and member."""
+    is_zip = archive.name.lower().endswith(".zip")
+    what = "zip" if is_zip else "tar"
     try:
+        if is_zip:
+            with zipfile.ZipFile(archive) as z:
+                members = {i.filename: i.file_size for i in z.infolist() if not i.is_dir()}
+                return _extract_members(archive, schema, dest_dir, members, lambda m: z.open(m))
         with tarfile.open(archive, "r:*") as t:
             tar_members = {m.name: m for m in t.getmembers() if m.isfile()}
 
@@ -470,15 +636,30 @@ def _extract(archive: Path, schema: DatasetSchema, dest_dir: Path) -> dict[str, 
 
             sizes = {n: m.size for n, m in tar_members.items()}
             return _extract_members(archive, schema, dest_dir, sizes, open_member)
-    except tarfile.TarError as e:
-        raise SourceError(f"{archive}: not a readable tar archive ({e}); re-download it") from e
+    except _MemberError as e:
+        raise SourceError(
+            f"{archive}:{e.member}: the archive member is damaged ({e.cause}); the archive was cut short or "
+            "corrupted (an interrupted download or copy): download or copy it again"
+        ) from e.cause
+    except _ARCHIVE_ERRORS as e:
+        raise SourceError(
+            f"{archive}: not a readable {what} archive ({type(e).__name__}: {e}); it is cut short or damaged (an "
+            "interrupted download or copy): download or copy it again"
+        ) from e
+
+
+class _MemberError(Exception):
+    def __init__(self, member: str, cause: BaseException) -> None:
+        super().__init__(member)
+        self.member = member
+        self.cause = cause
 
 
 def _extract_members(
     archive: Path, schema: DatasetSchema, dest_dir: Path, members: dict[str, int], open_member: Any
-) -> dict[str, Path]:
+) -> dict[str, tuple[Path, str]]:
     usable = {m: s for m, s in members.items() if "__MACOSX" not in m and not Path(m).name.startswith("._")}
-    found: dict[str, Path] = {}
+    found: dict[str, tuple[Path, str]] = {}
     for key in schema.raw_files:
         hits = sorted(m for m in usable if Path(m).name.lower() in _candidates(key))
         if len(hits) != 1:
@@ -492,9 +673,12 @@ def _extract_members(
         out = dest_dir / Path(member).name
         if not (out.exists() and out.stat().st_size == usable[member]):
             log.info("%s: extracting %s -> %s", archive, member, out)
-            with atomic_path(out) as tmp, open_member(member) as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, 16 << 20)
-        found[key] = out
+            try:
+                with atomic_path(out) as tmp, open_member(member) as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 16 << 20)
+            except _ARCHIVE_ERRORS as e:
+                raise _MemberError(member, e) from e
+        found[key] = (out, f"{archive}:{member}")
     return found
 
 
@@ -503,7 +687,11 @@ def _extract_members(
 
 
 def _write_all(
-    schema: DatasetSchema, files: dict[str, Path], out_dir: Path, refs: dict[str, dict[str, Any]]
+    schema: DatasetSchema,
+    files: dict[str, Path],
+    out_dir: Path,
+    refs: dict[str, dict[str, Any]],
+    labels: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Convert each raw file into out_dir/<key>.parquet; on any failure remove what this call wrote."""
     out_dir = Path(out_dir)
@@ -511,12 +699,13 @@ def _write_all(
     info: dict[str, dict[str, Any]] = {}
     try:
         for key in schema.raw_files:
-            table = read_raw_table(files[key], schema, key)
+            table = read_raw_table(files[key], schema, key, (labels or {}).get(key))
             target = out_dir / f"{key}.parquet"
             with atomic_path(target) as tmp:
                 pq.write_table(table, tmp)
             written.append(target)
             rows = table.num_rows
+            _check_dropped_constant(schema, table, (labels or {}).get(key) or str(files[key]))
             del table
             info[key] = {"rows": rows, **refs[key]}
             expected = schema.real_rows.get(key)
@@ -536,6 +725,21 @@ def _write_all(
     return info
 
 
+def _check_dropped_constant(schema: DatasetSchema, table: pa.Table, label: str) -> None:
+    """The columns the study drops as constant (AliExpress' categorical_1, numerical_58..60) should be: if one
+    varies, the file may not be the published release (or the columns are shifted), so say so."""
+    for c in schema.raw_columns:
+        if c.role != "drop" or c.name.endswith("_id") or table.num_rows == 0:
+            continue
+        mm = pc.min_max(table.column(c.name)).as_py()
+        if mm["min"] != mm["max"]:
+            log.warning(
+                "%s: column %r varies (%s .. %s) but is constant in the %s release (the study drops it); check that "
+                "the columns are the release's",
+                label, c.name, mm["min"], mm["max"], schema.name,
+            )
+
+
 def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) -> dict[str, Any]:
     """Files the user already has: `cfg.path` is a file (one raw file), a folder holding `<key>.csv`,
     `<key>.csv.gz` or `<key>.parquet` per raw file (AliExpress: train, test), or a .zip / .tar.gz of them."""
@@ -551,6 +755,7 @@ def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) 
             f"{root}: no such file or folder ({where}); check the path (relative to the repo root)"
         )
     out_dir = Path(out_dir)
+    labels: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         if root.is_dir():
             files = _locate_in_folder(root, schema, where)
@@ -559,7 +764,9 @@ def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) 
             tmp = Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix=".extract.", dir=out_dir.parent))
             )
-            files = _extract(root, schema, tmp)
+            extracted = _extract(root, schema, tmp)
+            files = {k: p for k, (p, _) in extracted.items()}
+            labels = {k: lab for k, (_, lab) in extracted.items()}
         elif len(schema.raw_files) == 1:
             files = {schema.raw_files[0]: root}
         else:
@@ -574,7 +781,7 @@ def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) 
         }
         if root.is_file() and _is_archive(root):
             refs = {k: {**r, "member": files[k].name} for k, r in refs.items()}
-        return {"source": "local", "standin": False, "files": _write_all(schema, files, out_dir, refs)}
+        return {"source": "local", "standin": False, "files": _write_all(schema, files, out_dir, refs, labels)}
 
 
 def _is_url(value: str) -> bool:
@@ -644,13 +851,20 @@ def acquire_remote(
             digest,
             where,
         )
+    labels: dict[str, str] = {}
     if is_archive:
-        files = _extract(src, schema, cache / f"{src.name}.{digest[:12]}")
+        extracted = _extract(src, schema, cache / f"{src.name}.{digest[:12]}")
+        files = {k: p for k, (p, _) in extracted.items()}
+        labels = {k: lab for k, (_, lab) in extracted.items()}
         refs = {k: {"sha256": digest, "url": cfg.url, "member": p.name} for k, p in files.items()}
     else:
         files = {schema.raw_files[0]: _as_kind(src, cfg.format)}
         refs = {schema.raw_files[0]: {"sha256": digest, "url": cfg.url}}
-    return {"source": "remote", "standin": False, "files": _write_all(schema, files, Path(out_dir), refs)}
+    return {
+        "source": "remote",
+        "standin": False,
+        "files": _write_all(schema, files, Path(out_dir), refs, labels),
+    }
 
 
 def _as_kind(src: Path, fmt: str) -> Path:

@@ -35,16 +35,15 @@ def canonicalize(schema: DatasetSchema, raw: pd.DataFrame, origin: str) -> pd.Da
         if f.kind == "numerical":
             out[f.name] = col.astype(np.float32, copy=False)
         elif f.levels is not None:
-            levels = np.asarray(f.levels, dtype=np.float64)
-            idx = np.abs(col.astype(np.float64)[:, None] - levels[None, :]).argmin(axis=1)
-            off = np.abs(col - levels[idx]) > 1e-3
+            # acquire@D already rejected missing and unknown levels with the line of the user's file.
+            idx, off = f.level_code(col)
             if off.any():
                 row = int(np.flatnonzero(off)[0])
                 raise SplitError(
-                    f"{origin}: column {f.name!r} row {row}: value {col[row].item()!r} is none of the known levels "
-                    f"{f.levels}; the file does not look like the {schema.name} release"
+                    f"{origin}: column {f.name!r}, row {row + 1}: value {col[row].item()!r} is none of the column's "
+                    f"levels {f.levels}; re-run acquire@{schema.name} (it checks the levels of the source file)"
                 )
-            out[f.name] = idx.astype(np.int64)
+            out[f.name] = idx
         else:
             out[f.name] = col.astype(np.int64, copy=False)
     for t in schema.tasks:

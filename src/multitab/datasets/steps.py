@@ -74,14 +74,26 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
 
 
 def preprocess_splits(
-    schema: DatasetSchema, cfg: DatasetConfig, splits_dir: Path, out_dir: Path
+    schema: DatasetSchema, cfg: DatasetConfig, splits_dir: Path, out_dir: Path, *, verdict: Path | None = None
 ) -> dict[str, Any]:
-    """Canonical splits -> processed Parquet + meta.json (fit on train only)."""
+    """Canonical splits -> processed Parquet + meta.json (fit on train only). `verdict`: validate_raw's verdict,
+    which must say success; its warnings (checks the policy let pass) travel on in meta.json ("validation"),
+    into every run's metrics.json and the report's banner."""
+    validation: dict[str, Any] | None = None
+    if verdict is not None:
+        if not Path(verdict).is_file():
+            raise FileNotFoundError(f"{verdict}: validation verdict not found; run validate_raw@{schema.name} first")
+        v = read_json(verdict)
+        if v.get("success") is not True:
+            raise ValueError(f"{verdict}: the splits of {schema.name} failed validation; see reports/validation/")
+        validation = {"policy": v.get("policy", {}), "warnings": list(v.get("warnings", []))}
     info = read_json(splits_dir / INFO_FILE)
     frames = {k: pd.read_parquet(splits_dir / f"{k}.parquet") for k in SPLITS}
     result = preprocess(schema, frames, cfg.preprocess, info)
     del frames
     result.meta["inputs"] = {f"{k}.parquet": sha256_file(splits_dir / f"{k}.parquet") for k in SPLITS}
+    if validation is not None:
+        result.meta["validation"] = validation
     with atomic_dir(out_dir) as tmp:
         for k in SPLITS:
             result.frames[k].to_parquet(tmp / f"{k}.parquet", index=False)

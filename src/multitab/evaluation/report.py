@@ -147,6 +147,20 @@ def _agreement_section(tables: Sequence[Table]) -> list[str]:
     return lines + [""]
 
 
+def _validation_banner(study: st.Study) -> list[str]:
+    """Warnings of the data validation (params validation.policy: warn) carried by the runs' metrics.json."""
+    out = []
+    for d in study.runs.datasets:
+        warns = sorted({w for m in study.runs.models(d) for r in study.runs.runs(d, m).values()
+                        for w in r.extra.get("validation_warnings") or []})
+        if warns:
+            shown = "; ".join(warns[:5]) + (f"; ... {len(warns) - 5} more" if len(warns) > 5 else "")
+            out += [f"> **DATA DIFFERS FROM THE PUBLISHED FACTS ({d})**: {len(warns)} validation check(s) of "
+                    f"estimates did not hold and were let through as warnings (params `validation.policy.{d}`): "
+                    f"{shown}. See reports/validation/index.html.", ""]
+    return out
+
+
 def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Sequence[Table],
                   figure_paths: dict[str, Path], report_path: Path, curves_section: str = "") -> str:
     cfg = study.config
@@ -155,6 +169,7 @@ def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Seque
     if standin:
         lines += [f"> **{STANDIN_MARK.upper()}**: inputs {', '.join(standin)} come from generated stand-in data. "
                   "Every number built from them is a pipeline check, not a result of the study.", ""]
+    lines += _validation_banner(study)
     caps = study.runs.training_caps()
     if caps:
         lines += [f"> **REDUCED TRAINING**: runs were trained on at most {caps['max_train_rows']} training rows for at "

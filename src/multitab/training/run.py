@@ -275,4 +275,6 @@ def metrics_record(
         "device": result.device, "torch_version": torch.__version__, "python": platform.python_version(),
         "n_params": n_params, "optimizer": optim,
         "n_rows": {k: len(v) for k, v in data.splits.items()},
+        # Checks of estimates that the validation policy let pass (the report's banner shows them).
+        "validation_warnings": list((meta.get("validation") or {}).get("warnings", [])),
     }

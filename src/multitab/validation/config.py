@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from multitab.config import load_params, section
 
@@ -12,10 +13,13 @@ from multitab.config import load_params, section
 class ClassBalanceConfig:
     # A binary label's positive share must lie within Table 1's share ± max(tolerance, z * standard error
     # of a share estimated on the split's n rows): tight on large splits, no false alarms on small ones.
+    # For a rare class the tolerance is relative: at most `relative` times the rarer share (conversion's
+    # 0.07 % gets +-0.035 % plus the sampling term, not +-2 %).
     tolerance: float
     z: float
     # Multiclass labels: KL divergence of the observed class shares from Table 1's at most this.
     multiclass_max_kl: float
+    relative: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,13 @@ class RawConfig:
     # unseen in train are what sampling gives (a 5,000-value column on a few thousand stand-in rows).
     unseen_min_rows_per_value: float
     class_balance: ClassBalanceConfig
+    # Rows that occur more than once within a split, and val/test rows identical to a train row (features
+    # and labels): at most this fraction of the split's rows (a file copied twice gives 50 %).
+    duplicates_max_fraction: float = 0.01
+    overlap_max_fraction: float = 0.01
+    # Regression targets: every value within [q01 - k * (q99 - q01), q99 + k * (q99 - q01)] of train
+    # (robust: a handful of rows cannot move the bounds) and the published bounds where there are some.
+    target_spread_factor: float = 50.0
 
 
 @dataclass(frozen=True)
@@ -51,11 +62,53 @@ class ReportConfig:
     max_failures: int  # failed expectations listed in the printed summary (all are in Data Docs)
 
 
+Level = Literal["error", "warn"]
+
+# Check id (suites.py, validate.py) -> policy group. Checks of facts (columns, dtypes, labels, missing
+# values, finiteness, a task without a positive in a split ...) are in no group: they always fail.
+CHECK_GROUPS = {
+    "class_balance": "class_balance",
+    "range": "ranges",
+    "target_range": "ranges",
+    "unseen": "categories",
+    "code_range": "categories",
+    "cardinality": "estimates",
+    "duplicates": "duplicates",
+    "overlap": "duplicates",
+    "rows": "rows",
+}
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """What a failed check of each group does for one dataset: `error` fails validate_raw (no verdict, the
+    branch stops), `warn` lets it pass and reports it (verdict, Data Docs index, the report's banner)."""
+
+    class_balance: Level = "error"  # Table 1's class shares (an estimate for samples and subsets)
+    ranges: Level = "error"  # plausible ranges of numerical features and regression targets
+    categories: Level = "error"  # val/test codes against train's (values unseen in train, code range)
+    duplicates: Level = "error"  # duplicate rows within a split, val/test rows also in train
+    rows: Level = "error"  # row counts against the release's published counts (remote) or params
+    estimates: Level = "warn"  # the schema's guessed cardinalities (AliExpress): never a hard limit
+
+    def levels(self) -> dict[str, str]:
+        """Check id -> level for every check the policy covers."""
+        return {check: getattr(self, group) for check, group in CHECK_GROUPS.items()}
+
+    def as_dict(self) -> dict[str, str]:
+        return {g: getattr(self, g) for g in sorted(set(CHECK_GROUPS.values()))}
+
+
 @dataclass(frozen=True)
 class ValidationConfig:
     raw: RawConfig
     processed: ProcessedConfig
     report: ReportConfig
+    # Per dataset (datasets without an entry: every group `error`, estimates `warn`).
+    policy: dict[str, PolicyConfig] = field(default_factory=dict)
+
+    def policy_for(self, dataset: str) -> PolicyConfig:
+        return self.policy.get(dataset, PolicyConfig())
 
 
 def load_validation_config(params_path: str | Path = "params.yaml") -> ValidationConfig:

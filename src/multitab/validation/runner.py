@@ -18,6 +18,7 @@ take turns through a file lock on the context.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import decimal
 import fcntl
 import html
@@ -70,6 +71,9 @@ class Failure:
     expectation: str  # the GX expectation type
     observed: str
     rows: tuple[tuple[int, Any], ...] = ()  # (row number in the file, value), a few offending rows
+    # "error" fails the stage; "warn" is reported (verdict, Data Docs index, report banner) but passes:
+    # the per-dataset policy of params.yaml (validation.policy) sets it per check group.
+    level: str = "error"
 
     def line(self) -> str:
         where = f"column '{self.column}'" if self.column else "table"
@@ -99,26 +103,44 @@ class Outcome:
     data_docs: Path
     inputs: Mapping[str, str] = field(default_factory=dict)  # file -> sha256
 
+    policy: Mapping[str, str] = field(default_factory=dict)  # check group -> error | warn (as applied)
+
     @property
     def success(self) -> bool:
-        return all(not s.failures for s in self.splits.values())
+        return not self.failures
 
     @property
     def failures(self) -> list[Failure]:
-        return [f for s in self.splits.values() for f in s.failures]
+        """Failed checks that fail the stage (level error)."""
+        return [f for s in self.splits.values() for f in s.failures if f.level != "warn"]
+
+    @property
+    def warnings(self) -> list[Failure]:
+        """Failed checks the policy turns into warnings."""
+        return [f for s in self.splits.values() for f in s.failures if f.level == "warn"]
 
     def summary(self, max_failures: int = 20) -> str:
         n_exp = sum(s.n_expectations for s in self.splits.values())
         fails = self.failures
         head = f"{self.stage}@{self.dataset}: "
-        if not fails:
+        n_warn = len(self.warnings)
+        if not fails and not n_warn:
             head += f"all {n_exp} expectations passed on {', '.join(self.splits)}"
+        elif not fails:
+            head += (
+                f"passed on {', '.join(self.splits)}: {n_exp - n_warn} of {n_exp} expectations held, {n_warn} did not "
+                "and are warnings (policy)"
+            )
         else:
             bad = sorted({f.split for f in fails}, key=list(self.splits).index)
             head += f"{len(fails)} of {n_exp} expectations failed (split(s): {', '.join(bad)})"
         lines = [head, *("  " + f.line() for f in fails[:max_failures])]
         if len(fails) > max_failures:
             lines.append(f"  ... and {len(fails) - max_failures} more")
+        warns = self.warnings
+        if warns:
+            lines.append(f"  {len(warns)} warning(s) (policy warn in params.yaml validation.policy):")
+            lines += ["  warning: " + f.line() for f in warns[:max_failures]]
         lines.append(f"  Data Docs: {self.data_docs}")
         return "\n".join(lines)
 
@@ -134,6 +156,8 @@ class Outcome:
                 for s in self.splits.values()
             },
             "failures": [f.line() for f in self.failures],
+            "warnings": [f.line() for f in self.warnings],
+            "policy": dict(self.policy),
             "inputs": dict(self.inputs),
             "data_docs": str(self.data_docs),
         }
@@ -205,9 +229,13 @@ def run_suites(
     report_dir: str | Path,
     report: ReportConfig,
     inputs: Mapping[str, str] | None = None,
+    extra: Mapping[str, tuple[int, Sequence[Failure]]] | None = None,
+    levels: Mapping[str, str] | None = None,
+    policy: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Validate each split's frame with its suite (one validation definition per split), then
-    update Data Docs once."""
+    update Data Docs once. `extra`: split -> (number of checks, failures) of checks run outside Great
+    Expectations (duplicates, overlap ...); `levels`: check id -> "warn" for checks the policy downgrades."""
     bd = context.data_sources.get(DATASOURCE).get_asset(ASSET).get_batch_definition(BATCH)
     report_dir = Path(report_dir)
     results: dict[str, SplitResult] = {}
@@ -231,10 +259,17 @@ def run_suites(
             result_format={"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows},
         )
         names.append(name)
+        n_extra, more = (extra or {}).get(split, (0, ()))
         failures = tuple(
-            _failure(split, r, frame, report.offending_rows) for r in vr.results if not r.success
+            dataclasses.replace(f, level=(levels or {}).get(f.check, "error"))
+            for f in (
+                *(_failure(split, r, frame, report.offending_rows) for r in vr.results if not r.success),
+                *more,
+            )
         )
-        results[split] = SplitResult(split, len(frame), len(vr.results), failures, time.perf_counter() - t0)
+        results[split] = SplitResult(
+            split, len(frame), len(vr.results) + n_extra, failures, time.perf_counter() - t0
+        )
         log.info(
             "%s: %d expectations, %d failed (%.1f s)",
             name,
@@ -249,7 +284,9 @@ def run_suites(
         if k.expectation_suite_identifier.name in names
     ]
     context.build_data_docs(site_names=[SITE], resource_identifiers=ids)
-    outcome = Outcome(stage, dataset, results, report_dir / "index.html", dict(inputs or {}))
+    outcome = Outcome(
+        stage, dataset, results, report_dir / "index.html", dict(inputs or {}), dict(policy or {})
+    )
     for split in results:
         write_json(
             report_dir / "results" / f"{stage}-{dataset}-{split}.json",
@@ -388,10 +425,11 @@ def _page_record(outcome: Outcome, split: str, report_dir: Path) -> dict[str, An
         "stage": outcome.stage,
         "dataset": outcome.dataset,
         "split": split,
-        "success": not r.failures,
+        "success": not [f for f in r.failures if f.level != "warn"],
         "rows": r.n_rows,
         "expectations": r.n_expectations,
-        "failures": [f.line() for f in r.failures],
+        "failures": [f.line() for f in r.failures if f.level != "warn"],
+        "warnings": [f.line() for f in r.failures if f.level == "warn"],
         "page": pages[-1].relative_to(report_dir).as_posix() if pages else None,
     }
 
@@ -406,11 +444,14 @@ def write_index(report_dir: str | Path) -> Path:
     order = {"train": 0, "val": 1, "test": 2}
     records.sort(key=lambda r: (r["stage"] != "validate_raw", r["dataset"], order.get(r["split"], 9)))
     n_bad = sum(not r["success"] for r in records)
+    n_warn = sum(bool(r.get("warnings")) for r in records)
     rows = []
     for r in records:
-        status = "passed" if r["success"] else "FAILED"
+        warns = r.get("warnings") or []
+        status = ("passed" + (f" with {len(warns)} warning(s)" if warns else "")) if r["success"] else "FAILED"
         link = f'<a href="{html.escape(r["page"])}">expectations and results</a>' if r["page"] else ""
         fails = "".join(f"<li>{html.escape(line)}</li>" for line in r["failures"])
+        fails += "".join(f'<li class="warning">warning: {html.escape(line)}</li>' for line in warns)
         rows.append(
             f'<tr class="{"ok" if r["success"] else "failed"}"><td>{r["stage"]}@{html.escape(r["dataset"])}</td>'
             f'<td>{r["split"]}</td><td class="status">{status}</td><td>{r["rows"]}</td>'
@@ -423,10 +464,11 @@ def write_index(report_dir: str | Path) -> Path:
 body {{ font-family: sans-serif; margin: 2em; }} table {{ border-collapse: collapse; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; }}
 tr.ok .status {{ color: #176f2c; }} tr.failed .status {{ color: #b00020; font-weight: bold; }}
-tr.failed-list li {{ font-family: monospace; white-space: pre-wrap; }}
+tr.failed-list li {{ font-family: monospace; white-space: pre-wrap; }} li.warning {{ color: #8a5a00; }}
 </style></head><body>
 <h1>Data validation (Great Expectations {html.escape(gx.__version__)})</h1>
-<p>{len(records)} validation results, <strong>{n_bad} failed</strong>. Latest result of every stage, dataset
+<p>{len(records)} validation results, <strong>{n_bad} failed</strong>, {n_warn} with warnings (checks of estimates
+that the per-dataset policy, params.yaml validation.policy, reports instead of failing on). Latest result of every stage, dataset
 and split. Failed expectations are listed under their split; each result links to its Great Expectations page
 (<a href="{GX_SITE_DIR}/index.html">Great Expectations' own index</a> needs network access for its table).</p>
 <table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>rows</th><th>expectations</th>

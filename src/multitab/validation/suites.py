@@ -83,7 +83,8 @@ def _class_balance(task: Task, n_rows: int, cfg: RawConfig) -> list[gxe.Expectat
     if task.type == "binary":
         p = shares[1]
         se = math.sqrt(p * (1 - p) / max(n_rows, 1))
-        d = max(cb.tolerance, cb.z * se)
+        # Relative for a rare class: 2 % around 0.07 % would accept a task with no positive at all.
+        d = max(min(cb.tolerance, cb.relative * min(p, 1 - p)), cb.z * se)
         lo, hi = max(0.0, p - d), min(1.0, p + d)
         return [
             gxe.ExpectColumnMeanToBeBetween(
@@ -118,7 +119,11 @@ def _labels(task: Task) -> list[gxe.Expectation]:
 
 
 def _raw_feature(
-    f: Feature, split: str, cfg: RawConfig, train_values: Sequence[int] | None
+    f: Feature,
+    split: str,
+    cfg: RawConfig,
+    train_values: Sequence[int] | None,
+    train_range: tuple[int, int] | None = None,
 ) -> list[gxe.Expectation]:
     out = _column_basics(f.name, RAW_DTYPES[f.kind])
     if f.kind == "numerical":
@@ -131,16 +136,39 @@ def _raw_feature(
         return out
     # Categorical: the schema's known codes (or non-negative codes), at most its cardinality in train;
     # in val/test, values unseen in train up to the tolerated fraction of rows.
-    low = f.low if f.low is not None else 0
-    high = f.high if f.high is not None else (f.cardinality - 1 if f.cardinality else FLOAT32_MAX)
-    out += _bounded("range", f.name, low, high)
+    if f.cardinality_is_estimate:
+        # A guessed cardinality is no limit: codes are non-negative, val/test codes within train's range
+        # (group categories); more distinct values in train than the guess is only a warning (estimates).
+        out += _bounded("code_range", f.name, 0, FLOAT32_MAX)
+        if split != "train" and train_range is not None:
+            lo, hi = train_range
+            out.append(
+                gxe.ExpectColumnValuesToBeBetween(
+                    column=f.name,
+                    min_value=lo,
+                    max_value=hi,
+                    mostly=1.0 - cfg.unseen_max_fraction,
+                    meta=_meta("code_range", f.name, low=lo, high=hi),
+                    notes=f"codes within train's range [{lo}, {hi}]: at most "
+                    f"{100 * cfg.unseen_max_fraction:g}% of rows outside",
+                )
+            )
+    else:
+        low = f.low if f.low is not None else 0
+        high = f.high if f.high is not None else (f.cardinality - 1 if f.cardinality else FLOAT32_MAX)
+        out += _bounded("range", f.name, low, high)
     if split == "train" and f.cardinality:
         out.append(
             gxe.ExpectColumnUniqueValueCountToBeBetween(
                 column=f.name,
                 min_value=1,
                 max_value=int(f.cardinality * cfg.max_cardinality_factor),
-                meta=_meta("cardinality", f.name),
+                meta=_meta("cardinality" if f.cardinality_is_estimate else "known_cardinality", f.name),
+                notes=(
+                    f"the schema's cardinality {f.cardinality} is an estimate (not published)"
+                    if f.cardinality_is_estimate
+                    else None
+                ),
             )
         )
     if split != "train" and train_values is not None:
@@ -165,18 +193,30 @@ def raw_suite(
     n_rows: int,
     train_columns: Sequence[str] | None = None,
     train_values: Mapping[str, Sequence[int]] | None = None,
+    train_ranges: Mapping[str, tuple[int, int]] | None = None,
 ) -> list[gxe.Expectation]:
     """Expectations for a canonical split file (data/splits/<D>/<split>.parquet).
 
     rows: allowed row count range; n_rows: the split's actual rows (sets the class-balance tolerance);
-    train_columns / train_values: train's column list and categorical values (for val and test)."""
+    train_columns / train_values / train_ranges: train's column list, categorical values and code ranges
+    (for val and test)."""
     out = _table(schema.canonical_columns, rows, train_columns)
     for f in schema.features:
-        out += _raw_feature(f, split, cfg, (train_values or {}).get(f.name))
+        out += _raw_feature(
+            f, split, cfg, (train_values or {}).get(f.name), (train_ranges or {}).get(f.name)
+        )
     for t in schema.tasks:
         out += _column_basics(t.name, TASK_DTYPES[t.type])
         out += _labels(t)
         out += _class_balance(t, n_rows, cfg)
+        if t.type == "binary":
+            # A binary task without a single positive in a split cannot be trained or scored (AUC): a fact.
+            out.append(
+                gxe.ExpectColumnMaxToBeBetween(
+                    column=t.name, min_value=1, max_value=1, meta=_meta("positives", t.name),
+                    notes=f"'{t.name}' needs at least one positive row in every split",
+                )
+            )
     return out
 
 

@@ -15,7 +15,7 @@ from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.io import read_json, sha256_file
 from multitab.validation import suites
 from multitab.validation.config import ValidationConfig
-from multitab.validation.runner import Outcome, open_context, run_suites
+from multitab.validation.runner import Failure, Outcome, open_context, run_suites
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,109 @@ def _train_values(
     return out
 
 
+def _train_ranges(
+    schema: DatasetSchema, train: pd.DataFrame, min_rows_per_value: float
+) -> dict[str, tuple[int, int]]:
+    """Train's code range of each categorical feature whose cardinality is only an estimate, where train
+    has enough rows per value for a code outside that range to mean something (as `_train_values`)."""
+    out = {}
+    for f in schema.features:
+        if f.cardinality_is_estimate and f.name in train.columns and len(train):
+            if pd.api.types.is_integer_dtype(train[f.name]):
+                col = train[f.name].to_numpy()
+                if len(train) >= min_rows_per_value * len(np.unique(col)):
+                    out[f.name] = (int(col.min()), int(col.max()))
+    return out
+
+
+def _row_hashes(frame: pd.DataFrame) -> np.ndarray:
+    return pd.util.hash_pandas_object(frame, index=False).to_numpy()
+
+
+def _rows_text(frame: pd.DataFrame, idx: np.ndarray, k: int) -> tuple[tuple[int, object], ...]:
+    col = frame.columns[0] if len(frame.columns) else None
+    return tuple((int(i), frame[col].iloc[int(i)] if col is not None else None) for i in idx[:k])
+
+
+def extra_checks(
+    schema: DatasetSchema, frames: Mapping[str, pd.DataFrame], cfg: ValidationConfig
+) -> dict[str, tuple[int, list[Failure]]]:
+    """Checks outside Great Expectations (numpy, one pass each): duplicate rows within a split, val/test
+    rows identical to a train row (leakage), regression targets within robust bounds of train."""
+    k = cfg.report.offending_rows
+    raw = cfg.raw
+    out: dict[str, tuple[int, list[Failure]]] = {}
+    hashes = {s: _row_hashes(f) for s, f in frames.items()}
+    train_set = np.unique(hashes["train"]) if "train" in hashes else np.zeros(0, np.uint64)
+    bounds: dict[str, tuple[float, float]] = {}
+    train = frames.get("train")
+    for t in schema.tasks:
+        if t.type != "regression" or train is None or t.name not in train.columns or not len(train):
+            continue
+        y = pd.to_numeric(train[t.name], errors="coerce").to_numpy(np.float64)
+        y = y[np.isfinite(y)]
+        if not len(y):
+            continue
+        q01, q99 = np.quantile(y, [0.01, 0.99])
+        spread = raw.target_spread_factor * max(q99 - q01, 1e-12)
+        lo, hi = q01 - spread, q99 + spread
+        lo = max(lo, t.low) if t.low is not None else lo
+        hi = min(hi, t.high) if t.high is not None else hi
+        bounds[t.name] = (lo, hi)
+    for split, frame in frames.items():
+        fails: list[Failure] = []
+        n = len(frame)
+        h = hashes[split]
+        dup = pd.Series(h).duplicated().to_numpy()
+        if n and dup.sum() > raw.duplicates_max_fraction * n:
+            fails.append(
+                Failure(
+                    split, None, "duplicates", "duplicate rows (multitab)",
+                    f"{int(dup.sum())} of {n} rows repeat an earlier row of the split "
+                    f"({100 * dup.mean():.3g}%, tolerated {100 * raw.duplicates_max_fraction:g}%): the file holds "
+                    "copied rows (or is concatenated with itself)",
+                    _rows_text(frame, np.flatnonzero(dup), k),
+                )
+            )
+        n_checks = 1
+        if split != "train":
+            n_checks += 1
+            inside = np.isin(h, train_set)
+            if n and inside.sum() > raw.overlap_max_fraction * n:
+                fails.append(
+                    Failure(
+                        split, None, "overlap", "rows also in train (multitab)",
+                        f"{int(inside.sum())} of {n} rows are identical to a train row "
+                        f"({100 * inside.mean():.3g}%, tolerated {100 * raw.overlap_max_fraction:g}%): they leak "
+                        "between the splits; remove duplicate rows from the source file",
+                        _rows_text(frame, np.flatnonzero(inside), k),
+                    )
+                )
+        for name, (lo, hi) in bounds.items():
+            if name not in frame.columns:
+                continue
+            n_checks += 1
+            y = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
+            with np.errstate(invalid="ignore"):
+                bad = np.isfinite(y) & ((y < lo) | (y > hi))
+            if bad.any():
+                idx = np.flatnonzero(bad)
+                fails.append(
+                    Failure(
+                        split, name, "target_range", "target within robust train bounds (multitab)",
+                        f"{len(idx)} of {n} values outside [{lo:.4g}, {hi:.4g}] (train's 1-99 % quantile range "
+                        f"widened {raw.target_spread_factor:g} times its width"
+                        + (", and the published bounds" if any(
+                            t.name == name and (t.low is not None or t.high is not None) for t in schema.tasks
+                        ) else "")
+                        + "): wrong units or a scaled column?",
+                        tuple((int(i), frame[name].iloc[int(i)]) for i in idx[:k]),
+                    )
+                )
+        out[split] = (n_checks, fails)
+    return out
+
+
 def validate_raw(
     splits_dir: str | Path,
     schema: DatasetSchema,
@@ -106,6 +209,7 @@ def validate_raw(
     rows = expected_rows(schema, data, cfg.raw.row_count_slack, {s: len(f) for s, f in frames.items()})
     train = frames["train"]
     values = _train_values(schema, train, cfg.raw.unseen_min_rows_per_value)
+    ranges = _train_ranges(schema, train, cfg.raw.unseen_min_rows_per_value)
     built = {
         split: suites.raw_suite(
             schema,
@@ -115,9 +219,12 @@ def validate_raw(
             n_rows=len(frame),
             train_columns=None if split == "train" else list(train.columns),
             train_values=None if split == "train" else values,
+            train_ranges=None if split == "train" else ranges,
         )
         for split, frame in frames.items()
     }
+    extra = extra_checks(schema, frames, cfg)
+    policy = cfg.policy_for(schema.name)
     with open_context(context_dir, report_dir) as context:
         return run_suites(
             context,
@@ -128,6 +235,9 @@ def validate_raw(
             report_dir=report_dir,
             report=cfg.report,
             inputs=inputs,
+            extra=extra,
+            levels=policy.levels(),
+            policy=policy.as_dict(),
         )
 
 

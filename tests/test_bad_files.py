@@ -1,0 +1,261 @@
+"""Bad real files (issue 12): each gets one message naming the user's file (and archive member), column and
+line, and saying what to do; acquire@D prints it on one line and exits 1, leaving earlier output intact."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from multitab.datasets.config import LocalConfig
+from multitab.datasets.schema import get_schema
+from multitab.datasets.sources import SourceError, acquire_local, read_raw_file
+from stages import acquire
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = Path(__file__).parent / "fixtures"
+HIGGS = get_schema("higgs")
+ACS = get_schema("acs_income")
+ALI = get_schema("aliexpress")
+
+
+def higgs_lines() -> list[str]:
+    return (FIX / "higgs_uci.csv").read_text().splitlines()
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def set_field(line: str, index: int, value: str) -> str:
+    fields = line.split(",")
+    fields[index] = value
+    return ",".join(fields)
+
+
+# ------------------------------------------------------------------------------------------------ facts
+
+
+def test_per_jet_btag_levels_are_accepted() -> None:
+    # jet 2's top level 2.2149, jet 3's 2.5482, jet 4's 3.1020 are in the fixture (the release's layout)
+    df = read_raw_file(FIX / "higgs_uci.csv", HIGGS, "data")
+    assert abs(df["jet2_btag"].max() - 2.2149) < 1e-3 and abs(df["jet4_btag"].max() - 3.1020) < 1e-3
+
+
+@pytest.mark.parametrize("value", ["", "nan", "?"])
+def test_missing_btag_stops_at_acquire(value: str, tmp_path: Path) -> None:
+    lines = higgs_lines()
+    lines[6] = set_field(lines[6], 13, value)  # column 13: jet2_btag
+    path = write(tmp_path / "HIGGS.csv", lines)
+    with pytest.raises(SourceError, match=r"HIGGS\.csv: column 'jet2_btag', row 7 \(line 7\): missing value"):
+        acquire_local(HIGGS, LocalConfig(path=str(path)), tmp_path / "raw")
+
+
+def test_unknown_btag_level_names_file_column_line(tmp_path: Path) -> None:
+    lines = higgs_lines()
+    lines[11] = set_field(lines[11], 9, "2.2149")  # jet 2's top level in jet 1's column
+    with pytest.raises(SourceError, match=r"column 'jet1_btag', row 12 \(line 12\): value 2\.21.* none of"):
+        read_raw_file(write(tmp_path / "h.csv", lines), HIGGS, "data")
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "1e300"])
+def test_label_source_must_be_finite_before_its_threshold(value: str, tmp_path: Path) -> None:
+    lines = (FIX / "acs_one_state.csv").read_text().splitlines()
+    lines[5] = set_field(lines[5], 11, value)  # PINCP
+    with pytest.raises(SourceError, match=r"column 'PINCP', row 5 \(line 6\): .*label source"):
+        read_raw_file(write(tmp_path / "acs.csv", lines), ACS, "data")
+
+
+def test_float32_overflow_in_a_feature_is_an_error(tmp_path: Path) -> None:
+    lines = higgs_lines()
+    lines[3] = set_field(lines[3], 1, "1e300")  # lepton_pT
+    with pytest.raises(SourceError, match=r"column 'lepton_pT', row 4 \(line 4\): value 1e\+300 is beyond"):
+        read_raw_file(write(tmp_path / "h.csv", lines), HIGGS, "data")
+
+
+# ------------------------------------------------------------------------------------------------ headers
+
+
+def test_header_with_other_names_is_explained(tmp_path: Path) -> None:
+    lines = higgs_lines()
+    header = ["class"] + [f"f{i}" for i in range(1, 29)]
+    with pytest.raises(SourceError, match=r"h\.csv line 1 is a header .* expected no header .* or a header"):
+        read_raw_file(write(tmp_path / "h.csv", [",".join(header), *lines]), HIGGS, "data")
+
+
+def test_missing_header_is_explained(tmp_path: Path) -> None:
+    lines = (FIX / "acs_one_state.csv").read_text().splitlines()
+    with pytest.raises(SourceError, match=r"acs\.csv line 1 holds data .* expected a header line"):
+        read_raw_file(write(tmp_path / "acs.csv", lines[1:]), ACS, "data")
+
+
+# ------------------------------------------------------------------------------------------------ compression
+
+
+def test_gzip_named_csv_and_plain_named_csv_gz_are_read(tmp_path: Path) -> None:
+    data = (FIX / "higgs_uci.csv").read_bytes()
+    gz_as_csv = tmp_path / "HIGGS.csv"
+    gz_as_csv.write_bytes(gzip.compress(data))
+    plain_as_gz = tmp_path / "HIGGS.csv.gz"
+    plain_as_gz.write_bytes(data)
+    want = read_raw_file(FIX / "higgs_uci.csv", HIGGS, "data")
+    for path in (gz_as_csv, plain_as_gz):
+        assert read_raw_file(path, HIGGS, "data").equals(want)
+
+
+def test_truncated_gzip_names_the_file(tmp_path: Path) -> None:
+    blob = gzip.compress((FIX / "higgs_uci.csv").read_bytes() * 40)
+    path = tmp_path / "HIGGS.csv.gz"
+    path.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(SourceError, match=r"HIGGS\.csv\.gz: the compressed data ends early .* download or copy") as e:
+        read_raw_file(path, HIGGS, "data")
+    line = int(str(e.value).split("after line ")[1].split()[0])
+    assert 0 < line < 40 * 40  # the last complete line before the cut
+
+
+def test_bad_utf8_names_file_line_and_column(tmp_path: Path) -> None:
+    lines = (FIX / "acs_one_state.csv").read_bytes().split(b"\n")
+    lines[8] = lines[8].replace(b",6,", b",6\xe9,", 1)  # a Latin-1 byte in a value
+    path = tmp_path / "acs.csv"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(SourceError, match=r"acs\.csv line 9: column '\w+': byte .* is not UTF-8"):
+        read_raw_file(path, ACS, "data")
+
+
+# ------------------------------------------------------------------------------------------------ archives
+
+
+def ali_zip(path: Path, train: bytes | None = None) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("AliExpress_NL/train.csv", train or (FIX / "aliexpress_nl" / "train.csv").read_bytes())
+        z.writestr("AliExpress_NL/test.csv", (FIX / "aliexpress_nl" / "test.csv").read_bytes())
+    return path
+
+
+def test_error_inside_an_archive_names_the_member(tmp_path: Path) -> None:
+    lines = (FIX / "aliexpress_nl" / "train.csv").read_text().splitlines()
+    lines[3] = set_field(lines[3], 80, "2")  # click
+    archive = ali_zip(tmp_path / "AliExpress_NL.zip", ("\n".join(lines) + "\n").encode())
+    with pytest.raises(SourceError, match=r"AliExpress_NL\.zip:AliExpress_NL/train\.csv: column 'click', row 3 \(line 4\)"):
+        acquire_local(ALI, LocalConfig(path=str(archive)), tmp_path / "raw")
+
+
+def test_truncated_zip(tmp_path: Path) -> None:
+    blob = ali_zip(tmp_path / "full.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(SourceError, match=r"cut\.zip: not a readable zip archive .* download or copy it again"):
+        acquire_local(ALI, LocalConfig(path=str(tmp_path / "cut.zip")), tmp_path / "raw")
+
+
+def test_corrupt_zip_member(tmp_path: Path) -> None:
+    blob = bytearray(ali_zip(tmp_path / "a.zip").read_bytes())
+    start = blob.index(b"AliExpress_NL/train.csv") + 200  # inside train.csv's compressed data
+    blob[start : start + 64] = bytes(64)
+    (tmp_path / "bad.zip").write_bytes(bytes(blob))
+    with pytest.raises(SourceError, match=r"bad\.zip:AliExpress_NL/train\.csv: the archive member is damaged"):
+        acquire_local(ALI, LocalConfig(path=str(tmp_path / "bad.zip")), tmp_path / "raw")
+
+
+def test_truncated_tar_gz(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for name in ("train", "test"):
+            data = (FIX / "aliexpress_nl" / f"{name}.csv").read_bytes() * 5
+            info = tarfile.TarInfo(f"AliExpress_NL/{name}.csv")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    blob = buf.getvalue()
+    (tmp_path / "cut.tar.gz").write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(SourceError, match=r"cut\.tar\.gz.*(not a readable tar archive|member is damaged).*again"):
+        acquire_local(ALI, LocalConfig(path=str(tmp_path / "cut.tar.gz")), tmp_path / "raw")
+
+
+def test_folder_without_the_files_lists_what_it_holds(tmp_path: Path) -> None:
+    folder = tmp_path / "ali"
+    folder.mkdir()
+    shutil.copy(FIX / "aliexpress_nl" / "train.csv", folder / "train.csv")
+    (folder / "tst.csv").write_text("x\n")
+    with pytest.raises(SourceError, match=r"raw file 'test'.*The folder holds 2 file\(s\): \['train\.csv', 'tst\.csv'\]"):
+        acquire_local(ALI, LocalConfig(path=str(folder)), tmp_path / "raw")
+
+
+# ------------------------------------------------------------------------------------------------ the stage
+
+
+def test_stage_prints_one_line_and_keeps_earlier_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["datasets"]["aliexpress"].update(source="local", local={"path": str(FIX / "aliexpress_nl")})
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(params))
+    out = tmp_path / "raw"
+    assert acquire.main(["--params", str(p), "--dataset", "aliexpress", "--out", str(out)]) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    blob = ali_zip(tmp_path / "full.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(blob[: len(blob) // 3])
+    params["datasets"]["aliexpress"]["local"]["path"] = str(tmp_path / "cut.zip")
+    p.write_text(yaml.safe_dump(params))
+    capsys.readouterr()
+    assert acquire.main(["--params", str(p), "--dataset", "aliexpress", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("[acquire@aliexpress] error: ") and "cut.zip" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert not [f for f in tmp_path.iterdir() if f.name.startswith(".")], "temporary files left"
+
+
+# ------------------------------------------------------------------------------------------------ stale file
+
+
+def _dvc(args: list[str], cwd: Path) -> str:
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(ROOT / "src")])
+    r = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, f"dvc {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def test_changed_local_file_reruns_acquire_and_dvc_status_says_so(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for item in ("stages", "src", "local"):
+        shutil.copytree(ROOT / item, repo / item, ignore=shutil.ignore_patterns("__pycache__"))
+    dvcyaml = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"acquire": dvcyaml["stages"]["acquire"]}}))
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    shutil.copy(FIX / "acs_one_state.csv", repo / "local" / "acs_income" / "acs.csv")
+    params["datasets"]["acs_income"].update(source="local", local={"path": "local/acs_income/acs.csv"})
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    _dvc(["init", "-q"], repo)
+    assert "Running stage 'acquire@acs_income'" in _dvc(["repro", "acquire@acs_income"], repo)
+    assert "changed" not in _dvc(["status", "acquire@acs_income"], repo)
+    lines = (repo / "local" / "acs_income" / "acs.csv").read_text().splitlines()
+    (repo / "local" / "acs_income" / "acs.csv").write_text("\n".join(lines[:-3]) + "\n")  # a new version
+    status = _dvc(["status", "acquire@acs_income"], repo)
+    assert "modified:" in status and "local/acs_income/acs.csv" in status
+    assert "Running stage 'acquire@acs_income'" in _dvc(["repro", "acquire@acs_income"], repo)
+
+
+def test_dropped_columns_that_vary_are_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "ali"
+    shutil.copytree(FIX / "aliexpress_nl", folder)
+    with caplog.at_level("WARNING", logger="multitab.datasets.sources"):
+        acquire_local(ALI, LocalConfig(path=str(folder)), tmp_path / "raw1")
+    assert not [r for r in caplog.records if "varies" in r.getMessage()]
+    lines = (folder / "train.csv").read_text().splitlines()
+    lines[2] = set_field(lines[2], 17 + 57, "0.5")  # numerical_58, constant in the release
+    write(folder / "train.csv", lines)
+    with caplog.at_level("WARNING", logger="multitab.datasets.sources"):
+        acquire_local(ALI, LocalConfig(path=str(folder)), tmp_path / "raw2")
+    assert any("'numerical_58' varies" in r.getMessage() for r in caplog.records)
