@@ -2,7 +2,17 @@
 while it ran other jobs): the pipeline deployed to a process work pool, two workers polling it, two flow
 runs with disjoint targets of one DVC project. Each worker runs one of them, both complete, and the
 project's `dvc status` is clean afterwards. This is the README's "Several machines" recipe on one host
-(with several hosts, each worker has its own checkout and the DVC cache travels through a remote)."""
+(with several hosts, each worker has its own checkout and the DVC cache travels through a remote).
+
+Why it is built this way (it once failed with `sqlite3.OperationalError: database is locked` inside the
+server's `UPDATE work_pool`): a pool created without a base job template makes each worker's first
+contact write the process worker's default template into it, in a deferred SQLite transaction; with two
+workers starting at once the second writer's read-to-write upgrade is refused at once (WAL and the busy
+timeout do not cover that case). So the pool is created with the process worker's default template (no
+worker ever writes it), the workers start one after the other and each must be online before the next
+starts, and the server runs without its scheduler and the deployment without a cron schedule (no extra
+writer every few seconds). Every wait is bounded and fails with what the worker logged.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +30,24 @@ from test_pipeline_deploy import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 POOL = "scale-out"
+ONLINE_WITHIN = 90.0  # seconds for one worker to send its first heartbeat on a busy 2-core machine
+RUNS_WITHIN = 240.0
+
+
+def _wait_online(client: Any, name: str, proc: subprocess.Popen[str], log: Path) -> None:
+    """Return once worker `name` is ONLINE in the pool; fail with its log if it exits or takes too long."""
+    deadline = time.monotonic() + ONLINE_WITHIN
+    status = "not registered"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"worker {name} exited with code {proc.returncode}:\n{log.read_text()}")
+        workers = {w.name: w for w in client.read_workers_for_work_pool(POOL, limit=10, offset=0)}
+        if name in workers:
+            status = str(workers[name].status)
+            if workers[name].status == "ONLINE":
+                return
+        time.sleep(0.5)
+    pytest.fail(f"worker {name} not online after {ONLINE_WITHIN:.0f} s (status: {status}):\n{log.read_text()}")
 
 
 def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,7 +58,9 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
     api = f"http://127.0.0.1:{port}/api"
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    server = start_server("127.0.0.1", port)
+    monkeypatch.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED", "false")  # no scheduled runs here
+    server_log = tmp_path / "server.log"
+    server = start_server("127.0.0.1", port, log=server_log)
     workers: list[subprocess.Popen[str]] = []
     logs = [tmp_path / f"worker{i}.log" for i in (1, 2)]
     try:
@@ -37,6 +68,7 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
         from prefect.client.schemas.actions import WorkPoolCreate
         from prefect.deployments import run_deployment
         from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.workers.process import ProcessWorker
 
         env = {
             **os.environ,
@@ -45,8 +77,15 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
             "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
         }
         with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
-            client.create_work_pool(WorkPoolCreate(name=POOL, type="process"))
-            deployment = deploy_to_pool(root, "params.yaml", POOL, "scale-out")
+            client.create_work_pool(
+                WorkPoolCreate(
+                    name=POOL, type="process", base_job_template=ProcessWorker.get_default_base_job_template()
+                )
+            )
+            deployment = deploy_to_pool(root, "params.yaml", POOL, "scale-out", scheduled=False)
+            assert client.read_deployment(deployment).schedules == []
+            # one after the other, each online (heartbeat seen) before the next starts and before the
+            # runs exist, so neither can take both
             for i, log in enumerate(logs, 1):
                 workers.append(
                     subprocess.Popen(  # noqa: S603
@@ -55,19 +94,13 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
                         env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
                     )
                 )
-            # both workers online (heartbeat seen) before the runs exist, so neither can take both
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                online = client.read_workers_for_work_pool(POOL, limit=10, offset=0)
-                if len([w for w in online if w.status == "ONLINE"]) == 2:
-                    break
-                time.sleep(1)
+                _wait_online(client, f"worker{i}", workers[-1], log)
             runs = [
                 run_deployment(deployment, parameters={"root": str(root), "targets": targets, "workers": 2},
                                timeout=0, as_subflow=False)
                 for targets in (["a", "b"], ["c", "d"])
             ]
-            deadline = time.monotonic() + 240
+            deadline = time.monotonic() + RUNS_WITHIN
             states = {}
             while time.monotonic() < deadline:
                 states = {r.id: client.read_flow_run(r.id).state for r in runs}  # type: ignore[union-attr]
@@ -83,6 +116,8 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
         assert [len(t) for t in taken] == [1, 1], f"runs per worker: {taken}\n" + "\n".join(text)
         assert sorted(p.name for p in (root / "out").glob("[!.]*")) == ["a", "b", "c", "d"]
         assert dvc_status(root) == {}
+        for t in [*text, server_log.read_text()]:
+            assert "database is locked" not in t, t
     finally:
         for w in workers:
             w.terminate()
