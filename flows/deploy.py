@@ -26,15 +26,19 @@ from pathlib import Path
 
 import httpx
 
-from flows.pipeline import load_config, pipeline
+from flows.dag import load_config
+from flows.orchestrate import pipeline
 from multitab.config import ConfigError
 
 DEPLOYMENT = "multitab"
 FULL_NAME = f"{pipeline.name}/{DEPLOYMENT}"
 
 
-def start_server(host: str, port: int, timeout: float = 180.0) -> subprocess.Popen[bytes]:
-    """`prefect server start` as a child process; returns once its health endpoint answers."""
+def start_server(
+    host: str, port: int, timeout: float = 180.0, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`prefect server start` as a child process (output to `log` when given); returns once its health
+    endpoint answers."""
     env = {
         **os.environ,
         "PREFECT_UI_ENABLED": "true",
@@ -45,9 +49,15 @@ def start_server(host: str, port: int, timeout: float = 180.0) -> subprocess.Pop
         ),
     }
     env.pop("PREFECT_API_URL", None)  # the server must not try to talk to another server
+    out = log.open("wb") if log is not None else None
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)], env=env
+        [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT if out is not None else None,
     )
+    if out is not None:
+        out.close()  # the child keeps its own descriptor
     url = f"http://{host}:{port}/api/health"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -82,11 +92,16 @@ def serve(root: Path, params: str) -> None:
 
 
 def deploy_to_pool(
-    root: Path, params: str, pool: str, name: str = DEPLOYMENT, targets: Sequence[str] | None = None
+    root: Path,
+    params: str,
+    pool: str,
+    name: str = DEPLOYMENT,
+    targets: Sequence[str] | None = None,
+    scheduled: bool = True,
 ) -> str:
     """Register the pipeline (from this checkout's source) as deployment `name` of work pool `pool`,
-    scheduled like `make ui`; returns the deployment id. Workers load `flows/pipeline.py` from this
-    checkout's path and get `src` on PYTHONPATH."""
+    scheduled like `make ui` unless `scheduled` is false; returns the deployment id. Workers load
+    `flows/orchestrate.py` from this checkout's path and get `src` on PYTHONPATH."""
     from prefect.schedules import Cron
 
     cfg = load_config(root, params)
@@ -94,14 +109,14 @@ def deploy_to_pool(
     parameters: dict[str, object] = {"root": str(root), "params": params}
     if targets:
         parameters["targets"] = list(targets)
-    source = pipeline.from_source(source=str(repo), entrypoint="flows/pipeline.py:pipeline")
+    source = pipeline.from_source(source=str(repo), entrypoint="flows/orchestrate.py:pipeline")
     # Not Flow.deploy(): in Prefect 3.8.8 it lists the pool's workers with limit=None, which the server
     # rejects (422). Building the deployment and applying it registers the same thing.
     deployment = source.to_deployment(  # type: ignore[attr-defined]
         name=name,
         work_pool_name=pool,
         parameters=parameters,
-        schedules=[Cron(cfg.schedule, timezone=cfg.timezone)],
+        schedules=[Cron(cfg.schedule, timezone=cfg.timezone)] if scheduled else [],
         job_variables={"env": {"PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}},
         description="The MultiTab DVC DAG (dvc.yaml), run stage by stage by flows.pipeline.",
         tags=["multitab", "dvc"],

@@ -15,6 +15,7 @@ import pytest
 import validation_frames as vf  # tests/ is on sys.path (pytest's default import mode)
 from multitab.datasets.config import load_dataset_config
 from multitab.datasets.schema import get_schema
+from multitab.exit_codes import BAD_INPUT
 from multitab.validation import expected_rows
 from stages import validate_processed, validate_raw
 
@@ -112,7 +113,7 @@ def failed(text: str, split: str, column: str | None, check: str) -> list[str]:
 
 def assert_fails(result: tuple[int, str, Path], split: str, column: str | None, check: str) -> str:
     rc, text, out = result
-    assert rc == 1, text
+    assert rc == BAD_INPUT, text
     assert not out.exists(), "a failing validation must not write a verdict"
     lines = failed(text, split, column, check)
     assert lines, f"expected a failed '{check}' on [{split}] {column}; got:\n{text}"
@@ -376,7 +377,7 @@ def test_failure_leaves_an_earlier_verdict_untouched(env: dict, capsys: pytest.C
             str(env["root"] / "params.yaml"),
         ]
     )
-    assert rc == 1 and out.read_bytes() == before
+    assert rc == BAD_INPUT and out.read_bytes() == before
 
 
 def test_data_docs_index_shows_failed_expectations(env: dict, capsys: pytest.CaptureFixture) -> None:
@@ -406,7 +407,7 @@ def test_missing_split_file_is_a_clear_error(env: dict, capsys: pytest.CaptureFi
         "--context", str(env["gx"]), "--report", str(env["report"]), "--params", str(env["root"] / "params.yaml"),
     ])  # fmt: skip
     err = capsys.readouterr().err
-    assert rc == 1 and not (case / "v.json").exists()
+    assert rc == BAD_INPUT and not (case / "v.json").exists()
     assert "[validate_raw@acs_income] error:" in err and "val.parquet not found" in err
 
 

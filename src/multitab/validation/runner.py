@@ -392,6 +392,11 @@ def _page_record(outcome: Outcome, split: str, report_dir: Path) -> dict[str, An
         "rows": r.n_rows,
         "expectations": r.n_expectations,
         "failures": [f.line() for f in r.failures],
+        # the same, field by field (flows.orchestrate publishes them as a table artifact)
+        "failed": [
+            {"column": f.column, "expectation": f.expectation, "check": f.check, "observed": f.observed}
+            for f in r.failures
+        ],
         "page": pages[-1].relative_to(report_dir).as_posix() if pages else None,
     }
 
