@@ -23,11 +23,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from flows.dag import load_config
-from flows.orchestrate import pipeline
+from flows.orchestrate import ALLOWED_ROOTS_ENV, pipeline
 from multitab.config import ConfigError
 
 DEPLOYMENT = "multitab"
@@ -79,6 +80,8 @@ def serve(root: Path, params: str) -> None:
     from prefect.schedules import Cron
 
     cfg = load_config(root, params)
+    # the runs this process starts (in child processes) accept only this project as `root`
+    os.environ[ALLOWED_ROOTS_ENV] = str(root.resolve())
     pipeline.serve(
         name=DEPLOYMENT,
         schedules=[Cron(cfg.schedule, timezone=cfg.timezone)],
@@ -109,15 +112,21 @@ def deploy_to_pool(
     parameters: dict[str, object] = {"root": str(root), "params": params}
     if targets:
         parameters["targets"] = list(targets)
-    source = pipeline.from_source(source=str(repo), entrypoint="flows/orchestrate.py:pipeline")
+    source: Any = pipeline.from_source(source=str(repo), entrypoint="flows/orchestrate.py:pipeline")
     # Not Flow.deploy(): in Prefect 3.8.8 it lists the pool's workers with limit=None, which the server
     # rejects (422). Building the deployment and applying it registers the same thing.
-    deployment = source.to_deployment(  # type: ignore[attr-defined]
+    deployment = source.to_deployment(
         name=name,
         work_pool_name=pool,
         parameters=parameters,
         schedules=[Cron(cfg.schedule, timezone=cfg.timezone)] if scheduled else [],
-        job_variables={"env": {"PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}},
+        job_variables={
+            "env": {
+                "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)]),
+                # a run's `root` parameter must name this project (flows.orchestrate.check_root)
+                ALLOWED_ROOTS_ENV: str(root.resolve()),
+            }
+        },
         description="The MultiTab DVC DAG (dvc.yaml), run stage by stage by flows.pipeline.",
         tags=["multitab", "dvc"],
     )

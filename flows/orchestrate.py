@@ -13,14 +13,17 @@ each failed validation adds a table artifact of its failed expectations.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +61,10 @@ _CAUSE_CHARS = 300
 VALIDATION_RESULTS = "reports/validation/results"
 # What `aggregate` writes that the summary artifact quotes (dvc.yaml).
 METRICS, REPORT = "results/metrics.json", "results/report.md"
+
+# Set by flows.deploy for the runs of a deployment: the project folders a run's `root` may name
+# (os.pathsep-separated). Without it (`python -m flows.pipeline` by hand) any folder is accepted.
+ALLOWED_ROOTS_ENV = "MULTITAB_ALLOWED_ROOTS"
 
 # Why each attempt of a task run failed (AwaitingRetry states carry no message), filled by the task and read
 # by the flow; both run in this process with the thread-pool runner.
@@ -190,15 +197,24 @@ STATE_NAMES = {"ran": "Ran", "up_to_date": "Up to date", "restored": "Restored"}
 def run_stage(
     stage: str,
     root: str,
-    gpu: str | None = None,
+    gpus: list[str] | None = None,
     lock_retries: int = 20,
     upstream_failed: list[str] | None = None,
 ) -> State[dict[str, Any]]:
     """`dvc --wait-for-lock repro --single-item <stage>`; completes in a state named after what DVC did
-    (Ran / Up to date / Restored), or "Not run" (nothing started) when `upstream_failed` names stages."""
+    (Ran / Up to date / Restored), or "Not run" (nothing started) when `upstream_failed` names stages.
+    A GPU stage (`gpus`: the devices it may use) first takes a slot of a device's global concurrency
+    limit, shared by every flow run and worker of this host, and sees only that device."""
     if upstream_failed:
         return Cancelled(name="Not run", message=f"upstream stage {', '.join(upstream_failed)} did not complete")
     log = get_run_logger()
+    if gpus:
+        with gpu_slot(gpus, log) as device:
+            return _repro(stage, root, device, lock_retries, log)
+    return _repro(stage, root, None, lock_retries, log)
+
+
+def _repro(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any) -> State[dict[str, Any]]:
     env = dict(os.environ)
     # The stages' `python -m stages...` must mean the interpreter running this flow (the project's venv).
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -245,8 +261,19 @@ class StageResult:
     exit_code: int | None = None
 
 
-def _gpu_slots(plan: StagePlan, cfg: OrchestrationConfig, gpu_concurrency: int | None) -> list[str] | None:
-    """Device ids GPU stages take turns on, or None when GPU stages are not limited (no CUDA)."""
+GPU_LIMIT_PREFIX = "multitab-gpu"
+
+
+def gpu_limit_name(device: str) -> str:
+    """The Prefect global concurrency limit of one GPU of this host: every flow run and worker here
+    takes its slots, so two runs (or two workers) cannot put more stages on a device than it has slots."""
+    host = re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname()).strip("-").lower() or "host"
+    return f"{GPU_LIMIT_PREFIX}-{host}-{device}"
+
+
+def _gpu_slots(plan: StagePlan, cfg: OrchestrationConfig, gpu_concurrency: int | None) -> dict[str, int] | None:
+    """Slots per visible CUDA device (device id -> slots), or None when GPU stages are not limited (no
+    CUDA, or no GPU stage in the plan)."""
     if not any(s.split("@", 1)[0] in cfg.gpu_stages for s in plan.order):
         return None
     try:
@@ -257,8 +284,47 @@ def _gpu_slots(plan: StagePlan, cfg: OrchestrationConfig, gpu_concurrency: int |
     if n_devices == 0:
         return None
     limit = gpu_concurrency or cfg.gpu_concurrency or n_devices
-    # More slots than devices shares devices round-robin (useful for small models).
-    return [str(i % n_devices) for i in range(limit)]
+    # More slots than devices shares devices (useful for small models); fewer leaves devices idle.
+    return {str(d): len(range(d, limit, n_devices)) for d in range(n_devices) if d < limit}
+
+
+def ensure_gpu_limits(slots: dict[str, int], log: Any) -> None:
+    """Create (or resize) the global concurrency limit of each device; the UI lists them under
+    Concurrency, with the slots in use."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        for device, n in slots.items():
+            name = gpu_limit_name(device)
+            try:
+                current = client.read_global_concurrency_limit_by_name(name)
+            except ObjectNotFound:
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=n))
+                log.info("created the global concurrency limit %s: %d slot(s)", name, n)
+                continue
+            if current.limit != n or not current.active:
+                client.update_global_concurrency_limit(name, GlobalConcurrencyLimitUpdate(limit=n, active=True))
+                log.info("global concurrency limit %s: %d -> %d slot(s)", name, current.limit, n)
+
+
+@contextlib.contextmanager
+def gpu_slot(devices: list[str], log: Any) -> Iterator[str]:
+    """Hold one slot of the least busy device's global concurrency limit; yields the device id."""
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.sync import concurrency
+
+    with get_client(sync_client=True) as client:
+        free = {}
+        for d in devices:
+            limit = client.read_global_concurrency_limit_by_name(gpu_limit_name(d))
+            free[d] = limit.limit - limit.active_slots
+    device = max(devices, key=lambda d: free[d])
+    if free[device] <= 0:
+        log.info("waiting for a slot of GPU %s (%s)", device, gpu_limit_name(device))
+    with concurrency(gpu_limit_name(device), occupy=1, strict=True, raise_on_lease_renewal_failure=False):
+        yield device
 
 
 _CODE_IN_MESSAGE = re.compile(r"exited with code (-?\d+)")
@@ -314,7 +380,7 @@ def pipeline(
         params: the params file with `orchestration:`, relative to `root`.
     """
     log = get_run_logger()
-    root = str(Path(root).resolve())
+    root = str(check_root(root))
     cfg = load_config(root, params)
     n_workers = workers or cfg.workers
     n_retries = cfg.retries if retries is None else retries
@@ -331,17 +397,19 @@ def pipeline(
         n_workers,
         n_retries,
         delay,
-        gpus if gpus is not None else "unlimited (no CUDA)",
+        {gpu_limit_name(d): n for d, n in gpus.items()} if gpus is not None else "unlimited (no CUDA)",
     )
     # Prefect's retry_delay_seconds as one number, which its UI shows (a list shows as "NaNs"); doubling
     # per retry would need a list: the first delay is used for every retry.
     stage_task = run_stage.with_options(retries=n_retries, retry_delay_seconds=delay)
-    free_gpus = list(gpus or [])  # only this thread hands them out and takes them back
+    if gpus is not None:
+        ensure_gpu_limits(gpus, log)
+    n_gpu_slots = sum((gpus or {}).values())
 
     started_at = time.monotonic()
     futures: dict[str, PrefectFuture[Any]] = {}
     started: dict[str, float] = {}
-    gpu_of: dict[str, str] = {}
+    on_gpu: set[str] = set()
     results: dict[str, StageResult] = {
         s: StageResult(s, "up_to_date") for s in plan.order if s not in set(to_run)
     }
@@ -364,17 +432,17 @@ def pipeline(
                 continue
             n_busy = sum(1 for s in running.values() if s not in bad)
             is_gpu = gpus is not None and stage.split("@", 1)[0] in cfg.gpu_stages
-            if n_busy >= n_workers or (is_gpu and not free_gpus):
+            # GPU stages beyond the slots would only wait on the limit while holding a worker
+            if n_busy >= n_workers or (is_gpu and len(on_gpu) >= n_gpu_slots):
                 continue
-            gpu = free_gpus.pop(0) if is_gpu else None
-            if gpu is not None:
-                gpu_of[stage] = gpu
+            if is_gpu:
+                on_gpu.add(stage)
             waiting.remove(stage)
             started[stage] = time.monotonic()
             futures[stage] = stage_task.submit(
                 stage,
                 root,
-                gpu,
+                sorted(gpus) if is_gpu and gpus else None,
                 cfg.lock_retries,
                 return_state=False,
                 wait_for=[futures[u] for u in ups if u in futures],
@@ -384,8 +452,7 @@ def pipeline(
             raise RuntimeError(f"flows.pipeline: no stage can start; waiting: {waiting}")  # a cycle: DVC forbids
         done = next(as_completed(list(running)))
         stage = running.pop(done)
-        if stage in gpu_of:
-            free_gpus.append(gpu_of.pop(stage))
+        on_gpu.discard(stage)
         result = _collect(stage, done, started[stage])
         results[stage] = result
         if result.status in ("failed", "not_run"):
@@ -406,6 +473,24 @@ def pipeline(
 
 class PipelineFailed(RuntimeError):
     """At least one stage kept failing; the summary names it and why."""
+
+
+class RootRefused(ValueError):
+    """A deployment's run named a `root` other than the checkout the deployment was registered for."""
+
+
+def check_root(root: str) -> Path:
+    """The project folder of this run. A deployment's runs (ALLOWED_ROOTS_ENV set) may only name the
+    checkout it was registered with: anyone who can reach the server could otherwise point a worker at a
+    folder with their own dvc.yaml and have it run their commands."""
+    resolved = Path(root).resolve()
+    allowed = [Path(p).resolve() for p in os.environ.get(ALLOWED_ROOTS_ENV, "").split(os.pathsep) if p]
+    if allowed and resolved not in allowed:
+        raise RootRefused(
+            f"root {root!r} is not the project this deployment runs ({', '.join(map(str, allowed))}); "
+            "register a deployment for that checkout with `python -m flows.deploy --root ...`"
+        )
+    return resolved
 
 
 def summarise(

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -209,12 +210,43 @@ def test_gpu_stages_take_turns_on_the_visible_devices(tmp_path, monkeypatch):
         "'out/train'", "'out/' + os.environ['DVC_STAGE'].replace('@', '_')"
     )
     root = make_project(tmp_path / "p", stages)
+    # The slots are Prefect's global concurrency limit of this host's GPU 0, shared with every other flow
+    # run and worker here: while something else holds its one slot, no train stage starts.
+    import threading
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.concurrency.sync import concurrency
+
+    from flows.orchestrate import gpu_limit_name
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=gpu_limit_name("0"), limit=1))
+        except Exception:  # noqa: BLE001 - created by an earlier test of this module
+            pass
+    held, released = threading.Event(), []
+
+    def other_run() -> None:
+        with concurrency(gpu_limit_name("0"), occupy=1, strict=True):
+            held.set()
+            deadline = time.monotonic() + 120  # until the CPU stage has run: it must not wait for the GPU
+            while not (root / ".gpu" / "other").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            released.append(time.time())
+
+    holder = threading.Thread(target=other_run)
+    holder.start()
+    assert held.wait(60)
     summary = run(root, workers=4, retries=0)
+    holder.join()
     assert summary["failed"] == [] and len(summary["ran"]) == 4
     seen = {p.name: p.read_text().split() for p in (root / ".gpu").iterdir()}
     assert {seen[f"train@{i}"][0] for i in "xyz"} == {"0"} and seen["other"][0] == "None"
     spans = sorted((float(v[1]), float(v[2])) for k, v in seen.items() if k.startswith("train"))
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans  # one at a time
+    assert spans[0][0] >= released[0], "a train stage started while another run held the GPU"
+    assert float(seen["other"][1]) < released[0], "a CPU stage waited for the GPU"
 
 
 def test_bad_input_fails_at_once_and_a_killed_stage_is_retried(tmp_path):

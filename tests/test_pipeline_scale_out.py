@@ -1,8 +1,10 @@
-"""Scale-out with Prefect workers (a real server and two worker processes: 45 s on the 2-core machine
-while it ran other jobs): the pipeline deployed to a process work pool, two workers polling it, two flow
+"""Scale-out with Prefect workers (a real server and two worker processes: 25-60 s on the busy 2-core
+machine): the pipeline deployed to a process work pool, two workers polling it, two flow
 runs with disjoint targets of one DVC project. Each worker runs one of them, both complete, and the
-project's `dvc status` is clean afterwards. This is the README's "Several machines" recipe on one host
-(with several hosts, each worker has its own checkout and the DVC cache travels through a remote).
+project's `dvc status` is clean afterwards; a run naming another folder as `root` is refused. This is
+the README's "Several machines" recipe on one host, with the server's login on (an anonymous request
+gets 401; with several hosts, each worker has its own checkout and the DVC cache travels through a
+remote).
 
 Why it is built this way (it once failed with `sqlite3.OperationalError: database is locked` inside the
 server's `UPDATE work_pool`): a pool created without a base job template makes each worker's first
@@ -32,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 POOL = "scale-out"
 ONLINE_WITHIN = 90.0  # seconds for one worker to send its first heartbeat on a busy 2-core machine
 RUNS_WITHIN = 240.0
+AUTH = "multitab:not-a-real-secret"
 
 
 def _wait_online(client: Any, name: str, proc: subprocess.Popen[str], log: Path) -> None:
@@ -59,6 +62,9 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED", "false")  # no scheduled runs here
+    # the README's recipe: the server demands a login (basic auth), every client and worker sends it
+    monkeypatch.setenv("PREFECT_SERVER_API_AUTH_STRING", AUTH)
+    monkeypatch.setenv("PREFECT_API_AUTH_STRING", AUTH)
     server_log = tmp_path / "server.log"
     server = start_server("127.0.0.1", port, log=server_log)
     workers: list[subprocess.Popen[str]] = []
@@ -76,7 +82,13 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
         }
-        with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+        import httpx
+        from prefect.settings import PREFECT_API_AUTH_STRING
+
+        anonymous = httpx.post(f"{api}/flows/filter", json={}, timeout=30)
+        assert anonymous.status_code == 401, anonymous.text  # nothing without the login
+        settings = {PREFECT_API_URL: api, PREFECT_API_AUTH_STRING: AUTH}
+        with temporary_settings(updates=settings), get_client(sync_client=True) as client:
             client.create_work_pool(
                 WorkPoolCreate(
                     name=POOL, type="process", base_job_template=ProcessWorker.get_default_base_job_template()
@@ -107,7 +119,21 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
                 if all(s is not None and s.is_final() for s in states.values()):
                     break
                 time.sleep(1)
+            # a run that names another folder as `root` is refused before any stage runs: a worker only
+            # runs the project its deployment was registered for
+            foreign = make_project(tmp_path / "other", {"x": write_stage("x")})
+            refused = run_deployment(deployment, parameters={"root": str(foreign)}, timeout=0, as_subflow=False)
+            deadline = time.monotonic() + RUNS_WITHIN
+            refused_state = None
+            while time.monotonic() < deadline:
+                refused_state = client.read_flow_run(refused.id).state  # type: ignore[union-attr]
+                if refused_state is not None and refused_state.is_final():
+                    break
+                time.sleep(1)
         text = [log.read_text() for log in logs]
+        assert refused_state is not None and refused_state.is_failed(), f"{refused_state}\n" + "\n".join(text)
+        assert "is not the project this deployment runs" in (refused_state.message or ""), refused_state
+        assert not (foreign / "out").exists()
         assert all(s is not None and s.is_completed() for s in states.values()), f"{states}\n" + "\n".join(text)
         # each worker ran one of the two (limit 1 each): the run's own log lines ("View at .../flow-run/ID")
         # come from the worker that executes it; a worker that lost the race for a run only logs its id
