@@ -398,6 +398,32 @@ def test_data_docs_index_shows_failed_expectations(env: dict, capsys: pytest.Cap
     )
 
 
+def test_results_carry_their_time_and_older_splits_are_marked_stale(
+    env: dict, capsys: pytest.CaptureFixture
+) -> None:
+    import re
+
+    from multitab.validation.runner import write_index
+
+    assert run_raw(env, capsys, "acs_income")[0] == 0
+    record = json.loads((env["report"] / "results" / "validate_raw-acs_income-val.json").read_text())
+    # GX's result page sits under its run name: the run's time, not "__none__"
+    assert record["page"] and "__none__" not in record["page"]
+    assert re.search(r"/\d{4}-\d\d-\d\dT\d{6}Z/", record["page"]), record["page"]
+    # a later run of validate_raw@acs_income that never reached `val`: val's result is stale
+    for split in ("train", "test"):
+        path = env["report"] / "results" / f"validate_raw-acs_income-{split}.json"
+        later = json.loads(path.read_text())
+        later["validated_at"] = "2999-01-01T00:00:00+00:00"
+        path.write_text(json.dumps(later))
+    index = write_index(env["report"]).read_text()
+    assert "<th>validated (UTC)</th>" in index and "2999-01-01 00:00:00 UTC" in index
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr class="[^"]*"><td>validate_raw@acs_income</td><td>(\w+)</td>.*?</tr>', index)}
+    assert "passed (stale)" in rows["val"] and "stale" not in rows["train"] and "stale" not in rows["test"]
+    # the project's page needs nothing from the network
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", index), "external URL in index.html"
+
+
 def test_missing_split_file_is_a_clear_error(env: dict, capsys: pytest.CaptureFixture) -> None:
     case = _case(env)
     vf.write_splits(case / "splits", "acs_income", env["params"])
