@@ -50,6 +50,11 @@ def start_server(
         ),
     }
     env.pop("PREFECT_API_URL", None)  # the server must not try to talk to another server
+    # The UI's API address: by default Prefect gives the UI port 4200 whatever `--port` says, so a server
+    # on another port served a UI that could not reach its API. Behind 0.0.0.0, set PREFECT_UI_API_URL
+    # to the address browsers use.
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    env.setdefault("PREFECT_UI_API_URL", f"http://{shown}:{port}/api")
     out = log.open("wb") if log is not None else None
     proc = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
