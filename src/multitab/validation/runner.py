@@ -434,7 +434,7 @@ def write_index(report_dir: str | Path) -> Path:
         status = ("passed" if r["success"] else "FAILED") + (" (stale)" if stale else "")
         link = f'<a href="{html.escape(r["page"])}">expectations and results</a>' if r["page"] else ""
         fails = "".join(f"<li>{html.escape(line)}</li>" for line in r["failures"])
-        shown = html.escape(when.replace("T", " ").replace("+00:00", " UTC")) if when else "unknown"
+        shown = html.escape(when[:19].replace("T", " ")) if when else "unknown"
         cls = ("ok" if r["success"] else "failed") + (" stale" if stale else "")
         rows.append(
             f'<tr class="{cls}"><td>{r["stage"]}@{html.escape(r["dataset"])}</td>'
