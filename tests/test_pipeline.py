@@ -332,3 +332,26 @@ def test_failed_validation_publishes_a_table_of_its_failed_expectations(tmp_path
     assert table == [{"dataset": "toy", "split": "val", "column": "age",
                       "expectation": "expect_column_values_to_be_between", "check": "range",
                       "observed": "3 of 10 rows unexpected"}]
+
+
+def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_path):
+    from flows.orchestrate import summary_markdown
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "metrics.json").write_text(json.dumps({
+        "standin": {"higgs": True, "acs_income": False},
+        "delta_m": {"higgs": {"MMoE": 1.234, "PLE": "missing"}, "acs_income": {"MMoE": -0.5, "PLE": 2.0}},
+        "bench_verdict": {"claim": "holds"},
+    }))
+    stage = {"attempts": 1, "seconds": 3.0, "error": None, "failed_attempts": [], "lock_waits": 0, "exit_code": None}
+    summary = {"ran": ["aggregate"], "up_to_date": [], "restored": [], "retried": [], "failed": [], "not_run": [],
+               "subprocesses": 1, "wall_seconds": 3.0, "stages": {"aggregate": {**stage, "status": "ran"}}}
+    text = summary_markdown(tmp_path, summary)
+    assert "| aggregate | ran | 1 | 3.0 |  |" in text
+    assert "| dataset | MMoE | PLE |" in text
+    assert "| higgs (stand-in data) | +1.23 | missing |" in text and "| acs_income | -0.50 | +2.00 |" in text
+    assert 'MultiTab-Bench verdict (bench_verdict): {"claim": "holds"}' in text
+    assert str(tmp_path / "results" / "report.md") in text
+    # not quoted when aggregate did not run
+    summary["stages"]["aggregate"]["status"] = "up_to_date"
+    assert "Headline" not in summary_markdown(tmp_path, summary)
