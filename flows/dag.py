@@ -9,9 +9,11 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from multitab.config import ConfigError, load_params, section
 
@@ -116,9 +118,24 @@ def read_stage_graph(root: str | Path, changed: bool = False) -> StagePlan:
         order = [name(s) for s in reversed(stages)]
         stale: frozenset[str] | None = None
         if changed:
-            with repo.lock:
-                stale = frozenset(name(s) for s in stages if s.changed())
+            stale = frozenset(name(s) for s in _changed_stages(repo, stages))
     return StagePlan(order=tuple(order), upstream=upstream, changed=stale)
+
+
+def _changed_stages(repo: Any, stages: list[Any], tries: int = 20) -> list[Any]:
+    """`Stage.changed()` of every stage under the repository lock (as `dvc status` takes it), waiting while
+    another `dvc` process (a stage of a parallel run) holds it."""
+    from dvc.lock import LockError
+
+    for attempt in range(tries):
+        try:
+            with repo.lock:
+                return [s for s in stages if s.changed()]
+        except LockError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(min(0.5 * 2**attempt, 5.0))
+    return []  # not reached
 
 
 class UnknownTarget(ValueError):
