@@ -23,18 +23,23 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from flows.pipeline import load_config, pipeline
+from flows.dag import load_config
+from flows.orchestrate import ALLOWED_ROOTS_ENV, pipeline
 from multitab.config import ConfigError
 
 DEPLOYMENT = "multitab"
 FULL_NAME = f"{pipeline.name}/{DEPLOYMENT}"
 
 
-def start_server(host: str, port: int, timeout: float = 180.0) -> subprocess.Popen[bytes]:
-    """`prefect server start` as a child process; returns once its health endpoint answers."""
+def start_server(
+    host: str, port: int, timeout: float = 180.0, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`prefect server start` as a child process (output to `log` when given); returns once its health
+    endpoint answers."""
     env = {
         **os.environ,
         "PREFECT_UI_ENABLED": "true",
@@ -45,9 +50,20 @@ def start_server(host: str, port: int, timeout: float = 180.0) -> subprocess.Pop
         ),
     }
     env.pop("PREFECT_API_URL", None)  # the server must not try to talk to another server
+    # The UI's API address: by default Prefect gives the UI port 4200 whatever `--port` says, so a server
+    # on another port served a UI that could not reach its API. Behind 0.0.0.0, set PREFECT_UI_API_URL
+    # to the address browsers use.
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    env.setdefault("PREFECT_UI_API_URL", f"http://{shown}:{port}/api")
+    out = log.open("wb") if log is not None else None
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)], env=env
+        [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT if out is not None else None,
     )
+    if out is not None:
+        out.close()  # the child keeps its own descriptor
     url = f"http://{host}:{port}/api/health"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -69,6 +85,8 @@ def serve(root: Path, params: str) -> None:
     from prefect.schedules import Cron
 
     cfg = load_config(root, params)
+    # the runs this process starts (in child processes) accept only this project as `root`
+    os.environ[ALLOWED_ROOTS_ENV] = str(root.resolve())
     pipeline.serve(
         name=DEPLOYMENT,
         schedules=[Cron(cfg.schedule, timezone=cfg.timezone)],
@@ -82,11 +100,16 @@ def serve(root: Path, params: str) -> None:
 
 
 def deploy_to_pool(
-    root: Path, params: str, pool: str, name: str = DEPLOYMENT, targets: Sequence[str] | None = None
+    root: Path,
+    params: str,
+    pool: str,
+    name: str = DEPLOYMENT,
+    targets: Sequence[str] | None = None,
+    scheduled: bool = True,
 ) -> str:
     """Register the pipeline (from this checkout's source) as deployment `name` of work pool `pool`,
-    scheduled like `make ui`; returns the deployment id. Workers load `flows/pipeline.py` from this
-    checkout's path and get `src` on PYTHONPATH."""
+    scheduled like `make ui` unless `scheduled` is false; returns the deployment id. Workers load
+    `flows/orchestrate.py` from this checkout's path and get `src` on PYTHONPATH."""
     from prefect.schedules import Cron
 
     cfg = load_config(root, params)
@@ -94,15 +117,21 @@ def deploy_to_pool(
     parameters: dict[str, object] = {"root": str(root), "params": params}
     if targets:
         parameters["targets"] = list(targets)
-    source = pipeline.from_source(source=str(repo), entrypoint="flows/pipeline.py:pipeline")
+    source: Any = pipeline.from_source(source=str(repo), entrypoint="flows/orchestrate.py:pipeline")
     # Not Flow.deploy(): in Prefect 3.8.8 it lists the pool's workers with limit=None, which the server
     # rejects (422). Building the deployment and applying it registers the same thing.
-    deployment = source.to_deployment(  # type: ignore[attr-defined]
+    deployment = source.to_deployment(
         name=name,
         work_pool_name=pool,
         parameters=parameters,
-        schedules=[Cron(cfg.schedule, timezone=cfg.timezone)],
-        job_variables={"env": {"PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}},
+        schedules=[Cron(cfg.schedule, timezone=cfg.timezone)] if scheduled else [],
+        job_variables={
+            "env": {
+                "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)]),
+                # a run's `root` parameter must name this project (flows.orchestrate.check_root)
+                ALLOWED_ROOTS_ENV: str(root.resolve()),
+            }
+        },
         description="The MultiTab DVC DAG (dvc.yaml), run stage by stage by flows.pipeline.",
         tags=["multitab", "dvc"],
     )

@@ -7,6 +7,8 @@ import logging
 import sys
 from collections.abc import Callable
 
+from multitab.exit_codes import BAD_INPUT
+
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
@@ -15,11 +17,19 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def run(stage: str, body: Callable[[], object]) -> int:
-    """Run a stage body; turn library errors into one clear line on stderr and exit status 1."""
+    """Run a stage body; turn library errors into one clear line on stderr (`[stage] error: ...`).
+
+    Exit status: `BAD_INPUT` for what a retry cannot fix (ValueError, including ConfigError; KeyError; a
+    missing file), 1 for the rest (other OS errors, RuntimeError such as an out-of-memory error), which
+    flows.pipeline retries.
+    """
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     try:
         body()
-    except (ValueError, KeyError, OSError, RuntimeError) as e:
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        print(f"[{stage}] error: {e}", file=sys.stderr)
+        return BAD_INPUT
+    except (OSError, RuntimeError) as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -2,7 +2,7 @@
 the same format) before training.
 
 Writes the verdict (data/validated/<D>.json), which training stages depend on, only when every expectation
-passes (or with --warn-only); otherwise prints a short summary and exits 1.
+passes (or with --warn-only); otherwise prints a short summary and exits with BAD_INPUT (not retried).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Writes the verdict (data/validated/<D>.raw.json) only when every check passes, apart from the check groups
 that params.yaml's validation.policy.<D> sets to `warn` (listed in the verdict's `warnings`), or with
---warn-only; otherwise prints a short summary and exits 1. Data Docs (reports/validation/) are written either
-way.
+--warn-only; otherwise prints a short summary and exits with multitab.exit_codes.BAD_INPUT (a deterministic
+failure: the flow does not retry it). Data Docs (reports/validation/) are written either way.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from multitab.config import ConfigError
 from multitab.datasets.config import load_dataset_config
 from multitab.datasets.schema import get_schema
+from multitab.exit_codes import BAD_INPUT
 from multitab.io import write_json
 from multitab.validation import Outcome, load_validation_config, validate_raw
 from stages._common import parser
@@ -57,7 +58,10 @@ def run_validation(stage: str, body: Callable[[], Outcome], out: str, warn_only:
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     try:
         outcome = body()
-    except (ConfigError, ValueError, KeyError, FileNotFoundError, OSError) as e:
+    except (ConfigError, ValueError, KeyError, FileNotFoundError) as e:
+        print(f"[{stage}] error: {e}", file=sys.stderr)
+        return BAD_INPUT
+    except OSError as e:  # may be transient (a full disk, a network folder): retried
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
     max_failures = load_validation_config(params).report.max_failures
@@ -71,7 +75,11 @@ def run_validation(stage: str, body: Callable[[], Outcome], out: str, warn_only:
         f"[{stage}] no verdict written ({out}): fix the data, or the thresholds in params.yaml (validation:)",
         file=sys.stderr,
     )
-    return 1
+    # Last, one line the orchestration reports as the cause: the first failed expectation.
+    fails = outcome.failures
+    more = f" (and {len(fails) - 1} more)" if len(fails) > 1 else ""
+    print(f"[{stage}] error: validation failed: {fails[0].line()}{more}", file=sys.stderr)
+    return BAD_INPUT
 
 
 if __name__ == "__main__":

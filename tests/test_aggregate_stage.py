@@ -16,6 +16,7 @@ import yaml
 
 from _aggregate_fakes import published_runs, write_run
 from multitab.evaluation.delta_m import delta_m
+from multitab.exit_codes import BAD_INPUT
 from stages import aggregate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,7 +141,7 @@ def test_stage_bad_run_fails_naming_the_file(tmp_path: Path, capsys: pytest.Capt
     params = make_inputs(tmp_path)
     bad = tmp_path / "runs/higgs/mmoe/seed1/metrics.json"
     bad.write_text(json.dumps({**json.loads(bad.read_text()), "standin": "yes"}))
-    assert run_stage(tmp_path, params) == 1
+    assert run_stage(tmp_path, params) == BAD_INPUT
     err = capsys.readouterr().err
     assert "higgs/mmoe/seed1/metrics.json" in err and "standin" in err
 

@@ -1,5 +1,5 @@
 """Bad real files (issue 12): each gets one message naming the user's file (and archive member), column and
-line, and saying what to do; acquire@D prints it on one line and exits 1, leaving earlier output intact."""
+line, and saying what to do; acquire@D prints it on one line and exits BAD_INPUT (3), leaving earlier output intact."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import yaml
 from multitab.datasets.config import LocalConfig
 from multitab.datasets.schema import get_schema
 from multitab.datasets.sources import SourceError, acquire_local, read_raw_file
+from multitab.exit_codes import BAD_INPUT
 from stages import acquire
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,7 +206,7 @@ def test_stage_prints_one_line_and_keeps_earlier_output(tmp_path: Path, capsys: 
     params["datasets"]["aliexpress"]["local"]["path"] = str(tmp_path / "cut.zip")
     p.write_text(yaml.safe_dump(params))
     capsys.readouterr()
-    assert acquire.main(["--params", str(p), "--dataset", "aliexpress", "--out", str(out)]) == 1
+    assert acquire.main(["--params", str(p), "--dataset", "aliexpress", "--out", str(out)]) == BAD_INPUT
     err = capsys.readouterr().err
     assert err.startswith("[acquire@aliexpress] error: ") and "cut.zip" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1

@@ -24,6 +24,7 @@ from multitab.datasets.bench import (
 )
 from multitab.datasets.bench import main as bench_main
 from multitab.datasets.schema import schema_from_meta
+from multitab.exit_codes import BAD_INPUT
 from stages import label_correlations as label_correlations_stage
 from stages import synthesize as synthesize_stage
 
@@ -177,7 +178,7 @@ def test_synthesize_unknown_config_fails_cleanly(
 ) -> None:
     p, _ = synthesized
     out = tmp_path / "x"
-    assert synthesize_stage.main(["--params", str(p), "--config", "nope", "--out", str(out)]) == 1
+    assert synthesize_stage.main(["--params", str(p), "--config", "nope", "--out", str(out)]) == BAD_INPUT
     assert "no MultiTab-Bench config 'nope'" in capsys.readouterr().err
     assert not out.exists()
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from multitab.exit_codes import BAD_INPUT
 from stages import acquire, preprocess, split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def test_failed_stage_keeps_previous_output(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "splits" / "higgs" / "train.parquet").write_bytes(b"not parquet")
     rc = preprocess.main(["--params", str(params), "--dataset", "higgs", "--splits",
                           str(tmp_path / "splits" / "higgs"), "--out", str(processed)])
-    assert rc == 1
+    assert rc == BAD_INPUT
     assert "[preprocess@higgs] error" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in processed.iterdir()} == before
     assert not [p for p in processed.parent.iterdir() if p.name.startswith(".")], "temporary folder left"
@@ -76,7 +77,7 @@ def test_unknown_param_key_fails_the_stage(tmp_path: Path, capsys: pytest.Captur
     params["datasets"]["higgs"]["split"]["val_fractoin"] = 0.1
     p = tmp_path / "bad.yaml"
     p.write_text(yaml.safe_dump(params))
-    assert acquire.main(["--params", str(p), "--dataset", "higgs", "--out", str(tmp_path / "raw")]) == 1
+    assert acquire.main(["--params", str(p), "--dataset", "higgs", "--out", str(tmp_path / "raw")]) == BAD_INPUT
     err = capsys.readouterr().err
     assert "datasets.higgs.split: unknown key(s) ['val_fractoin']" in err
     assert not (tmp_path / "raw").exists()

@@ -14,6 +14,7 @@ from torch import nn
 from multitab.datasets.schema import get_schema
 from multitab.evaluation import complexity
 from multitab.evaluation.complexity import PAPER_TABLE4, count_macs
+from multitab.exit_codes import BAD_INPUT
 from multitab.models import MODELS, build_model
 
 torch.set_num_threads(1)
@@ -103,4 +104,4 @@ def test_complexity_stage_writes_tables(tmp_path: Path) -> None:
     torch_rows = df[df["params"].notna()]
     assert (torch_rows["flops"] > 0).all()
     assert "stand-in data: tiny" in out.with_suffix(".md").read_text()
-    assert main(["--params", str(tmp_path / "params.yaml"), "--meta", str(tmp_path / "nope.json"), "--out", str(out)]) == 1
+    assert main(["--params", str(tmp_path / "params.yaml"), "--meta", str(tmp_path / "nope.json"), "--out", str(out)]) == BAD_INPUT

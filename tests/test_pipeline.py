@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import yaml
 
 from _toy_dvc import PY, dvc_status, make_project, write_stage
 from flows.pipeline import PipelineFailed, StagePlan, pipeline, read_stage_graph, select
+from multitab.exit_codes import BAD_INPUT
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,6 +39,33 @@ def run(root: Path, **kwargs) -> dict:
     except PipelineFailed:
         pass
     return json.loads((root / "results" / "pipeline_summary.json").read_text())
+
+
+def run_recorded(root: Path, **kwargs) -> tuple[dict, dict[str, str], dict[str, object]]:
+    """Run the flow; return the summary, each task run's final state name by stage, and the flow run's
+    artifacts by key (as the UI shows them)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    state = pipeline(root=str(root), return_state=True, **kwargs)
+    flow_run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        from prefect.client.schemas.sorting import TaskRunSort
+
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+            sort=TaskRunSort.EXPECTED_START_TIME_ASC,
+            limit=200,
+        )
+        # the raw endpoint: Prefect 3.8.8's sync read_artifacts sends nulls its server rejects (422)
+        artifacts = client.request(
+            "POST",
+            "/artifacts/filter",
+            json={"artifacts": {"flow_run_id": {"any_": [str(flow_run_id)]}}, "limit": 200, "offset": 0},
+        ).json()
+    summary = json.loads((root / "results" / "pipeline_summary.json").read_text())
+    names = {t.name: t.state.name for t in tasks if t.state is not None}
+    return summary, names, {a["key"]: a["data"] for a in artifacts if a["key"]}
 
 
 def test_stage_graph_expands_foreach_and_selects_upstream(tmp_path):
@@ -60,6 +89,10 @@ def test_stage_graph_expands_foreach_and_selects_upstream(tmp_path):
     assert plan.descendants("a") == {"b@x", "b@y", "c"}
     with pytest.raises(ValueError, match="matches no stage"):
         select(plan, ["nope"])
+    # a typo gets the closest names, not the list of every stage
+    with pytest.raises(ValueError, match=r"did you mean b@x") as typo:
+        select(plan, ["b@xx"])
+    assert len(str(typo.value)) < 200
     assert isinstance(plan, StagePlan)
 
 
@@ -177,9 +210,148 @@ def test_gpu_stages_take_turns_on_the_visible_devices(tmp_path, monkeypatch):
         "'out/train'", "'out/' + os.environ['DVC_STAGE'].replace('@', '_')"
     )
     root = make_project(tmp_path / "p", stages)
+    # The slots are Prefect's global concurrency limit of this host's GPU 0, shared with every other flow
+    # run and worker here: while something else holds its one slot, no train stage starts.
+    import threading
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.concurrency.sync import concurrency
+
+    from flows.orchestrate import gpu_limit_name
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=gpu_limit_name("0"), limit=1))
+        except Exception:  # noqa: BLE001 - created by an earlier test of this module
+            pass
+    held, released = threading.Event(), []
+
+    def other_run() -> None:
+        with concurrency(gpu_limit_name("0"), occupy=1, strict=True):
+            held.set()
+            deadline = time.monotonic() + 120  # until the CPU stage has run: it must not wait for the GPU
+            while not (root / ".gpu" / "other").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            released.append(time.time())
+
+    holder = threading.Thread(target=other_run)
+    holder.start()
+    assert held.wait(60)
     summary = run(root, workers=4, retries=0)
+    holder.join()
     assert summary["failed"] == [] and len(summary["ran"]) == 4
     seen = {p.name: p.read_text().split() for p in (root / ".gpu").iterdir()}
     assert {seen[f"train@{i}"][0] for i in "xyz"} == {"0"} and seen["other"][0] == "None"
     spans = sorted((float(v[1]), float(v[2])) for k, v in seen.items() if k.startswith("train"))
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans  # one at a time
+    assert spans[0][0] >= released[0], "a train stage started while another run held the GPU"
+    assert float(seen["other"][1]) < released[0], "a CPU stage waited for the GPU"
+
+
+def test_bad_input_fails_at_once_and_a_killed_stage_is_retried(tmp_path):
+    # `bad` exits with BAD_INPUT (a failed validation, a schema error): a retry cannot help.
+    bad = write_stage("bad", extra=f"""
+        import sys
+        print('[bad] error: column x has 3 values out of range', file=sys.stderr); sys.exit({BAD_INPUT})""")
+    # `killed` is killed (SIGKILL, as the OOM killer does) on its first attempt only.
+    killed = write_stage("killed", extra="""
+        import os, signal
+        c = pathlib.Path('.kills'); n = int(c.read_text()) + 1 if c.exists() else 1; c.write_text(str(n))
+        if n == 1: os.kill(os.getpid(), signal.SIGKILL)""")
+    root = make_project(tmp_path / "p", {"bad": bad, "after_bad": write_stage("after_bad", ["out/bad"]),
+                                         "killed": killed})
+    summary, states, artifacts = run_recorded(root, retries=2, retry_delay=0)
+    assert summary["failed"] == ["bad"] and summary["not_run"] == ["after_bad"]
+    bad_run = summary["stages"]["bad"]
+    assert bad_run["attempts"] == 1 and bad_run["exit_code"] == BAD_INPUT
+    # short, and names the stage, the stage's exit code (not dvc's 255) and the cause
+    assert bad_run["error"] == (
+        f"stage bad exited with code {BAD_INPUT} (bad input, not retried): column x has 3 values out of range"
+    )
+    assert summary["stages"]["killed"]["status"] == "ran" and summary["stages"]["killed"]["attempts"] == 2
+    assert summary["retried"] == ["killed"]
+    assert states == {"bad": "Failed", "after_bad": "Not run", "killed": "Ran (attempt 2)"}
+    table = artifacts["pipeline-summary"]
+    assert "| bad | **FAILED** | 1 |" in table and "| killed | ran (retried) | 2 |" in table
+    assert "| after_bad | not run | 0 |" in table and "upstream stage bad did not complete" in table
+
+
+def test_only_stale_stages_get_a_task_and_states_say_what_dvc_did(tmp_path):
+    stages = {
+        "a": write_stage("a"),
+        "b": write_stage("b", ["out/a"]),
+        "c": write_stage("c"),
+        "d": write_stage("d", ["out/c"]),
+    }
+    root = make_project(tmp_path / "p", stages)
+    first = run(root, retries=0)
+    assert sorted(first["ran"]) == ["a", "b", "c", "d"] and first["subprocesses"] == 4
+    # nothing stale: the CLI answers from `dvc status` alone, without a flow run or a subprocess per stage
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PREFECT_API_URL": "http://127.0.0.1:9/api"}
+    proc = subprocess.run([PY, "-m", "flows.pipeline", "--root", str(root)], capture_output=True, text=True,
+                          env=env)
+    assert proc.returncode == 0 and "all 4 stages up to date" in proc.stdout, proc.stdout + proc.stderr
+
+    # a change to c's script: only c's branch is submitted; d's input came out the same, so DVC skips it
+    script = root / "scripts" / "c.py"
+    script.write_text(script.read_text() + "\n# a comment\n")
+    summary, states, artifacts = run_recorded(root, retries=0)
+    assert sorted(summary["up_to_date"]) == ["a", "b", "d"] and summary["ran"] == ["c"]
+    assert summary["subprocesses"] == 2
+    assert states == {"c": "Ran", "d": "Up to date"}  # a and b: no task at all
+    assert "| a | up to date | 0 |" in artifacts["pipeline-summary"]
+
+    # c's old output again: DVC's run cache restores it instead of running the command
+    script.write_text(script.read_text().replace("\n# a comment\n", ""))
+    summary, states, _ = run_recorded(root, retries=0)
+    assert summary["restored"] == ["c"] and states["c"] == "Restored"
+
+
+def test_failed_validation_publishes_a_table_of_its_failed_expectations(tmp_path):
+    # A stand-in for validate_raw@toy: writes the record multitab.validation.runner writes for a failed split
+    # and exits as stages/validate_raw.py does.
+    record = {
+        "stage": "validate_raw", "dataset": "toy", "split": "val", "success": False, "rows": 10,
+        "expectations": 4, "failures": ["..."], "page": None,
+        "failed": [{"column": "age", "expectation": "expect_column_values_to_be_between", "check": "range",
+                    "observed": "3 of 10 rows unexpected"}],
+    }
+    stage = write_stage("validate_raw", extra=f"""
+        import json, sys
+        out = pathlib.Path('reports/validation/results'); out.mkdir(parents=True, exist_ok=True)
+        (out / 'validate_raw-toy-val.json').write_text(json.dumps({record!r}))
+        print('[validate_raw@toy] error: validation failed: [val] column age', file=sys.stderr)
+        sys.exit({BAD_INPUT})""")
+    root = make_project(tmp_path / "p", {"validate_raw": {"foreach": ["toy"], "do": {
+        "cmd": stage["cmd"], "deps": stage["deps"], "outs": ["out/validate_raw"]}, "_script": stage["_script"]}})
+    summary, states, artifacts = run_recorded(root, retries=2)
+    assert summary["failed"] == ["validate_raw@toy"] and summary["stages"]["validate_raw@toy"]["attempts"] == 1
+    assert "validation failed: [val] column age" in summary["stages"]["validate_raw@toy"]["error"]
+    table = json.loads(artifacts["validation-failures-validate-raw-toy"])
+    assert table == [{"dataset": "toy", "split": "val", "column": "age",
+                      "expectation": "expect_column_values_to_be_between", "check": "range",
+                      "observed": "3 of 10 rows unexpected"}]
+
+
+def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_path):
+    from flows.orchestrate import summary_markdown
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "metrics.json").write_text(json.dumps({
+        "standin": {"higgs": True, "acs_income": False},
+        "delta_m": {"higgs": {"MMoE": 1.234, "PLE": "missing"}, "acs_income": {"MMoE": -0.5, "PLE": 2.0}},
+        "bench_verdict": {"claim": "holds"},
+    }))
+    stage = {"attempts": 1, "seconds": 3.0, "error": None, "failed_attempts": [], "lock_waits": 0, "exit_code": None}
+    summary = {"ran": ["aggregate"], "up_to_date": [], "restored": [], "retried": [], "failed": [], "not_run": [],
+               "subprocesses": 1, "wall_seconds": 3.0, "stages": {"aggregate": {**stage, "status": "ran"}}}
+    text = summary_markdown(tmp_path, summary)
+    assert "| aggregate | ran | 1 | 3.0 |  |" in text
+    assert "| dataset | MMoE | PLE |" in text
+    assert "| higgs (stand-in data) | +1.23 | missing |" in text and "| acs_income | -0.50 | +2.00 |" in text
+    assert 'MultiTab-Bench verdict (bench_verdict): {"claim": "holds"}' in text
+    assert str(tmp_path / "results" / "report.md") in text
+    # not quoted when aggregate did not run
+    summary["stages"]["aggregate"]["status"] = "up_to_date"
+    assert "Headline" not in summary_markdown(tmp_path, summary)

@@ -1,6 +1,7 @@
 """`make ui` end to end (slow: a real Prefect server, > 60 s on a busy machine): flows.deploy serves the
-pipeline of a toy DVC project on a cron schedule; through the API the deployment has the schedule, its
-scheduled runs are visible, and a triggered run completes and writes the summary."""
+pipeline of a toy DVC project on a cron schedule; through the API the deployment has the schedule and
+described parameters, its scheduled runs are visible, and a run triggered for one target completes and
+writes the summary."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ def test_served_deployment_is_scheduled_and_runs(tmp_path):
                     "--api-url",
                     api,
                     "--trigger",
+                    "--targets",
+                    "a",
                     "--timeout",
                     "180",
                 ],
@@ -69,9 +72,21 @@ def test_served_deployment_is_scheduled_and_runs(tmp_path):
             time.sleep(3)  # server or deployment not up yet
         assert check is not None and check.returncode == 0, check.stdout + check.stderr if check else ""
         assert "*/5 * * * *" in check.stdout
-        assert "Scheduled" in check.stdout and "Completed" in check.stdout
+        assert "Scheduled" in check.stdout and "Completed" in check.stdout and "(targets a)" in check.stdout
+        assert "no complete run of the whole DAG recorded here yet" in check.stdout
         summary = json.loads((root / "results" / "pipeline_summary.json").read_text())
-        assert sorted(summary["ran"]) == ["a", "b"]
+        assert summary["ran"] == ["a"] and "b" not in summary["stages"]
+        # the Run form's fields come with descriptions (from the flow's docstring)
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        from flows.deploy import FULL_NAME
+
+        with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+            schema = client.read_deployment_by_name(FULL_NAME).parameter_openapi_schema
+        fields = schema["properties"]
+        assert {"root", "targets", "workers", "retries", "retry_delay"} <= set(fields)
+        assert all(fields[f].get("description") for f in ("root", "targets", "retries")), fields
     finally:
         server.terminate()
         try:

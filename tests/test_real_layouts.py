@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from multitab.exit_codes import BAD_INPUT
 from stages import acquire, preprocess, split, train, validate_processed, validate_raw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +111,7 @@ def test_table_1_off_without_warn_policy_stops_at_validate_raw(tmp_path: Path) -
     assert split.main([*p, "--raw", str(raw), "--out", str(splits)]) == 0
     rc = validate_raw.main([*p, "--splits", str(splits), "--out", str(tmp_path / "raw.json"),
                             "--context", str(tmp_path / "gx"), "--report", str(tmp_path / "reports")])
-    assert rc == 1 and not (tmp_path / "raw.json").exists()
+    assert rc == BAD_INPUT and not (tmp_path / "raw.json").exists()
 
 
 def test_report_banner_names_the_estimates_that_did_not_hold() -> None:

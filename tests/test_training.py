@@ -15,6 +15,7 @@ from sklearn.metrics import roc_auc_score
 from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
 from multitab.datasets.schema import Task
 from multitab.evaluation import metrics as M
+from multitab.exit_codes import BAD_INPUT
 from multitab.training import loop as loop_mod
 from multitab.training.config import TrainConfig
 from multitab.training.data import DataError, iterate_batches, load_processed
@@ -227,7 +228,7 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     verdict.write_text(json.dumps({"success": False}))
     args = ["--dataset", "tiny", "--model", "tiny", "--seed", "0", "--data", str(tiny), "--verdict", str(verdict),
             "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ck"), "--params", str(params)]
-    assert stage.main(args) == 1  # failed validation: no training
+    assert stage.main(args) == BAD_INPUT  # failed validation: no training (and no retry)
     assert not (tmp_path / "out").exists()
     verdict.write_text(json.dumps({"success": True}))
     assert stage.main(args) == 0

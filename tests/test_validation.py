@@ -15,6 +15,7 @@ import pytest
 import validation_frames as vf  # tests/ is on sys.path (pytest's default import mode)
 from multitab.datasets.config import load_dataset_config
 from multitab.datasets.schema import get_schema
+from multitab.exit_codes import BAD_INPUT
 from multitab.validation import expected_rows
 from stages import validate_processed, validate_raw
 
@@ -112,7 +113,7 @@ def failed(text: str, split: str, column: str | None, check: str) -> list[str]:
 
 def assert_fails(result: tuple[int, str, Path], split: str, column: str | None, check: str) -> str:
     rc, text, out = result
-    assert rc == 1, text
+    assert rc == BAD_INPUT, text
     assert not out.exists(), "a failing validation must not write a verdict"
     lines = failed(text, split, column, check)
     assert lines, f"expected a failed '{check}' on [{split}] {column}; got:\n{text}"
@@ -376,7 +377,7 @@ def test_failure_leaves_an_earlier_verdict_untouched(env: dict, capsys: pytest.C
             str(env["root"] / "params.yaml"),
         ]
     )
-    assert rc == 1 and out.read_bytes() == before
+    assert rc == BAD_INPUT and out.read_bytes() == before
 
 
 def test_data_docs_index_shows_failed_expectations(env: dict, capsys: pytest.CaptureFixture) -> None:
@@ -397,6 +398,32 @@ def test_data_docs_index_shows_failed_expectations(env: dict, capsys: pytest.Cap
     )
 
 
+def test_results_carry_their_time_and_older_splits_are_marked_stale(
+    env: dict, capsys: pytest.CaptureFixture
+) -> None:
+    import re
+
+    from multitab.validation.runner import write_index
+
+    assert run_raw(env, capsys, "acs_income")[0] == 0
+    record = json.loads((env["report"] / "results" / "validate_raw-acs_income-val.json").read_text())
+    # GX's result page sits under its run name: the run's time, not "__none__"
+    assert record["page"] and "__none__" not in record["page"]
+    assert re.search(r"/\d{4}-\d\d-\d\dT\d{6}Z/", record["page"]), record["page"]
+    # a later run of validate_raw@acs_income that never reached `val`: val's result is stale
+    for split in ("train", "test"):
+        path = env["report"] / "results" / f"validate_raw-acs_income-{split}.json"
+        later = json.loads(path.read_text())
+        later["validated_at"] = "2999-01-01T00:00:00+00:00"
+        path.write_text(json.dumps(later))
+    index = write_index(env["report"]).read_text()
+    assert "<th>validated (UTC)</th>" in index and "<td>2999-01-01 00:00:00</td>" in index
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr class="[^"]*"><td>validate_raw@acs_income</td><td>(\w+)</td>.*?</tr>', index)}
+    assert "passed (stale)" in rows["val"] and "stale" not in rows["train"] and "stale" not in rows["test"]
+    # the project's page needs nothing from the network
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", index), "external URL in index.html"
+
+
 def test_missing_split_file_is_a_clear_error(env: dict, capsys: pytest.CaptureFixture) -> None:
     case = _case(env)
     vf.write_splits(case / "splits", "acs_income", env["params"])
@@ -406,7 +433,7 @@ def test_missing_split_file_is_a_clear_error(env: dict, capsys: pytest.CaptureFi
         "--context", str(env["gx"]), "--report", str(env["report"]), "--params", str(env["root"] / "params.yaml"),
     ])  # fmt: skip
     err = capsys.readouterr().err
-    assert rc == 1 and not (case / "v.json").exists()
+    assert rc == BAD_INPUT and not (case / "v.json").exists()
     assert "[validate_raw@acs_income] error:" in err and "val.parquet not found" in err
 
 
@@ -444,7 +471,7 @@ def test_duplicated_rows_fail(env: dict, capsys: pytest.CaptureFixture) -> None:
         frames["train"] = pd.concat([frames["train"], frames["train"]], ignore_index=True)
 
     rc, text, out = run_raw(env, capsys, "higgs", dup)
-    assert rc == 1 and not out.exists()
+    assert rc == BAD_INPUT and not out.exists()
     (line,) = failed(text, "train", None, "duplicates")
     assert "repeat an earlier row" in line
 
@@ -455,7 +482,7 @@ def test_val_rows_also_in_train_fail(env: dict, capsys: pytest.CaptureFixture) -
         frames["val"].iloc[:n] = frames["train"].iloc[:n].to_numpy()
 
     rc, text, _ = run_raw(env, capsys, "acs_income", leak)
-    assert rc == 1
+    assert rc == BAD_INPUT
     (line,) = failed(text, "val", None, "overlap")
     assert "identical to a train row" in line
 
@@ -465,7 +492,7 @@ def test_scaled_regression_target_fails(env: dict, capsys: pytest.CaptureFixture
         frames["train"].loc[:19, "m_jj"] = frames["train"].loc[:19, "m_jj"] * 10_000
 
     rc, text, _ = run_raw(env, capsys, "higgs", scale)
-    assert rc == 1
+    assert rc == BAD_INPUT
     (line,) = failed(text, "train", "m_jj", "target_range")
     assert "20 of" in line
 
@@ -476,7 +503,7 @@ def test_rare_task_all_zero_fails(env: dict, capsys: pytest.CaptureFixture) -> N
             f["conversion"] = 0
 
     rc, text, _ = run_raw(env, capsys, "aliexpress", zero)
-    assert rc == 1
+    assert rc == BAD_INPUT
     for split in ("train", "val", "test"):
         assert failed(text, split, "conversion", "positives"), text
     # (class balance: on these few thousand rows sampling noise allows 0 %; on real sizes it fails too,
@@ -511,7 +538,7 @@ def test_warn_policy_passes_and_records_warnings(
             f["marital"] = 0
 
     rc, text, out = run_raw(env, capsys, "acs_income", shift)
-    assert rc == 1 and not out.exists()  # policy error (the default)
+    assert rc == BAD_INPUT and not out.exists()  # policy error (the default)
     rc, text, out = run_raw(env, capsys, "acs_income", shift, "--params", str(warn_params))
     assert rc == 0, text
     verdict = json.loads(out.read_text())

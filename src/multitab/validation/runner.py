@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import decimal
 import fcntl
 import html
@@ -37,6 +38,7 @@ import great_expectations.expectations as gxe
 import great_expectations.util as gx_util
 import numpy as np
 import pandas as pd
+from great_expectations.core.run_identifier import RunIdentifier
 
 from multitab.io import atomic_path, read_json, write_json
 from multitab.validation.config import ReportConfig
@@ -238,6 +240,10 @@ def run_suites(
     Expectations (duplicates, overlap ...); `levels`: check id -> "warn" for checks the policy downgrades."""
     bd = context.data_sources.get(DATASOURCE).get_asset(ASSET).get_batch_definition(BATCH)
     report_dir = Path(report_dir)
+    # One run id for all splits of this call: Data Docs name the run by its time (not "__none__"), and
+    # the project page tells the splits of the latest run from older ones.
+    run_time = datetime.datetime.now(datetime.UTC)
+    run_id = RunIdentifier(run_name=f"{run_time:%Y-%m-%dT%H%M%SZ}", run_time=run_time)
     results: dict[str, SplitResult] = {}
     names: list[str] = []
     for split, frame in frames.items():
@@ -257,6 +263,7 @@ def run_suites(
         vr = vd.run(
             batch_parameters={"dataframe": frame},
             result_format={"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows},
+            run_id=run_id,
         )
         names.append(name)
         n_extra, more = (extra or {}).get(split, (0, ()))
@@ -290,7 +297,7 @@ def run_suites(
     for split in results:
         write_json(
             report_dir / "results" / f"{stage}-{dataset}-{split}.json",
-            _page_record(outcome, split, report_dir),
+            _page_record(outcome, split, report_dir, run_time),
         )
     write_index(report_dir)
     return outcome
@@ -417,7 +424,7 @@ def _short(v: Any, n: int = 8) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ index
-def _page_record(outcome: Outcome, split: str, report_dir: Path) -> dict[str, Any]:
+def _page_record(outcome: Outcome, split: str, report_dir: Path, run_time: datetime.datetime) -> dict[str, Any]:
     r = outcome.splits[split]
     name = f"{outcome.stage}-{outcome.dataset}-{split}"
     pages = sorted((report_dir / GX_SITE_DIR / "validations" / name).rglob("*.html"))
@@ -430,7 +437,14 @@ def _page_record(outcome: Outcome, split: str, report_dir: Path) -> dict[str, An
         "expectations": r.n_expectations,
         "failures": [f.line() for f in r.failures if f.level != "warn"],
         "warnings": [f.line() for f in r.failures if f.level == "warn"],
+        # the failures, field by field (flows.orchestrate publishes them as a table artifact)
+        "failed": [
+            {"column": f.column, "expectation": f.expectation, "check": f.check, "observed": f.observed}
+            for f in r.failures
+            if f.level != "warn"
+        ],
         "page": pages[-1].relative_to(report_dir).as_posix() if pages else None,
+        "validated_at": run_time.isoformat(),  # UTC, the same for every split of one stage run
     }
 
 
@@ -445,18 +459,31 @@ def write_index(report_dir: str | Path) -> Path:
     records.sort(key=lambda r: (r["stage"] != "validate_raw", r["dataset"], order.get(r["split"], 9)))
     n_bad = sum(not r["success"] for r in records)
     n_warn = sum(bool(r.get("warnings")) for r in records)
+    # The latest run of each stage and dataset; a split whose result is older was not reached by it
+    # (the run failed before that split, or no longer has it): its result is stale.
+    latest: dict[tuple[str, str], str] = {}
+    for r in records:
+        key = (r["stage"], r["dataset"])
+        latest[key] = max(latest.get(key, ""), r.get("validated_at") or "")
+    n_stale = 0
     rows = []
     for r in records:
         warns = r.get("warnings") or []
+        when = r.get("validated_at") or ""
+        stale = when < latest[(r["stage"], r["dataset"])]
+        n_stale += stale
         status = ("passed" + (f" with {len(warns)} warning(s)" if warns else "")) if r["success"] else "FAILED"
+        status += " (stale)" if stale else ""
         link = f'<a href="{html.escape(r["page"])}">expectations and results</a>' if r["page"] else ""
         fails = "".join(f"<li>{html.escape(line)}</li>" for line in r["failures"])
         fails += "".join(f'<li class="warning">warning: {html.escape(line)}</li>' for line in warns)
+        shown = html.escape(when[:19].replace("T", " ")) if when else "unknown"
+        cls = ("ok" if r["success"] else "failed") + (" stale" if stale else "")
         rows.append(
-            f'<tr class="{"ok" if r["success"] else "failed"}"><td>{r["stage"]}@{html.escape(r["dataset"])}</td>'
-            f'<td>{r["split"]}</td><td class="status">{status}</td><td>{r["rows"]}</td>'
+            f'<tr class="{cls}"><td>{r["stage"]}@{html.escape(r["dataset"])}</td>'
+            f'<td>{r["split"]}</td><td class="status">{status}</td><td>{shown}</td><td>{r["rows"]}</td>'
             f"<td>{r['expectations']}</td><td>{len(r['failures'])}</td><td>{link}</td></tr>"
-            + (f'<tr class="failed-list"><td colspan="7"><ul>{fails}</ul></td></tr>' if fails else "")
+            + (f'<tr class="failed-list"><td colspan="8"><ul>{fails}</ul></td></tr>' if fails else "")
         )
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>multitab: data validation</title>
@@ -465,13 +492,16 @@ body {{ font-family: sans-serif; margin: 2em; }} table {{ border-collapse: colla
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; }}
 tr.ok .status {{ color: #176f2c; }} tr.failed .status {{ color: #b00020; font-weight: bold; }}
 tr.failed-list li {{ font-family: monospace; white-space: pre-wrap; }} li.warning {{ color: #8a5a00; }}
+tr.stale td {{ color: #777; font-style: italic; }}
 </style></head><body>
 <h1>Data validation (Great Expectations {html.escape(gx.__version__)})</h1>
 <p>{len(records)} validation results, <strong>{n_bad} failed</strong>, {n_warn} with warnings (checks of estimates
-that the per-dataset policy, params.yaml validation.policy, reports instead of failing on). Latest result of every stage, dataset
-and split. Failed expectations are listed under their split; each result links to its Great Expectations page
+that the per-dataset policy, params.yaml validation.policy, reports instead of failing on), {n_stale} stale.
+Latest result of every stage, dataset and split, with the time it was produced; "stale" marks a split the latest
+run of its stage and dataset did not reach (its result is from an earlier run). Failed expectations are listed
+under their split; each result links to its Great Expectations page
 (<a href="{GX_SITE_DIR}/index.html">Great Expectations' own index</a> needs network access for its table).</p>
-<table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>rows</th><th>expectations</th>
+<table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>validated (UTC)</th><th>rows</th><th>expectations</th>
 <th>failed</th><th>details</th></tr></thead><tbody>
 {"".join(rows)}
 </tbody></table></body></html>

@@ -1,0 +1,188 @@
+"""The DVC side of the orchestration, without Prefect: the stage graph, what is stale, the config.
+
+Kept free of Prefect imports so that `python -m flows.pipeline` with nothing to do answers in about the
+time of `dvc status` (importing Prefect alone takes seconds; starting its ephemeral server, tens).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from multitab.config import ConfigError, load_params, section
+
+
+@dataclass(frozen=True)
+class OrchestrationConfig:
+    """params.yaml `orchestration:`; CLI options override the run-time knobs."""
+
+    workers: int  # stages running at once
+    retries: int  # extra attempts for a failing stage (never for multitab.exit_codes.BAD_INPUT)
+    retry_delay_seconds: float  # seconds before each retry
+    gpu_concurrency: int | None  # GPU stages at once; null: one per visible CUDA device
+    gpu_stages: tuple[str, ...]  # stage names (before '@') that use a GPU when CUDA is present
+    lock_retries: int  # re-runs after a DVC lock error (not counted as retries)
+    schedule: str  # cron for the deployment served by `make ui`
+    timezone: str
+    summary: str  # where the run summary is written (JSON)
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ConfigError(f"orchestration.workers={self.workers} must be >= 1")
+        if self.retries < 0 or self.lock_retries < 0:
+            raise ConfigError("orchestration.retries and lock_retries must be >= 0")
+        if self.retry_delay_seconds < 0:
+            raise ConfigError(f"orchestration.retry_delay_seconds={self.retry_delay_seconds} must be >= 0")
+        if self.gpu_concurrency is not None and self.gpu_concurrency < 1:
+            raise ConfigError(f"orchestration.gpu_concurrency={self.gpu_concurrency} must be >= 1 or null")
+
+
+def load_config(root: str | Path, params: str | Path = "params.yaml") -> OrchestrationConfig:
+    """`orchestration:` of `params` (relative to the project `root` unless absolute)."""
+    path = Path(root) / params
+    return section(load_params(path), "orchestration", OrchestrationConfig, source=str(path))
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """The stages to run in a topological order, each stage's upstream stages within the plan, and the
+    stages DVC found changed (None: not asked)."""
+
+    order: tuple[str, ...]
+    upstream: dict[str, tuple[str, ...]]
+    changed: frozenset[str] | None = None
+
+    def descendants(self, stage: str) -> set[str]:
+        below: dict[str, list[str]] = {s: [] for s in self.order}
+        for s in self.order:
+            for u in self.upstream[s]:
+                below[u].append(s)
+        found: set[str] = set()
+        frontier = [stage]
+        while frontier:
+            for other in below[frontier.pop()]:
+                if other not in found:
+                    found.add(other)
+                    frontier.append(other)
+        return found
+
+    def to_run(self) -> tuple[str, ...]:
+        """Stages that may have work to do, in graph order: the changed ones and everything downstream of
+        them (a downstream stage may change once its upstream has run). The others are up to date."""
+        if self.changed is None:
+            return self.order
+        below: dict[str, list[str]] = {s: [] for s in self.order}
+        for s in self.order:
+            for u in self.upstream[s]:
+                below[u].append(s)
+        hit = set(self.changed)
+        for s in self.order:  # topological: upstream first
+            if s in hit:
+                hit.update(below[s])
+        return tuple(s for s in self.order if s in hit)
+
+
+def read_stage_graph(root: str | Path, changed: bool = False) -> StagePlan:
+    """DVC's pipeline graph (`dvc.repo.Repo.index.graph`): every dvc.yaml stage with its upstream stages;
+    with `changed`, also which stages DVC would reproduce now (`Stage.changed()`, what `dvc repro` and
+    `dvc status` ask), from the same open repository: one look at the project for the whole run.
+
+    Stages from .dvc files (data sources) are left out: they have no command to run. A frozen stage
+    keeps no upstream edges, as in `dvc repro`.
+    """
+    import networkx as nx
+    from dvc.repo import Repo
+    from dvc.stage import PipelineStage
+
+    with Repo(str(root)) as repo:
+        graph = repo.index.graph  # edges point from a stage to the stages producing its deps
+
+        def name(stage: PipelineStage) -> str:
+            # `stage.addressing` is relative to the current folder; `dvc repro` runs in the root.
+            dvcfile = os.path.relpath(stage.path, repo.root_dir)
+            return stage.name if dvcfile == "dvc.yaml" else f"{dvcfile}:{stage.name}"
+
+        stages = [s for s in nx.topological_sort(graph) if isinstance(s, PipelineStage)]
+        upstream = {
+            name(s): ()
+            if s.frozen
+            else tuple(sorted(name(u) for u in graph.successors(s) if isinstance(u, PipelineStage)))
+            for s in stages
+        }
+        order = [name(s) for s in reversed(stages)]
+        stale: frozenset[str] | None = None
+        if changed:
+            stale = frozenset(name(s) for s in _changed_stages(repo, stages))
+    return StagePlan(order=tuple(order), upstream=upstream, changed=stale)
+
+
+def _changed_stages(repo: Any, stages: list[Any], tries: int = 20) -> list[Any]:
+    """`Stage.changed()` of every stage under the repository lock (as `dvc status` takes it), waiting while
+    another `dvc` process (a stage of a parallel run) holds it."""
+    from dvc.lock import LockError
+
+    for attempt in range(tries):
+        try:
+            with repo.lock:
+                return [s for s in stages if s.changed()]
+        except LockError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(min(0.5 * 2**attempt, 5.0))
+    return []  # not reached
+
+
+class UnknownTarget(ValueError):
+    """A target matches no stage; the message names the closest stage names."""
+
+
+def closest(target: str, names: Sequence[str], n: int = 5) -> list[str]:
+    """Stage names (and foreach groups) closest to a mistyped `target`."""
+    groups = sorted({s.split("@", 1)[0] for s in names})
+    candidates = [*groups, *names]
+    found = difflib.get_close_matches(target, candidates, n=n, cutoff=0.5)
+    if not found and "@" in target:  # right group, wrong item: compare the items of that group
+        group = target.split("@", 1)[0]
+        found = difflib.get_close_matches(target, [s for s in names if s.startswith(group + "@")], n=n)
+    return found
+
+
+def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
+    """Restrict the plan to `targets` and everything they depend on (like `dvc repro <targets>`).
+
+    A target is a stage name (`split@higgs`), a foreach/matrix group (`split`: every `split@...`), or a
+    shell pattern (`train@higgs-*`).
+    """
+    if not targets:
+        return plan
+    wanted: set[str] = set()
+    for target in targets:
+        matched = {
+            s
+            for s in plan.order
+            if s == target or s.split("@", 1)[0] == target or fnmatch.fnmatchcase(s, target)
+        }
+        if not matched:
+            near = closest(target, plan.order)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            raise UnknownTarget(
+                f"target {target!r} matches no stage of dvc.yaml ({len(plan.order)} stages){hint} "
+                "(`dvc stage list` lists them)"
+            )
+        wanted |= matched
+    closure: set[str] = set()
+    frontier = list(wanted)
+    while frontier:
+        stage = frontier.pop()
+        if stage not in closure:
+            closure.add(stage)
+            frontier.extend(plan.upstream[stage])
+    order = tuple(s for s in plan.order if s in closure)
+    changed = None if plan.changed is None else plan.changed & closure
+    return StagePlan(order=order, upstream={s: plan.upstream[s] for s in order}, changed=changed)
