@@ -109,6 +109,9 @@ class StagePlan:
 
     order: tuple[str, ...]
     upstream: dict[str, tuple[str, ...]]
+    # Stages with `meta: {opt_in: true}` in dvc.yaml (the study profile): run only when a target asks for
+    # them (or for a stage downstream of them), never by default.
+    opt_in: frozenset[str] = frozenset()
 
     def descendants(self, stage: str) -> set[str]:
         found: set[str] = set()
@@ -148,17 +151,24 @@ def read_stage_graph(root: str | Path) -> StagePlan:
             for s in stages
         }
         order = [name(s) for s in reversed(stages)]
-    return StagePlan(order=tuple(order), upstream=upstream)
+        opt_in = frozenset(name(s) for s in stages if isinstance(s.meta, dict) and s.meta.get("opt_in") is True)
+    return StagePlan(order=tuple(order), upstream=upstream, opt_in=opt_in)
 
 
 def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
     """Restrict the plan to `targets` and everything they depend on (like `dvc repro <targets>`).
 
     A target is a stage name (`split@higgs`), a foreach/matrix group (`split`: every `split@...`), or a
-    shell pattern (`train@higgs-*`).
+    shell pattern (`train@higgs-*`). Without targets: every stage but the opt-in ones and their descendants.
     """
     if not targets:
-        return plan
+        if not plan.opt_in:
+            return plan
+        dropped = set(plan.opt_in)
+        for stage in plan.opt_in:
+            dropped |= plan.descendants(stage)
+        kept = tuple(s for s in plan.order if s not in dropped)
+        return StagePlan(order=kept, upstream={s: plan.upstream[s] for s in kept})
     wanted: set[str] = set()
     for target in targets:
         matched = {
@@ -179,7 +189,8 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
             closure.add(stage)
             frontier.extend(plan.upstream[stage])
     order = tuple(s for s in plan.order if s in closure)
-    return StagePlan(order=order, upstream={s: plan.upstream[s] for s in order})
+    return StagePlan(order=order, upstream={s: plan.upstream[s] for s in order},
+                     opt_in=frozenset(s for s in plan.opt_in if s in closure))
 
 
 # -------------------------------------------------------------------------------------------- task
