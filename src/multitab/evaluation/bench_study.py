@@ -386,8 +386,21 @@ def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
     return written, section
 
 
+def section_only(metrics: pd.DataFrame, settings: StudySettings, models: Sequence[str], *,
+                 header: Sequence[str] = (), figure_prefix: str = "figures/", curves: bool = False) -> str:
+    """The report section of `metrics` without writing any file (the default report, whose Figures 5-6
+    are drawn by `aggregate`): `figure_prefix` points at those figures; `curves`: link a
+    learning_curves.png there too."""
+    configs = configs_from_metrics(metrics)
+    dm = delta_m_runs(metrics, settings.baseline)
+    summary = summarise(dm)
+    claim = claims(dm, list(configs), settings)
+    return render_section(metrics, claim, convergence(metrics), delta_m_markdown(summary, configs, models, settings),
+                          claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves)
+
+
 def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFrame, dm_md: str, claims_md: str,
-                   settings: StudySettings, header: Sequence[str], figure_prefix: str) -> str:
+                   settings: StudySettings, header: Sequence[str], figure_prefix: str, *, curves: bool = True) -> str:
     verdicts = claim.drop_duplicates("config")[["config", "verdict"]]
     counts = verdicts["verdict"].value_counts()
     n_runs = len(metrics.drop_duplicates(["config", "model", "seed"]))
@@ -410,7 +423,7 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         f"![Figure 6]({figure_prefix}figure6_delta_m.png)", "",
         "Error bars: standard error of the per-seed Δm (each seed against the STL seed mean).", "",
         "### Convergence", "",
-        f"![Learning curves]({figure_prefix}learning_curves.png)", "",
+        *([f"![Learning curves]({figure_prefix}learning_curves.png)", ""] if curves else []),
         f"{stopped} of {n_runs} runs were ended by early stopping; {capped} reached their epoch cap with the best "
         "validation EV at the last epoch (still improving: not converged)"
         + (" — listed in convergence.csv." if capped else "."), "",
