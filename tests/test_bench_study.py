@@ -182,3 +182,22 @@ def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
         body = stages[stage].get("do", stages[stage])
         assert body["meta"] == {"opt_in": True}, stage
     assert "meta" not in stages["train_bench"] and "opt_in" not in str(stages["train"])
+
+
+def test_explained_variance_and_mse_equal_sklearn_exactly():
+    from sklearn.metrics import explained_variance_score, mean_squared_error
+
+    from multitab.evaluation.metrics import explained_variance, mse
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 3000, 20001):
+        y = rng.normal(size=n).astype(np.float32)
+        p = (y + rng.normal(scale=0.3, size=n)).astype(np.float32)
+        assert explained_variance(y, p) == float(explained_variance_score(y.astype(np.float64), p.astype(np.float64)))
+        assert mse(y, p) == float(mean_squared_error(y.astype(np.float64), p.astype(np.float64)))
+    const = np.ones(5)
+    for pred in (const, const + 1, const + np.arange(5)):  # constant target: 1.0 when y - ŷ is constant, else 0.0
+        assert explained_variance(const, pred) == float(explained_variance_score(const, pred))
+    assert explained_variance(const, const + np.arange(5)) == 0.0
+    with pytest.raises(ValueError, match="3 labels but 2 predictions"):
+        explained_variance(np.ones(3), np.ones(2))
