@@ -17,6 +17,9 @@ with E the epochs per run: `--epochs` (an assumption, stated in the output), or 
 recorded in a study record's convergence.csv (`--record results/study/<name>`), and `workers` stages at
 once (orchestration.workers; one thread each: perfect packing assumed, DVC/Prefect overhead per stage not
 included beyond the interpreter start). The paper's cap (100 epochs) is reported as the worst case.
+With `--measure-samples M` the datasets are synthesised at M samples and the per-epoch and start-up
+seconds scaled by n_samples / M (an epoch's cost is linear in the training rows at a fixed batch size),
+so that the projection is cheap to take; the output says so.
 
 Run:  flock /tmp/multitab-bench.lock python benchmarks/study_cost.py [--n-samples 100000] [--seeds 5]
       [--epochs 20 | --record results/study/<name>] [--out results/benchmarks/study_cost_cpu.json]
@@ -87,13 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=float, default=None, help="assumed epochs per run (default 20)")
     p.add_argument("--record", type=Path, default=None, help="a study record: epochs per model from convergence.csv")
     p.add_argument("--measure-epochs", type=int, default=2, help="epochs per measured run (>= 2: the first is warm-up)")
+    p.add_argument("--measure-samples", type=int, default=None,
+                   help="measure on datasets of this size and scale seconds per epoch by the training rows "
+                        "(default: --n-samples, no scaling)")
     p.add_argument("--workers", type=int, default=None, help="stages at once (default: orchestration.workers)")
     p.add_argument("--out", type=Path, default=ROOT / "results/benchmarks/study_cost_cpu.json")
     a = p.parse_args(argv)
 
     raw = load_params(a.params)
     study = study_settings(raw, a.params)
-    raw.setdefault("study", {}).setdefault("data", {})["n_samples"] = a.n_samples
+    measure_samples = a.measure_samples or a.n_samples
+    raw.setdefault("study", {}).setdefault("data", {})["n_samples"] = measure_samples
+    # an epoch's cost is linear in the training rows at a fixed batch size (split 70/15/15 of the samples)
+    scale = a.n_samples / measure_samples
     params = profiled(raw, "study", a.params)
     config = section(params, "train", TrainConfig, source=f"{a.params} (profile study)")
     if config.num_threads > 0:
@@ -118,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load0 = os.getloadavg()[0]
     start = process_start_seconds()
-    print(f"study cost: {a.n_samples:,} samples, measuring {a.measure_epochs} epoch(s) per model on t = "
+    print(f"study cost: {a.n_samples:,} samples (measured at {measure_samples:,}, scaled linearly), measuring {a.measure_epochs} epoch(s) per model on t = "
           f"{sorted(representative)}; stage process start {start:.1f} s", flush=True)
     measured: dict[int, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run_seconds(model: str, t: int, epochs: float) -> float:
         m = measured[t][model]
-        return start + m["startup"] + epochs * m["seconds_per_epoch"]
+        return start + m["startup"] * scale + epochs * m["seconds_per_epoch"] * scale
 
     per_model = {m: sum(run_seconds(m, n_tasks[c], epochs_by_model[m]) for c in configs) * a.seeds for m in models}
     total = sum(per_model.values())
@@ -136,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         "what": "PROJECTION of the Figure 5+6 study's wall time from a measured subset (see docstring)",
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
         "load_average_at_start": load0, "load_average_at_end": os.getloadavg()[0],
-        "n_samples": a.n_samples, "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
+        "n_samples": a.n_samples, "measured_at_samples": measure_samples,
+        "scaling": "seconds per epoch and start-up x n_samples / measured_at_samples" if scale != 1 else "none",
+        "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
         "measured": {str(t): v for t, v in measured.items()}, "epochs_per_run": epochs_by_model,

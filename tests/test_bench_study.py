@@ -25,6 +25,7 @@ from multitab.evaluation.bench_study import (
     summarise,
     write_study,
 )
+from multitab.evaluation.bench_study import main as bench_study_main
 from multitab.evaluation.config import SyntheticConfig
 from multitab.profiles import profiled, study_settings
 
@@ -99,11 +100,15 @@ def test_claim_with_one_seed_is_untested_and_a_missing_rival_is_missing(tmp_path
 def test_record_regenerates_its_figures_and_tables_from_its_metrics_csv(tmp_path):
     _write_runs(tmp_path / "runs")
     metrics, curves = collect(tmp_path / "runs", CONFIGS, MODELS)
+    report = tmp_path / "study_report"
+    report.mkdir()
+    metrics.to_csv(report / "metrics.csv", index=False, float_format="%.6g")
+    curves.to_csv(report / "curves.csv", index=False, float_format="%.6g")
     record = tmp_path / "record"
-    record.mkdir()
-    metrics.to_csv(record / "metrics.csv", index=False, float_format="%.6g")
-    curves.to_csv(record / "curves.csv", index=False, float_format="%.6g")
-    (record / "header.md").write_text("Small test record.\n")
+    assert bench_study_main(["record", "--from", str(report), "--to", str(record),
+                             "--note", "Small test record."]) == 0
+    header = (record / "header.md").read_text()
+    assert "Small test record." in header and "stl_mlp: 12 s in 6 runs (2 s per run, median 6 epochs)" in header
     paths = regenerate(record)
     names = {p.relative_to(record).as_posix() for p in paths}
     assert {"delta_m.csv", "delta_m.md", "claims.csv", "claims.md", "section.md", "convergence.csv",
@@ -114,7 +119,7 @@ def test_record_regenerates_its_figures_and_tables_from_its_metrics_csv(tmp_path
     copy.mkdir()
     for name in ("metrics.csv", "curves.csv", "header.md"):
         shutil.copy(record / name, copy / name)
-    regenerate(copy)
+    assert bench_study_main(["regenerate", str(copy)]) == 0
     assert {n: (copy / n).read_bytes() for n in names} == first
     section = (record / "section.md").read_text()
     assert section.startswith("## MultiTab-Bench") and "Small test record." in section

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -442,3 +444,68 @@ def regenerate(folder: str | Path, settings: StudySettings | None = None) -> lis
     header = header_path.read_text().splitlines() + [""] if header_path.is_file() else []
     paths, _ = write_study(metrics, curves, folder, settings, header=header)
     return paths
+
+
+def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str,
+                  flow_wall_seconds: float | None = None) -> list[str]:
+    """header.md lines of a committed record: what was run, where, at which commit, and the training time
+    per model (from the runs' own train_seconds)."""
+    runs = metrics.drop_duplicates(["config", "model", "seed"])
+    rows = sorted({int(x) for x in runs["n_train"].dropna()})
+    lines = [f"> {note}", "",
+             f"- Commit: `{commit}`; machine: {machine}.",
+             f"- Scale: configurations {list(dict.fromkeys(runs['config']))}, seeds "
+             f"{sorted(int(s) for s in runs['seed'].unique())}, {rows} training rows per run.",
+             "- Training time per model (train_seconds of the runs, epochs and validation included; sum over "
+             "runs, and per run):"]
+    for model, part in runs.groupby("model", sort=False):
+        lines.append(f"  - {model}: {part['train_seconds'].sum():.0f} s in {len(part)} runs "
+                     f"({part['train_seconds'].mean():.0f} s per run, median {part['epochs'].median():g} epochs)")
+    if flow_wall_seconds is not None:
+        lines.append(f"- Wall time of the whole `flows.pipeline` run (every stage, 2 at once): {flow_wall_seconds:.0f} s.")
+    return lines + [""]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m multitab.evaluation.bench_study record --from results/study_report --to results/study/<name>
+    --note "..."`: copy a study's metrics.csv and curves.csv into a record folder, write its header.md and
+    regenerate its figures and tables from them. `regenerate FOLDER`: only the last step."""
+    import argparse
+    import platform
+    import shutil
+    import subprocess
+
+    p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench_study")
+    sub = p.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--from", dest="source", required=True, type=Path)
+    rec.add_argument("--to", dest="target", required=True, type=Path)
+    rec.add_argument("--note", required=True, help="what this record is (e.g. its scale against the paper's)")
+    rec.add_argument("--flow-wall-seconds", type=float, default=None)
+    reg = sub.add_parser("regenerate")
+    reg.add_argument("folder", type=Path)
+    a = p.parse_args(argv)
+    try:
+        if a.command == "regenerate":
+            regenerate(a.folder)
+            return 0
+        a.target.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.csv", "curves.csv"):
+            if not (a.source / name).is_file():
+                raise StudyError(f"{a.source / name}: not found; run `make study` (aggregate_study) first")
+            shutil.copy(a.source / name, a.target / name)
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=a.source).stdout.strip() or "unknown"
+        machine = f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, {platform.system()}"
+        header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=commit, machine=machine,
+                               note=a.note, flow_wall_seconds=a.flow_wall_seconds)
+        _write_text("\n".join(header) + "\n", a.target / "header.md")
+        regenerate(a.target)
+    except (StudyError, OSError) as e:
+        print(f"bench_study: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
