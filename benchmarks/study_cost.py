@@ -75,7 +75,7 @@ def measure(params: dict[str, Any], config: TrainConfig, name: str, models: list
         steady = [float(h["epoch_seconds"]) for h in history[1:]] or [float(history[0]["epoch_seconds"])]
         per_epoch = statistics.median(steady)
         out[model] = {"wall": wall, "epochs": record["epochs"], "seconds_per_epoch": per_epoch,
-                      "startup": wall - per_epoch * record["epochs"], "samples_per_second": record["samples_per_second"],
+                      "startup": max(0.0, wall - per_epoch * record["epochs"]), "samples_per_second": record["samples_per_second"],
                       "n_train": record["n_rows"]["train"]}
         print(f"  {name} {model}: {per_epoch:.1f} s/epoch ({record['samples_per_second']:.0f} samples/s), "
               f"start-up + test evaluation + warm-up {wall - per_epoch * record['epochs']:.1f} s", flush=True)
