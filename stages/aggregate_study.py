@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from multitab.config import load_params
-from multitab.evaluation.bench_study import StudySettings, _write_csv, _write_text, collect, write_study
+from multitab.evaluation.bench_study import StudySettings, collect, write_csv, write_study, write_text
 from multitab.evaluation.config import read_bench_configs
 from multitab.profiles import profiled, study_settings
 from stages._common import parser, run
@@ -35,14 +35,14 @@ def aggregate_study(a: argparse.Namespace) -> None:
     models = [str(m) for m in study["models"]]
     metrics, curves = collect(a.runs, configs, models, [int(s) for s in study["seeds"]])
     out = Path(a.out)
-    _write_csv(metrics, out / "metrics.csv")
-    _write_csv(curves, out / "curves.csv")
+    write_csv(metrics, out / "metrics.csv")
+    write_csv(curves, out / "curves.csv")
     n_samples = profiled(params, "study", str(a.params))["bench"]["data"]["n_samples"]
     header = [f"Scale: {n_samples:,} samples per configuration (70/15/15 split), seeds {study['seeds']}, "
               f"training settings `study.train` {study.get('train')} over `train` (params.yaml); runs read from "
               f"{a.runs}.", ""]
     _, section = write_study(metrics, curves, out, settings, header=header, models=models)
-    _write_text("# MultiTab-Bench study report\n\n" + section, out / "report.md")
+    write_text("# MultiTab-Bench study report\n\n" + section, out / "report.md")
     log.info("aggregate_study: %d runs -> %s", len(metrics.drop_duplicates(["config", "model", "seed"])), out)
 
 

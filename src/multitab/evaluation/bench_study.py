@@ -335,13 +335,13 @@ def curves_figure(curves: pd.DataFrame, configs: Sequence[str], models: Sequence
     return fig
 
 
-def _write_csv(frame: pd.DataFrame, path: Path) -> Path:
+def write_csv(frame: pd.DataFrame, path: Path) -> Path:
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.6g")
     return path
 
 
-def _write_text(text: str, path: Path) -> Path:
+def write_text(text: str, path: Path) -> Path:
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text)
     return path
@@ -364,8 +364,8 @@ def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
     summary = summarise(dm)
     claim = claims(dm, list(configs), settings)
     conv = convergence(metrics)
-    written = [_write_csv(dm, out / "delta_m_per_seed.csv"), _write_csv(summary, out / "delta_m.csv"),
-               _write_csv(claim, out / "claims.csv"), _write_csv(conv, out / "convergence.csv")]
+    written = [write_csv(dm, out / "delta_m_per_seed.csv"), write_csv(summary, out / "delta_m.csv"),
+               write_csv(claim, out / "claims.csv"), write_csv(conv, out / "convergence.csv")]
     frame = figure_frame(summary, configs, plotted, settings)
     labels = [settings.label(m) for m in plotted]
     fig_paths = {}
@@ -382,9 +382,9 @@ def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
     written += paths
     dm_md = delta_m_markdown(summary, configs, models, settings)
     claims_md = claims_markdown(claim, settings)
-    written += [_write_text(dm_md + "\n", out / "delta_m.md"), _write_text(claims_md + "\n", out / "claims.md")]
+    written += [write_text(dm_md + "\n", out / "delta_m.md"), write_text(claims_md + "\n", out / "claims.md")]
     section = render_section(metrics, claim, conv, dm_md, claims_md, settings, header, figure_prefix)
-    written.append(_write_text(section, out / "section.md"))
+    written.append(write_text(section, out / "section.md"))
     return written, section
 
 
@@ -499,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine = f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, {platform.system()}"
         header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=commit, machine=machine,
                                note=a.note, flow_wall_seconds=a.flow_wall_seconds)
-        _write_text("\n".join(header) + "\n", a.target / "header.md")
+        write_text("\n".join(header) + "\n", a.target / "header.md")
         regenerate(a.target)
     except (StudyError, OSError) as e:
         print(f"bench_study: {e}", file=sys.stderr)
