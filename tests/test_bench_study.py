@@ -231,3 +231,29 @@ def test_aggregate_study_stage_writes_the_report_from_the_runs(tmp_path):
     params["study"]["configs"] = ["nope"]
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
     assert aggregate_study.main(["--params", str(path), "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 1
+
+
+def test_committed_records_regenerate_from_their_own_metrics():
+    """Every record under results/study/ is what the aggregate code makes of its own metrics.csv and
+    curves.csv (and header.md): regenerated in a temporary copy, every committed output is byte-identical."""
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1] / "results" / "study"
+    records = sorted(p.parent for p in root.glob("*/metrics.csv"))
+    assert records, "no committed study record under results/study/"
+    for record in records:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / record.name
+            copy.mkdir()
+            for name in ("metrics.csv", "curves.csv", "header.md"):
+                shutil.copy(record / name, copy / name)
+            written = regenerate(copy)
+            assert written
+            for path in written:
+                rel = path.relative_to(copy)
+                assert (record / rel).read_bytes() == path.read_bytes(), f"{record.name}/{rel}"
+        # the record states the claim for each of its configurations
+        section = (record / "section.md").read_text()
+        assert "**Claim per configuration:" in section
+        for conf in read_metrics_csv(record / "metrics.csv")["config"].unique():
+            assert f"| {conf} | **" in section, conf
