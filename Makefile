@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED := 1
 # Stage commands in dvc.yaml call `python`: the venv's.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro test lint ui bench clean-venv
+.PHONY: repro study test lint ui bench clean-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -45,3 +45,9 @@ bench: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The MultiTab-Bench study (Figures 5 and 6 to convergence, several seeds; params `study`): the same DVC
+# stages and Prefect flow as `repro`, in their study variant, which `make repro` leaves out.
+# Outputs: results/study_report/ (report.md, figures, tables, metrics.csv).
+study: $(STAMP)
+	$(BIN)/python -m flows.pipeline --targets aggregate_study

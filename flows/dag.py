@@ -57,6 +57,9 @@ class StagePlan:
     order: tuple[str, ...]
     upstream: dict[str, tuple[str, ...]]
     changed: frozenset[str] | None = None
+    # Stages with `meta: {opt_in: true}` in dvc.yaml (the study profile): run only when a target asks for
+    # them (or for a stage downstream of them), never by default.
+    opt_in: frozenset[str] = frozenset()
 
     def descendants(self, stage: str) -> set[str]:
         below: dict[str, list[str]] = {s: [] for s in self.order}
@@ -116,10 +119,11 @@ def read_stage_graph(root: str | Path, changed: bool = False) -> StagePlan:
             for s in stages
         }
         order = [name(s) for s in reversed(stages)]
+        opt_in = frozenset(name(s) for s in stages if isinstance(s.meta, dict) and s.meta.get("opt_in") is True)
         stale: frozenset[str] | None = None
         if changed:
             stale = frozenset(name(s) for s in _changed_stages(repo, stages))
-    return StagePlan(order=tuple(order), upstream=upstream, changed=stale)
+    return StagePlan(order=tuple(order), upstream=upstream, changed=stale, opt_in=opt_in)
 
 
 def _changed_stages(repo: Any, stages: list[Any], tries: int = 20) -> list[Any]:
@@ -157,10 +161,17 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
     """Restrict the plan to `targets` and everything they depend on (like `dvc repro <targets>`).
 
     A target is a stage name (`split@higgs`), a foreach/matrix group (`split`: every `split@...`), or a
-    shell pattern (`train@higgs-*`).
+    shell pattern (`train@higgs-*`). Without targets: every stage but the opt-in ones and their descendants.
     """
     if not targets:
-        return plan
+        if not plan.opt_in:
+            return plan
+        dropped = set(plan.opt_in)
+        for stage in plan.opt_in:
+            dropped |= plan.descendants(stage)
+        kept = tuple(s for s in plan.order if s not in dropped)
+        changed = None if plan.changed is None else plan.changed - dropped
+        return StagePlan(order=kept, upstream={s: plan.upstream[s] for s in kept}, changed=changed)
     wanted: set[str] = set()
     for target in targets:
         matched = {
@@ -185,4 +196,5 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
             frontier.extend(plan.upstream[stage])
     order = tuple(s for s in plan.order if s in closure)
     changed = None if plan.changed is None else plan.changed & closure
-    return StagePlan(order=order, upstream={s: plan.upstream[s] for s in order}, changed=changed)
+    return StagePlan(order=order, upstream={s: plan.upstream[s] for s in order}, changed=changed,
+                     opt_in=frozenset(s for s in plan.opt_in if s in closure))

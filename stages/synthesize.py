@@ -8,6 +8,7 @@ from pathlib import Path
 
 from multitab.config import load_params
 from multitab.datasets.bench import synthesize_config, write_dataset
+from multitab.profiles import profiled
 from stages._common import parser, run
 
 log = logging.getLogger("stages.synthesize")
@@ -17,10 +18,13 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
     p.add_argument("--config", required=True, help="a key of bench.configs in the params file")
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--profile", choices=("default", "study"), default="default",
+                   help="study: `study.data` replaces keys of `bench.data` (the study's sample count)")
     a = p.parse_args(argv)
 
     def body() -> None:
-        frames, meta = synthesize_config(a.config, load_params(a.params), source=str(a.params))
+        frames, meta = synthesize_config(a.config, profiled(load_params(a.params), a.profile, str(a.params)),
+                                         source=str(a.params))
         write_dataset(a.out, frames, meta)
         log.info("%s: %s rows -> %s", a.config, meta["n_rows"], a.out)
 

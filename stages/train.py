@@ -8,6 +8,7 @@ Writes <out>/metrics.json, the per-epoch curves as a dvclive log in <out>/dvcliv
 (best.pt is the tested one; last.pt lets a killed run resume: just run the stage again). Every file is
 replaced atomically and durably, so a failed attempt leaves the previous results; a full disk ends the
 stage with one line, "no space left on <path> (needed ~N MB)", and exit status 1.
+`--profile bench|study` lays `bench.train` / `study.train` over `train` (multitab.profiles).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import argparse
 import json
 from pathlib import Path
 
+from multitab.config import load_params, section
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
-from multitab.training.config import load_train_config
+from multitab.profiles import PROFILES, profiled
+from multitab.training.config import TrainConfig
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
 
@@ -59,7 +62,10 @@ def train_one(a: argparse.Namespace) -> None:
     remove_stale_temporaries(a.out)  # of a save killed in an earlier attempt (the checkpoints: by `resume`)
     spec = RunSpec(dataset=a.dataset, model=a.model, seed=a.seed, data_path=a.data,
                    checkpoint_dir=a.checkpoints)
-    record, history = run_training(spec, load_train_config(a.params))
+    config = section(profiled(load_params(a.params), a.profile, str(a.params)), "train", TrainConfig,
+                     source=f"{a.params} (profile {a.profile})")
+    record, history = run_training(spec, config)
+    record["profile"] = a.profile
     write_dvclive(history, a.out / "dvclive")
     write_json(a.out / "metrics.json", record)
     print(json.dumps({k: record[k] for k in ("dataset", "model", "seed", "test", "best_epoch", "epochs")}))
@@ -74,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verdict", type=Path, default=None, help="validation verdict JSON that must say success")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--checkpoints", required=True, type=Path)
+    p.add_argument("--profile", choices=PROFILES, default="default",
+                   help="bench: `bench.train` replaces keys of `train`; study: `study.train` does (see multitab.profiles)")
     a = p.parse_args(argv)
     return run(f"train@{a.dataset}-{a.model}-{a.seed}", lambda: train_one(a))
 

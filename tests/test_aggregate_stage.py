@@ -88,6 +88,9 @@ def test_stage_end_to_end(tmp_path: Path) -> None:
     assert positions == sorted(positions)
     assert report.count("STAND-IN DATA") >= 10
     assert "![Figure 5" in report and "(figures/figure5_delta_m.png)" in report
+    # The report leads with MultiTab-Bench: the claim checked per configuration (STEM missing at t=5).
+    assert report.index("## MultiTab-Bench: Figures 5 and 6") < report.index("## Table 2")
+    assert "| p06_pd3_t3 | **holds** |" in report and "| p06_pd3_t5 | **missing** |" in report
     assert "Run sets in no table" in report and "higgs/multitab_net@rope_off" in report
     # The missing SAINT seed on Higgs: missing, with the published value beside it, never a number.
     saint = next(line for line in report.splitlines() if line.startswith("| SAINT |") and "85.54" in line)

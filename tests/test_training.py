@@ -301,10 +301,14 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
     expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in exempt}
     assert set(stages["train_ablation"]["params"]) == expected | {"train.variants"}
     assert set(stages["train_ablation"]["matrix"]) == {"dataset", "variant", "seed"}
-    for name, folder, key in (("train", "data/processed", "dataset"), ("train_bench", "data/synthetic", "config")):
+    overlay = {"train": set(), "train_bench": {"bench.train"}, "train_study": {"study.train"}}  # multitab.profiles
+    verdict_dirs = {"train": "data/validated", "train_bench": "data/validated/synthetic",
+                    "train_study": "data/validated/study"}
+    for name, folder, key in (("train", "data/processed", "dataset"), ("train_bench", "data/synthetic", "config"),
+                              ("train_study", "data/study", "config")):
         stage = stages[name]
-        assert set(stage["params"]) == expected, name
-        verdict_dir = "data/validated" if name == "train" else "data/validated/synthetic"
+        assert set(stage["params"]) == expected | overlay[name], name
+        verdict_dir = verdict_dirs[name]
         data, verdict = f"{folder}/${{item.{key}}}", f"{verdict_dir}/${{item.{key}}}.json"
         assert data in stage["deps"] and verdict in stage["deps"], name
         assert f"--data {data}" in stage["cmd"] and f"--verdict {verdict}" in stage["cmd"], name

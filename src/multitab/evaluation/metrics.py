@@ -29,7 +29,6 @@ import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from sklearn.metrics import explained_variance_score, mean_squared_error, roc_auc_score
 
 from multitab.datasets.schema import Task
 
@@ -43,6 +42,9 @@ def binary_auc(y_true: np.ndarray, score: np.ndarray) -> float:
         log.warning("AUC undefined: only class %s present in %d labels; reported as NaN",
                     np.unique(y_true).tolist(), y_true.size)
         return math.nan
+    # imported here, not at the top: sklearn costs seconds of every training stage's start-up
+    from sklearn.metrics import roc_auc_score
+
     return float(roc_auc_score(y_true, np.asarray(score, dtype=np.float64).reshape(-1)))
 
 
@@ -61,6 +63,8 @@ def multiclass_auc(y_true: np.ndarray, logits: np.ndarray) -> float:
     score = np.asarray(logits, dtype=np.float64)
     if score.ndim != 2 or score.shape[0] != y_true.shape[0]:
         raise ValueError(f"multiclass scores must be (n, n_classes) with n={y_true.shape[0]}, got {score.shape}")
+    from sklearn.metrics import roc_auc_score
+
     score = softmax(score)
     aucs = []
     for k in range(score.shape[1]):
@@ -74,12 +78,31 @@ def multiclass_auc(y_true: np.ndarray, logits: np.ndarray) -> float:
     return float(np.mean(aucs)) if aucs else math.nan
 
 
+def _column(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, np.float64).reshape(-1, 1)
+
+
 def explained_variance(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    return float(explained_variance_score(np.asarray(y_true, np.float64), np.asarray(y_pred, np.float64)))
+    """1 - Var(y - ŷ) / Var(y), computed as sklearn's `explained_variance_score` does (same operations,
+    same result; 1.0 for a constant target predicted exactly, 0.0 for any other constant target), without
+    importing sklearn, which costs seconds of every training stage's start-up."""
+    y, p = _column(y_true), _column(y_pred)
+    if y.shape != p.shape:
+        raise ValueError(f"explained variance: {y.shape[0]} labels but {p.shape[0]} predictions")
+    diff_avg = np.average(y - p, axis=0)
+    numerator = np.average((y - p - diff_avg) ** 2, axis=0)
+    denominator = np.average((y - np.average(y, axis=0)) ** 2, axis=0)
+    if denominator[0] == 0.0:
+        return 1.0 if numerator[0] == 0.0 else 0.0
+    return float(1.0 - numerator[0] / denominator[0])
 
 
 def mse(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    return float(mean_squared_error(np.asarray(y_true, np.float64), np.asarray(y_pred, np.float64)))
+    """Mean squared error (as sklearn's `mean_squared_error`)."""
+    y, p = _column(y_true), _column(y_pred)
+    if y.shape != p.shape:
+        raise ValueError(f"MSE: {y.shape[0]} labels but {p.shape[0]} predictions")
+    return float(np.average((y - p) ** 2, axis=0)[0])
 
 
 def task_metric(task: Task, y_true: np.ndarray, pred: np.ndarray) -> float:

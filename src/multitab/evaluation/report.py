@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from multitab.evaluation import figures
+from multitab.evaluation import bench_study, figures
 from multitab.evaluation import study as st
 from multitab.evaluation.config import AggregateConfig, SyntheticConfig
 from multitab.evaluation.curves import CURVES, seed_mean_curves
@@ -161,11 +161,39 @@ def _validation_banner(study: st.Study) -> list[str]:
     return out
 
 
+def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str, Path], report_path: Path) -> str:
+    """The MultiTab-Bench section the report leads with: Δm (mean ± σ) per configuration and model and the
+    paper's claim checked per configuration (multitab.evaluation.bench_study), from the bench runs of
+    `runs_dir`; empty when there are none. Points at a `make study` report when one exists beside it."""
+    if runs_dir is None or not study.synthetic:
+        return ""
+    cfg = study.config
+    models = [cfg.baseline, *[m for m in cfg.figures.models if m != cfg.baseline]]
+    metrics, _ = bench_study.collect(runs_dir, study.synthetic, models)
+    if metrics.empty:
+        return ""
+    settings = bench_study.StudySettings(baseline=cfg.baseline, labels={**cfg.models},
+                                         model=cfg.significance.model,
+                                         rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model))
+    prefix = os.path.relpath(figure_paths["figure5"].parent, report_path.parent) + "/"
+    header = ["From the `train_bench` runs (params `bench.train`; the default is one seed for a few epochs, and "
+              "with one seed no t-test is run). `make study` trains Figures 5-6 to convergence over several seeds "
+              "(README \"MultiTab-Bench study\").", ""]
+    study_report = report_path.parent / "study_report" / "report.md"
+    if study_report.is_file():
+        header += [f"A `make study` report exists: [{os.path.relpath(study_report, report_path.parent)}]"
+                   f"({os.path.relpath(study_report, report_path.parent)}).", ""]
+    return bench_study.section_only(metrics, settings, models, header=header, figure_prefix=prefix)
+
+
 def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Sequence[Table],
-                  figure_paths: dict[str, Path], report_path: Path, curves_section: str = "") -> str:
+                  figure_paths: dict[str, Path], report_path: Path, curves_section: str = "",
+                  lead_section: str = "") -> str:
     cfg = study.config
     standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
     lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
+    if lead_section:
+        lines += [lead_section, ""]
     if standin:
         lines += [f"> **{STANDIN_MARK.upper()}**: inputs {', '.join(standin)} come from generated stand-in data. "
                   "Every number built from them is a pipeline check, not a result of the study.", ""]
@@ -287,7 +315,9 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
         written += paths
     write_json(out.metrics, _summary(study, tables))
     written.append(out.metrics)
-    _write_text(out.report, render_report(study, tables, figure_tables, figure_paths, out.report, curves_section))
+    lead = bench_section(study, Path(runs_dir) if runs_dir is not None else None, figure_paths, out.report)
+    _write_text(out.report, render_report(study, tables, figure_tables, figure_paths, out.report, curves_section,
+                                          lead))
     written.append(out.report)
     log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(study, tables)["standin"]))
     return written

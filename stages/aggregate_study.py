@@ -1,0 +1,58 @@
+"""aggregate_study: the MultiTab-Bench study's outputs (`make study`) from results/study_runs.
+
+    python -m stages.aggregate_study --params params.yaml --runs results/study_runs --out results/study_report
+
+Writes <out>/metrics.csv and curves.csv (the runs' numbers), then from those alone (multitab.evaluation.
+bench_study): Figures 5 and 6 with standard-error bars, the Δm table (mean ± σ over seeds), the paper's
+claim checked per configuration, the learning curves, and <out>/report.md, which leads with that section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from multitab.config import load_params
+from multitab.evaluation.bench_study import StudySettings, collect, write_csv, write_study, write_text
+from multitab.evaluation.config import read_bench_configs
+from multitab.profiles import profiled, study_settings
+from stages._common import parser, run
+
+log = logging.getLogger("stages.aggregate_study")
+
+
+def aggregate_study(a: argparse.Namespace) -> None:
+    params = load_params(a.params)
+    study = study_settings(params, str(a.params))
+    configs_all = read_bench_configs(params, str(a.params))
+    configs = {name: configs_all[name] for name in study["configs"]}
+    claim = study.get("claim") or {}
+    labels = dict((params.get("aggregate") or {}).get("models") or {})
+    settings = StudySettings(model=claim.get("model", "multitab_net"),
+                             rivals=tuple(claim.get("rivals", ("mmoe", "ple", "stem"))),
+                             alpha=float(claim.get("alpha", 0.05)), labels={**StudySettings().labels, **labels})
+    models = [str(m) for m in study["models"]]
+    metrics, curves = collect(a.runs, configs, models, [int(s) for s in study["seeds"]])
+    out = Path(a.out)
+    write_csv(metrics, out / "metrics.csv")
+    write_csv(curves, out / "curves.csv")
+    n_samples = profiled(params, "study", str(a.params))["bench"]["data"]["n_samples"]
+    header = [f"Scale: {n_samples:,} samples per configuration (70/15/15 split), seeds {study['seeds']}, "
+              f"training settings `study.train` {study.get('train')} over `train` (params.yaml); runs read from "
+              f"{a.runs}.", ""]
+    _, section = write_study(metrics, curves, out, settings, header=header, models=models)
+    write_text("# MultiTab-Bench study report\n\n" + section, out / "report.md")
+    log.info("aggregate_study: %d runs -> %s", len(metrics.drop_duplicates(["config", "model", "seed"])), out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser((__doc__ or "").splitlines()[0])
+    p.add_argument("--runs", required=True, type=Path, help="results/study_runs")
+    p.add_argument("--out", required=True, type=Path, help="results/study_report")
+    a = p.parse_args(argv)
+    return run("aggregate_study", lambda: aggregate_study(a))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

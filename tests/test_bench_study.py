@@ -1,0 +1,260 @@
+"""The MultiTab-Bench study profile: Δm per seed, the claim check, outputs regenerated from the metrics CSV,
+the profile overlays, and the flow leaving opt-in (study) stages out of the default run."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flows.pipeline import StagePlan, select
+from multitab.config import ConfigError
+from multitab.evaluation.bench_study import (
+    StudyError,
+    StudySettings,
+    claims,
+    collect,
+    delta_m_runs,
+    read_metrics_csv,
+    regenerate,
+    summarise,
+    write_study,
+)
+from multitab.evaluation.bench_study import main as bench_study_main
+from multitab.evaluation.config import SyntheticConfig
+from multitab.exit_codes import BAD_INPUT
+from multitab.profiles import profiled, study_settings
+
+CONFIGS = {
+    "p02_pd3_t3": SyntheticConfig("p02_pd3_t3", ("correlation",), 0.2, (3, 3, 3)),
+    "p06_pd234_t3": SyntheticConfig("p06_pd234_t3", ("nonuniform",), 0.6, (2, 3, 4)),
+}
+# mean EV per (config, model): MultiTab-Net clearly best on p02, MMoE best on p06_pd234
+LEVELS = {
+    "p02_pd3_t3": {"stl_mlp": 0.80, "mmoe": 0.82, "ple": 0.81, "stem": 0.83, "multitab_net": 0.90},
+    "p06_pd234_t3": {"stl_mlp": 0.80, "mmoe": 0.92, "ple": 0.81, "stem": 0.83, "multitab_net": 0.85},
+}
+
+
+def _write_runs(root: Path, seeds=(0, 1, 2)) -> None:
+    rng = np.random.default_rng(3)
+    for conf, models in LEVELS.items():
+        for model, level in models.items():
+            for seed in seeds:
+                run = root / conf / model / f"seed{seed}"
+                folder = run / "dvclive" / "plots" / "metrics"
+                folder.mkdir(parents=True)
+                test = {t: level + float(rng.normal(0, 0.002)) for t in ("y1", "y2", "y3")}
+                curve = [level - 0.3 / (i + 1) for i in range(6)]
+                (folder / "val_mean.tsv").write_text("timestamp\tstep\tval_mean\n"
+                                                     + "".join(f"0\t{i}\t{v}\n" for i, v in enumerate(curve)))
+                (folder / "train_loss.tsv").write_text("timestamp\tstep\ttrain_loss\n"
+                                                       + "".join(f"0\t{i}\t{1 - v}\n" for i, v in enumerate(curve)))
+                (run / "metrics.json").write_text(json.dumps({
+                    "dataset": conf, "model": model, "seed": seed, "test": test, "val": test, "best_epoch": 4,
+                    "epochs": 6, "max_epochs": 100, "stopped_early": True, "train_seconds": 2.0,
+                    "samples_per_second": 1000.0, "n_rows": {"train": 700, "val": 150, "test": 150},
+                    "device": "cpu"}))
+
+
+MODELS = ["stl_mlp", "mmoe", "ple", "stem", "multitab_net"]
+
+
+def test_delta_m_and_claim_per_configuration(tmp_path):
+    _write_runs(tmp_path / "runs")
+    metrics, curves = collect(tmp_path / "runs", CONFIGS, MODELS)
+    assert len(metrics) == 2 * 5 * 3 * 3 and len(curves) == 2 * 5 * 3 * 6
+    dm = delta_m_runs(metrics)
+    stl = metrics[(metrics.model == "stl_mlp") & (metrics.config == "p02_pd3_t3")]
+    base = stl.groupby("task")["test_ev"].mean()
+    one = metrics[(metrics.model == "mmoe") & (metrics.config == "p02_pd3_t3") & (metrics.seed == 1)]
+    expected = float(np.mean([100 * (v - base[t]) / base[t] for t, v in zip(one.task, one.test_ev)]))
+    got = dm[(dm.model == "mmoe") & (dm.config == "p02_pd3_t3") & (dm.seed == 1)].delta_m.item()
+    assert got == pytest.approx(expected, rel=1e-12)
+    summary = summarise(dm)
+    assert (summary.n_seeds == 3).all() and summary["std"].notna().all()
+    table = claims(dm, list(CONFIGS), StudySettings())
+    verdict = table.drop_duplicates("config").set_index("config").verdict
+    assert verdict["p02_pd3_t3"] == "holds"
+    assert verdict["p06_pd234_t3"] == "does not hold"
+    row = table[(table.config == "p06_pd234_t3") & (table.rival == "mmoe")].iloc[0]
+    assert row.status == "rival not below" and row.difference < 0 and row.p_value > 0.5
+
+
+def test_claim_with_one_seed_is_untested_and_a_missing_rival_is_missing(tmp_path):
+    _write_runs(tmp_path / "runs", seeds=(0,))
+    shutil.rmtree(tmp_path / "runs" / "p06_pd234_t3" / "stem")
+    metrics, _ = collect(tmp_path / "runs", CONFIGS, MODELS)
+    table = claims(delta_m_runs(metrics), list(CONFIGS), StudySettings())
+    verdict = table.drop_duplicates("config").set_index("config").verdict
+    assert verdict["p02_pd3_t3"] == "holds in the means only"
+    assert set(table[table.config == "p02_pd3_t3"].status) == {"above (untested: one seed)"}
+    assert verdict["p06_pd234_t3"] == "missing"
+    assert math.isnan(summarise(delta_m_runs(metrics))["std"].iloc[0])
+
+
+def test_record_regenerates_its_figures_and_tables_from_its_metrics_csv(tmp_path):
+    _write_runs(tmp_path / "runs")
+    metrics, curves = collect(tmp_path / "runs", CONFIGS, MODELS)
+    report = tmp_path / "study_report"
+    report.mkdir()
+    metrics.to_csv(report / "metrics.csv", index=False, float_format="%.6g")
+    curves.to_csv(report / "curves.csv", index=False, float_format="%.6g")
+    record = tmp_path / "record"
+    assert bench_study_main(["record", "--from", str(report), "--to", str(record),
+                             "--note", "Small test record."]) == 0
+    header = (record / "header.md").read_text()
+    assert "Small test record." in header and "stl_mlp: 12 s in 6 runs (2 s per run, median 6 epochs)" in header
+    paths = regenerate(record)
+    names = {p.relative_to(record).as_posix() for p in paths}
+    assert {"delta_m.csv", "delta_m.md", "claims.csv", "claims.md", "section.md", "convergence.csv",
+            "figures/figure5_delta_m.svg", "figures/figure6_delta_m.png", "figures/learning_curves.svg"} <= names
+    first = {n: (record / n).read_bytes() for n in names}
+    # the same record regenerated from a copy of its CSVs alone gives byte-identical outputs
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("metrics.csv", "curves.csv", "header.md"):
+        shutil.copy(record / name, copy / name)
+    assert bench_study_main(["regenerate", str(copy)]) == 0
+    assert {n: (copy / n).read_bytes() for n in names} == first
+    section = (record / "section.md").read_text()
+    assert section.startswith("## MultiTab-Bench") and "Small test record." in section
+    assert "| p02_pd3_t3 | **holds** |" in section and "| p06_pd234_t3 | **does not hold** |" in section
+    # the table agrees with the numbers recomputed from the CSV
+    table = pd.read_csv(record / "delta_m.csv")
+    again = summarise(delta_m_runs(read_metrics_csv(record / "metrics.csv")))
+    pd.testing.assert_frame_equal(table, again, check_exact=False, rtol=1e-5)
+
+
+def test_bad_metrics_csv_names_the_file(tmp_path):
+    with pytest.raises(StudyError, match="not found"):
+        read_metrics_csv(tmp_path / "nope.csv")
+    (tmp_path / "m.csv").write_text("config,model\nx,y\n")
+    with pytest.raises(StudyError, match=r"m\.csv: columns .*'seed'"):
+        read_metrics_csv(tmp_path / "m.csv")
+
+
+def test_write_study_with_no_runs_says_missing(tmp_path):
+    metrics, curves = collect(tmp_path / "none", CONFIGS, MODELS)
+    _, section = write_study(metrics, curves, tmp_path / "out")
+    assert "Runs: 0" in section
+
+
+def test_profiles_lay_their_sections_over_train_and_bench_data():
+    params = {"train": {"max_epochs": 2, "max_train_rows": 2048, "seeds": [0]},
+              "bench": {"data": {"n_samples": 20000}, "train": {"max_epochs": 10, "max_train_rows": None},
+                        "configs": {"a": {}}},
+              "study": {"configs": ["a"], "models": ["stl_mlp"], "seeds": [0, 1], "data": {"n_samples": 100000},
+                        "train": {"max_epochs": None}}}
+    assert profiled(params, "default") == params
+    bench = profiled(params, "bench")
+    assert bench["train"] == {"max_epochs": 10, "max_train_rows": None, "seeds": [0]}
+    study = profiled(params, "study")
+    assert study["bench"]["data"]["n_samples"] == 100000 and study["train"]["max_epochs"] is None
+    assert study["train"]["max_train_rows"] == 2048 and params["train"]["max_epochs"] == 2  # copy, untouched
+    assert study_settings(params)["seeds"] == [0, 1]
+    with pytest.raises(ConfigError, match="unknown profile"):
+        profiled(params, "nope")
+    with pytest.raises(ConfigError, match=r"study\.configs: \['b'\] are not keys"):
+        study_settings({**params, "study": {**params["study"], "configs": ["b"]}})
+
+
+def test_default_run_leaves_opt_in_stages_and_their_descendants_out():
+    plan = StagePlan(order=("a", "s", "t", "u"), upstream={"a": (), "s": ("a",), "t": ("s",), "u": ("a",)},
+                     opt_in=frozenset({"s", "t"}))
+    assert select(plan, None).order == ("a", "u")
+    assert select(plan, ["t"]).order == ("a", "s", "t")
+    assert select(plan, ["u"]).order == ("a", "u")
+
+
+def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
+    from multitab.config import load_params
+
+    root = Path(__file__).resolve().parents[1]
+    params = load_params(root / "params.yaml")
+    study = study_settings(params)
+    assert len(study["configs"]) == 9 and set(study["configs"]) == set(params["bench"]["configs"])
+    assert profiled(params, "study")["train"]["max_train_rows"] is None
+    assert params["train"]["max_epochs"] == profiled(params, "default")["train"]["max_epochs"]
+    import yaml
+
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    for stage in ("synthesize_study", "validate_study", "train_study", "aggregate_study"):
+        body = stages[stage].get("do", stages[stage])
+        assert body["meta"] == {"opt_in": True}, stage
+    assert "meta" not in stages["train_bench"] and "opt_in" not in str(stages["train"])
+
+
+def test_explained_variance_and_mse_equal_sklearn_exactly():
+    from sklearn.metrics import explained_variance_score, mean_squared_error
+
+    from multitab.evaluation.metrics import explained_variance, mse
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 3000, 20001):
+        y = rng.normal(size=n).astype(np.float32)
+        p = (y + rng.normal(scale=0.3, size=n)).astype(np.float32)
+        assert explained_variance(y, p) == float(explained_variance_score(y.astype(np.float64), p.astype(np.float64)))
+        assert mse(y, p) == float(mean_squared_error(y.astype(np.float64), p.astype(np.float64)))
+    const = np.ones(5)
+    for pred in (const, const + 1, const + np.arange(5)):  # constant target: 1.0 when y - ŷ is constant, else 0.0
+        assert explained_variance(const, pred) == float(explained_variance_score(const, pred))
+    assert explained_variance(const, const + np.arange(5)) == 0.0
+    with pytest.raises(ValueError, match="3 labels but 2 predictions"):
+        explained_variance(np.ones(3), np.ones(2))
+
+
+def test_aggregate_study_stage_writes_the_report_from_the_runs(tmp_path):
+    import yaml
+
+    from stages import aggregate_study
+
+    root = Path(__file__).resolve().parents[1]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["bench"]["configs"] = {
+        "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
+        "p06_pd234_t3": {"groups": ["nonuniform"], "correlation": 0.6, "degrees": [2, 3, 4], "seed": 0}}
+    params["study"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    _write_runs(tmp_path / "runs")
+    out = tmp_path / "report"
+    assert aggregate_study.main(["--params", str(path), "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert report.startswith("# MultiTab-Bench study report\n\n## MultiTab-Bench: Figures 5 and 6")
+    assert "| p02_pd3_t3 | **holds** |" in report and "Scale: 100,000 samples" in report
+    assert len(pd.read_csv(out / "metrics.csv")) == 90
+    params["study"]["configs"] = ["nope"]
+    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    assert aggregate_study.main(["--params", str(path), "--runs", str(tmp_path / "runs"), "--out", str(out)]) == BAD_INPUT  # a config error: not retried
+
+
+def test_committed_records_regenerate_from_their_own_metrics():
+    """Every record under results/study/ is what the aggregate code makes of its own metrics.csv and
+    curves.csv (and header.md): regenerated in a temporary copy, every committed output is byte-identical."""
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1] / "results" / "study"
+    records = sorted(p.parent for p in root.glob("*/metrics.csv"))
+    assert records, "no committed study record under results/study/"
+    for record in records:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / record.name
+            copy.mkdir()
+            for name in ("metrics.csv", "curves.csv", "header.md"):
+                shutil.copy(record / name, copy / name)
+            written = regenerate(copy)
+            assert written
+            for path in written:
+                rel = path.relative_to(copy)
+                assert (record / rel).read_bytes() == path.read_bytes(), f"{record.name}/{rel}"
+        # the record states the claim for each of its configurations
+        section = (record / "section.md").read_text()
+        assert "**Claim per configuration:" in section
+        for conf in read_metrics_csv(record / "metrics.csv")["config"].unique():
+            assert f"| {conf} | **" in section, conf
