@@ -6,7 +6,7 @@ losses. Reported: median over --repeats timings of --steps steps after --warmup 
 thread count is --threads (default 2, the authors' measurement setting); on CUDA optional
 --compile (torch.compile) and --bf16 (autocast) are available.
 
-Reference (official_code_findings.md, same CPU, 2 threads, batch 2048): the authors' MultiTab-Net at
+Reference (docs/deviations.md, "Speed reference"; same CPU, 2 threads, batch 2048): the authors' MultiTab-Net at
 the Higgs selected configuration trains 5,918 samples/s (their `rope` path = our per_sample_mixing)
 and 3,443 samples/s with true inter-sample attention.
 

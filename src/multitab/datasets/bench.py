@@ -9,7 +9,7 @@ For t tasks with pairwise weight correlation p and per-task polynomial degrees P
 
 `generate` is the public entry point (its signature is fixed by ARCHITECTURE.md). `make_splits` turns one
 generated dataset into the processed format shared with the real datasets (70/15/15 seeded split,
-regression targets standardised with train statistics, meta.json); `write_dataset` stores it atomically.
+regression targets raw or standardised with train statistics, meta.json); `write_dataset` stores it atomically.
 `label_correlations` measures the label correlations plotted in the paper's Figures 3 and 4.
 
 Deviations from the paper's listing (Listing 1), marked at the line with NOTE[DIFF]:
@@ -247,14 +247,15 @@ def make_splits(
     *,
     generator: dict[str, Any],
     split: SplitConfig,
+    targets: Literal["raw", "standard"] = "raw",
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """One generated dataset -> processed train / val / test frames + meta.json, through the same split
     (`split_frames`, method "shuffle": a seeded permutation cut e.g. 70 / 15 / 15) and preprocessing
     (`preprocess`) code as the real datasets.
 
     Features x00.. stay as drawn (numerical transform "none": x ~ N(0, I) is already what the quantile
-    transform gives the real datasets); regression targets y1.. are standardised with train statistics.
-    `generator` (the arguments of `generate`) and W are recorded in meta.json."""
+    transform gives the real datasets); regression targets y1.. stay raw (`targets`: "raw", the authors'
+    code) or are standardised with train statistics ("standard"). `generator` (the arguments of `generate`) and W are recorded in meta.json."""
     if split.method != "shuffle":
         raise ValueError(
             f"dataset {name!r}: split method {split.method!r}; MultiTab-Bench rows are i.i.d., use 'shuffle'"
@@ -277,7 +278,7 @@ def make_splits(
     del data
     # Not a stand-in for real data: MultiTab-Bench data is synthetic by design (paper, Figures 5 and 6).
     result = preprocess(
-        schema, parts, PreprocessConfig(numerical="none"), {"source": "synthetic", "standin": False}
+        schema, parts, PreprocessConfig(numerical="none", targets=targets), {"source": "synthetic", "standin": False}
     )
     meta = result.meta
     meta["inputs"] = {}  # generated from the recorded arguments: no input files
@@ -312,6 +313,7 @@ def synthesize(
     noise: float | Sequence[float],
     seed: int,
     split: SplitConfig,
+    targets: Literal["raw", "standard"] = "raw",
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """generate + make_splits: one processed MultiTab-Bench dataset in memory."""
     X, Y, W = generate(n_samples, n_features, correlation, degrees, noise, seed)
@@ -324,7 +326,7 @@ def synthesize(
         "noise": noise_list,
         "seed": seed,
     }
-    return make_splits(name, X, Y, W, generator=gen_args, split=split)
+    return make_splits(name, X, Y, W, generator=gen_args, split=split, targets=targets)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -405,6 +407,8 @@ class BenchDataConfig:
     n_features: int
     noise: float
     split: SplitConfig
+    # Regression targets raw (default: the authors' code) or standardised with train statistics.
+    targets: Literal["raw", "standard"] = "raw"
 
 
 @dataclass(frozen=True)
@@ -503,6 +507,7 @@ def synthesize_config(
         noise=data.noise,
         seed=cfg.seed,
         split=data.split,
+        targets=data.targets,
     )
     meta["generator"]["groups"] = list(cfg.groups)
     return frames, meta
@@ -514,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m multitab.datasets.bench",
         description="Generate one MultiTab-Bench dataset and write it in the processed format: "
-        "OUT/{train,val,test}.parquet (features x00.., standardised regression targets y1..) and OUT/meta.json.",
+        "OUT/{train,val,test}.parquet (features x00.., regression targets y1..) and OUT/meta.json.",
     )
     parser.add_argument("--out", required=True, type=Path, help="output folder (replaced as a whole)")
     parser.add_argument("--name", default=None, help="dataset name in meta.json (default: the folder name)")
@@ -531,6 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--val-fraction", type=float, default=0.15)
     parser.add_argument("--test-fraction", type=float, default=0.15)
+    parser.add_argument("--targets", choices=["raw", "standard"], default="raw", help="regression targets")
     args = parser.parse_args(argv)
     noise: float | list[float] = args.noise[0] if len(args.noise) == 1 else args.noise
     try:
@@ -548,6 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 val_fraction=args.val_fraction,
                 test_fraction=args.test_fraction,
             ),
+            targets=args.targets,
         )
     except (TypeError, ValueError) as e:
         parser.error(str(e))
