@@ -27,7 +27,7 @@ otherwise). Reusable pieces: tokenizer.FeatureTokenizer / TaskTokens, blocks.Tas
 per-task MLP heads), blocks.FeedForward, blocks.TransformerLayer, blocks.SelfAttention.
 
 Single-task baselines (STL MLP, TabTransformer, FT-Transformer, SAINT) are one model per task behind
-``PerTask``. The authors train each with its own optimizer (official_code_findings.md item 4); one
+``PerTask``. The authors train each with its own optimizer (docs/deviations.md S9); one
 Adam/AdamW over all of them on the summed loss is the same computation (per-parameter optimizer
 state, disjoint parameters, each loss term reaches only its own model), unless gradients are clipped
 globally.

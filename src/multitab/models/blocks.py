@@ -3,15 +3,15 @@ reusable by the MLP family: fused self-attention with an optional additive mask 
 the per-sample mixing layer of the authors' `rope` path, feed-forward networks, pre-norm layers, and
 batched per-task MLP heads.
 
-The layers compute what the authors' transformer layers compute (docs/deviations.md, "Transformer
-layers"): pre-norm; x + dropout(Attn(LN(x))); then x + FFN(LN(x)) with FFN = Linear -> GELU ->
+The layers compute what the authors' transformer layers compute (docs/deviations.md, section 3
+and S3): pre-norm; x + dropout(Attn(LN(x))); then x + FFN(LN(x)) with FFN = Linear -> GELU ->
 dropout -> Linear, one rate (their `ff_dropout`) at both dropout sites and the attention-weight
 dropout (their `att_dropout`) inside the attention. TabTransformer's layer is the exception
 (``TabTransformerLayer``: dropout on the residual path, none in the FFN).
 
 Initialisation ("authors"): every Linear weight ~ N(0, 0.01^2), biases 0, except the fused q/k/v input
 projection of a standard attention layer, which keeps PyTorch's nn.MultiheadAttention default
-(Xavier-uniform weight, zero bias), as in their code (docs/deviations.md, "Initialisation").
+(Xavier-uniform weight, zero bias), as in their code (docs/deviations.md S4).
 "rtdl": U(+-1/sqrt(fan_in)) weights and biases.
 """
 
@@ -136,10 +136,10 @@ class SelfAttention(nn.Module):
 
 
 class PerSampleMixing(nn.Module):
-    """What the authors' `rope: true` inter-sample layer computes (docs/deviations.md, "Inter-sample
-    layer"): attention of each sample to itself alone, i.e. out(v(x)); x [B, d] -> [B, d]. Their
-    rotary layer has no dropout of its own, and neither has this one. Their query/key projections get
-    zero gradient and are left out here, so this layer has 2 d^2 + 2 d parameters, not 4 d^2 + 4 d."""
+    """What the authors' `rope: true` inter-sample layer computes (docs/deviations.md P3): attention of
+    each sample to itself alone, i.e. out(v(x)); x [B, d] -> [B, d]. Their rotary layer has no dropout of
+    its own, and neither has this one. Their query/key projections get zero gradient and are left out
+    here, so this layer has 2 d^2 + 2 d parameters, not 4 d^2 + 4 d."""
 
     def __init__(self, *, d: int, n_heads: int, init: Init = "authors") -> None:
         super().__init__()

@@ -31,9 +31,9 @@ _MASKS = {"none": "none", "TxT": "t_t", "FxT": "f_t", "FxT_TxT": "both", "both":
 def _inter_sample(arch: dict[str, Any]) -> str:
     """att_type + rope -> our inter_sample mode.
 
-    NOTE[DIFF]: their `rope: true` layer attends each sample only to itself (docs/deviations.md,
-    "Inter-sample layer"); to reproduce their published numbers `rope: true` maps to
-    "per_sample_mixing" here; protocol "paper" replaces it by "attention" (multitab.protocol)."""
+    NOTE[DIFF] (docs/deviations.md P3): their `rope: true` layer attends each sample only to itself;
+    to reproduce their published numbers `rope: true` maps to "per_sample_mixing" here; protocol
+    "paper" replaces it by "rope_attention" (multitab.protocol)."""
     if arch.get("att_type", "row_col") == "col":
         return "none"
     return "per_sample_mixing" if arch.get("rope", False) else "attention"
@@ -64,13 +64,15 @@ def _multitab_net(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _saint(entry: dict[str, Any]) -> dict[str, Any]:
-    # NOTE[DIFF]: SAINT's `rope: true` uses the same rotary module as MultiTab-Net (its parameter count
-    # holds the same d_head / 2 rotary parameters), so it maps to per-sample mixing as well.
+    # NOTE[DIFF] (docs/deviations.md D7): SAINT's `rope: true` uses the same rotary module as
+    # MultiTab-Net (its parameter count holds the same d_head / 2 rotary parameters), so it maps to
+    # per-sample mixing as well.
     return {**_transformer(entry), "inter_sample": _inter_sample(entry["architecture"])}
 
 
-# The MLP family (models-b). NOTE[DIFF]: an entry without embed_dim (their MultiTab-Bench mt_mlp feeds
-# raw inputs) keeps our default embedding (16): the paper embeds the inputs of every baseline.
+# The MLP family (models-b). NOTE[DIFF] (docs/deviations.md D8): an entry without embed_dim (their
+# MultiTab-Bench mt_mlp feeds raw inputs) keeps our default embedding (16): the paper embeds the inputs
+# of every baseline.
 def _mlp_common(entry: dict[str, Any]) -> dict[str, Any]:
     arch = entry["architecture"]
     common = {"dropout": entry["optimisation"]["dropout"]}

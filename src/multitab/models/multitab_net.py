@@ -14,21 +14,22 @@ each attention followed by a feed-forward network (Linear -> GELU -> dropout -> 
 residual blocks with layer norms. After the blocks, task i's MLP head reads task token i (all heads
 read the shared token when single).
 
-Dropout as in the authors' MTT (docs/deviations.md, "Dropout sites"): `ffn_dropout` (their
-`ff_dropout`) on the token embeddings before the first block, on every attention output before its
-residual add, inside every FFN, and in the task heads (``head_dropout``, default = ffn_dropout);
-`attention_dropout` (their `att_dropout`) on the attention weights of the inter-feature layer and of
-the true inter-sample attention (the per-sample mixing layer has no attention weights).
+Dropout as in the authors' MTT (docs/deviations.md S3): `ffn_dropout` (their `ff_dropout`) on the
+token embeddings before the first block, on every attention output before its residual add, inside
+every FFN, and in the task heads (``head_dropout``, default = ffn_dropout); `attention_dropout` (their
+`att_dropout`) on the attention weights of the inter-feature layer and of the true inter-sample
+attention (the per-sample mixing layer has no attention weights).
 
-NOTE[DIFF]: the authors' `rope: true` path, selected for Higgs and AliExpress, does not attend across
-samples (docs/deviations.md, "Inter-sample layer"): each sample attends to itself alone, so the layer is a
+NOTE[DIFF] (docs/deviations.md P3): the authors' `rope: true` path, selected for Higgs and
+AliExpress, does not attend across samples: each sample attends to itself alone, so the layer is a
 per-sample dense mixing out(v(x)) plus its FFN. "per_sample_mixing" computes exactly that without the
-dead query/key projections (their code has them: 2 (D^2 + D) more parameters that never train), and
-is what the defaults for Higgs and AliExpress select, so that their published numbers are reproduced.
-The paper's text (true inter-sample attention) is "attention" / "rope_attention".
+dead query/key projections (their code has them: 2 (D^2 + D) more parameters that never train); it is
+what protocol `authors_code` selects, so that their published numbers are reproduced. The paper's
+text (inter-sample attention, with RoPE where they use `rope: true`) is "rope_attention", what
+protocol `paper` selects; "attention" is the same without rotary positions.
 The FFN activation is GELU as in the authors' code (the paper does not name one; blocks.FeedForward).
-NOTE[DIFF]: the task-token layout and masks under `protocol` (paper vs authors_code) are chosen in
-multitab.models.defaults; see docs/deviations.md.
+NOTE[DIFF] (docs/deviations.md P1, P2): task tokens and masks per dataset follow `protocol`
+(multitab.models.defaults, multitab.protocol).
 Evaluation with inter-sample attention depends on which samples share a batch: keep test batches
 fixed (order and size).
 """

@@ -7,7 +7,7 @@ reproduced exactly. With no categorical columns the model reduces to an MLP on L
 notes TabT's weakness on Higgs, which has only four categorical inputs).
 Each block is the authors' (blocks.TabTransformerLayer): GELU FFN without inner dropout, `ffn_dropout`
 (their `ff_dropout`) on the residual path, and in the tower.
-NOTE[DIFF]: the tower is the authors' [64] MLP, not the original paper's [4l, 2l] MLP
+NOTE[DIFF] (docs/deviations.md O11): the tower is the authors' [64] MLP, not the original paper's [4l, 2l] MLP
 (docs/deviations.md).
 """
 

@@ -1,4 +1,4 @@
-"""Task losses (paper, Implementation Details; official_code_findings.md item 5): binary cross-entropy on
+"""Task losses (paper, Implementation Details; docs/deviations.md S6): binary cross-entropy on
 logits, cross-entropy for multiclass, MSE on standardised regression targets; the multitask loss is the
 plain sum over tasks (no task weights, no positive-class weights)."""
 
