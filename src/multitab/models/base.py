@@ -7,7 +7,7 @@ Torch models: ``forward(x_num, x_cat) -> dict[task name, Tensor]`` with
 - x_num: float32 [B, n_num] (numerical features in schema order; [B, 0] when there are none),
 - x_cat: int64 [B, n_cat] (codes 0..cardinality-1 in schema order; [B, 0] when there are none),
 - outputs: binary -> logits [B]; multiclass -> logits [B, n_classes]; regression -> prediction [B]
-  (in the standardised target units of the processed data). Keys are the schema's task names, in order.
+  (in the target units of the processed data: raw or standardised, meta.json's target_transform). Keys are the schema's task names, in order.
 
 Optional hooks the trainer honours (duck-typed; define them only when needed):
 - ``training_loss(x_num, x_cat, targets: dict[str, Tensor], task_loss_fn) -> (loss, outputs)`` for

@@ -62,7 +62,7 @@ class XGBoost:
 
     fit(x_num [N, n_num], x_cat [N, n_cat], targets {task: [N]}, *, x_num_val, x_cat_val, targets_val)
         trains every group with early stopping on the validation split and returns self.
-        Targets: binary 0/1, multiclass 0..n_classes-1, regression float (standardised).
+        Targets: binary 0/1, multiclass 0..n_classes-1, regression float (as preprocessed).
     predict(x_num [B, n_num], x_cat [B, n_cat]) -> {task: np.ndarray}: binary -> logit [B],
         multiclass -> logits [B, n_classes], regression -> prediction [B] (the torch models' contract,
         as numpy float32). Inputs may be numpy arrays or CPU torch tensors.
