@@ -10,7 +10,7 @@ Measured in one run (median of --repeats where cheap):
 - model step alone: the same step repeated on one resident batch (no data path), for the ratio
   epoch / model-step.
 
-Reference (../shared/reference/official_code_findings.md, this 2-core CPU, 2 threads): the authors' code
+Reference (docs/deviations.md, "Speed reference"; this 2-core CPU, 2 threads): the authors' code
 trains ~5,060 samples/s per epoch (model 5,918, their DataLoader data path 34,865 samples/s). Targets:
 CPU epoch >= 2x 5,060; data path >= 50x 34,865; on CUDA the share of the epoch waiting for data < 5 % and
 the epoch >= 70 % of the model-step throughput.

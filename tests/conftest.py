@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 for _k, _v in {
     "DO_NOT_TRACK": "1",
     "DVC_NO_ANALYTICS": "1",
@@ -10,3 +12,15 @@ for _k, _v in {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
 }.items():
     os.environ.setdefault(_k, _v)
+
+
+@pytest.fixture(autouse=True)
+def _default_float_mode():
+    """Training flushes denormals process-wide (multitab.runtime.tune_cpu_runtime, for speed); that CPU flag
+    also changes numpy's arithmetic on tiny numbers, so a test that trains in-process would change the
+    results of tests that run after it. Each test starts from the default mode."""
+    import torch
+
+    torch.set_flush_denormal(False)
+    yield
+    torch.set_flush_denormal(False)

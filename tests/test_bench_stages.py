@@ -36,9 +36,11 @@ def params() -> dict:
     return load_params(ROOT / "params.yaml")
 
 
-def _small_params(params: dict, tmp_path: Path, n_samples: int = 2000) -> Path:
+def _small_params(params: dict, tmp_path: Path, n_samples: int = 2000, targets: str | None = None) -> Path:
     small = json.loads(json.dumps(params))
     small["bench"]["data"]["n_samples"] = n_samples
+    if targets is not None:
+        small["bench"]["data"]["targets"] = targets
     lc = small["bench"]["label_correlations"]
     lc.update(n_datasets=4, n_samples=1500, n_features=8, grid_points=3)
     path = tmp_path / "params.yaml"
@@ -99,7 +101,7 @@ def test_bad_config_fails_at_load_naming_it(params: dict) -> None:
 @pytest.fixture(scope="module")
 def synthesized(params: dict, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("synth")
-    p = _small_params(params, tmp)
+    p = _small_params(params, tmp, targets="standard")  # the option; raw targets: test below
     out = tmp / "data" / "synthetic" / "p04_pdmix_t7"
     assert synthesize_stage.main(["--params", str(p), "--config", "p04_pdmix_t7", "--out", str(out)]) == 0
     return p, out
@@ -131,6 +133,21 @@ def test_meta_json_format(synthesized: tuple[Path, Path]) -> None:
         assert (df.dtypes == np.float32).all()
         assert len(df) == meta["n_rows"][split]
         assert np.isfinite(df.to_numpy()).all()
+
+
+def test_raw_targets_are_the_generated_labels() -> None:
+    """bench.data.targets: raw (the default): the generated y, target_stats the identity."""
+    from multitab.datasets.bench import synthesize
+    from multitab.datasets.config import SplitConfig
+
+    split = SplitConfig(method="shuffle", seed=0, val_fraction=0.2, test_fraction=0.2)
+    frames, meta = synthesize("raw", n_samples=200, n_features=4, correlation=0.5, degrees=[1, 2], noise=0.01,
+                              seed=0, split=split)
+    X, Y, _ = generate(200, 4, 0.5, [1, 2], 0.01, 0)
+    assert meta["target_transform"] == "raw"
+    assert meta["target_stats"] == {"y1": {"mean": 0.0, "std": 1.0}, "y2": {"mean": 0.0, "std": 1.0}}
+    got = np.concatenate([frames[s][["y1", "y2"]].to_numpy() for s in ("train", "val", "test")])
+    np.testing.assert_array_equal(np.sort(got, axis=0), np.sort(Y.astype(np.float32), axis=0))
 
 
 def test_split_is_a_disjoint_partition_and_targets_use_train_stats(synthesized: tuple[Path, Path]) -> None:

@@ -21,9 +21,15 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def ffn_reference(
-    x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    activation: str = "gelu",
 ) -> torch.Tensor:
-    return F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
+    act = F.gelu if activation == "gelu" else F.relu  # F.gelu: the exact erf form, as nn.GELU()
+    return F.linear(act(F.linear(x, w1, b1)), w2, b2)
 
 
 def ffn_params(d: int, h: int, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
@@ -36,33 +42,59 @@ def ffn_params(d: int, h: int, dtype: torch.dtype = torch.float32) -> list[torch
     ]
 
 
+@pytest.mark.parametrize("activation", K.ACTIVATIONS)
 @pytest.mark.parametrize("shape", [(3, 29, 8), (37, 8), (1, 8)])
-def test_feed_forward_matches_reference(shape: tuple[int, ...], small_chunks: None) -> None:
+def test_feed_forward_matches_reference(shape: tuple[int, ...], activation: str, small_chunks: None) -> None:
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(0)).requires_grad_()
     params = ffn_params(8, 40)
     g = torch.randn(*shape)
-    ref = ffn_reference(x, *params)
+    ref = ffn_reference(x, *params, activation=activation)
     ref_grads = torch.autograd.grad(ref, [x, *params], g)
-    out = K.feed_forward(x, *params)
+    out = K.feed_forward(x, *params, activation=activation)
     grads = torch.autograd.grad(out, [x, *params], g)
     assert out.shape == ref.shape
     torch.testing.assert_close(out, ref)
     for a, b in zip(grads, ref_grads):
         torch.testing.assert_close(a, b)
     with torch.no_grad():  # the inference path keeps no hidden layer
-        torch.testing.assert_close(K.feed_forward(x, *params), ref)
+        torch.testing.assert_close(K.feed_forward(x, *params, activation=activation), ref)
 
 
+@pytest.mark.parametrize("activation", K.ACTIVATIONS)
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_feed_forward_gradcheck(dropout: float, small_chunks: None) -> None:
+def test_feed_forward_gradcheck(dropout: float, activation: str, small_chunks: None) -> None:
     x = torch.randn(11, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
     params = ffn_params(5, 9, torch.float64)
 
     def f(*args: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(3)  # the same dropout mask in every evaluation gradcheck makes
-        return K.feed_forward(*args, dropout=dropout)
+        return K.feed_forward(*args, dropout=dropout, activation=activation)
 
     assert torch.autograd.gradcheck(f, (x, *params))
+
+
+def test_feed_forward_gelu_dropout_matches_the_reference_with_the_same_mask() -> None:
+    """GELU with dropout: the kernel's output and gradients equal Linear -> GELU -> mask -> Linear
+    with the mask the kernel drew (read back from the output of a unit-gain probe)."""
+    x = torch.randn(300, 4, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    w1, b1 = torch.eye(4).repeat(2, 1).requires_grad_(), torch.zeros(8, requires_grad=True)
+    w2, b2 = torch.eye(4, 8).requires_grad_(), torch.zeros(4, requires_grad=True)
+    torch.manual_seed(0)
+    out = K.feed_forward(x, w1, b1, w2, b2, dropout=0.5)  # y = dropout(gelu(x)) on the first 4 units
+    keep = (out != 0).float()
+    ref = F.gelu(x) * keep * 2.0
+    torch.testing.assert_close(out, ref)
+    g = torch.randn(300, 4)
+    (gx,) = torch.autograd.grad(out, x, g)
+    (rx,) = torch.autograd.grad(ref, x, g)
+    torch.testing.assert_close(gx, rx)
+    assert 0.4 < keep.mean() < 0.6
+
+
+def test_feed_forward_rejects_an_unknown_activation() -> None:
+    x = torch.randn(2, 3)
+    with pytest.raises(ValueError, match="activation"):
+        K.feed_forward(x, torch.ones(4, 3), torch.zeros(4), torch.ones(3, 4), torch.zeros(3), activation="tanh")
 
 
 def test_feed_forward_dropout_zeroes_and_rescales() -> None:
@@ -70,7 +102,7 @@ def test_feed_forward_dropout_zeroes_and_rescales() -> None:
     w1, b1 = torch.eye(4).repeat(2, 1), torch.zeros(8)
     w2, b2 = torch.eye(4, 8), torch.zeros(4)
     torch.manual_seed(0)
-    out = K.feed_forward(x, w1, b1, w2, b2, dropout=0.5)  # y = dropout(relu(x)) on the first 4 units
+    out = K.feed_forward(x, w1, b1, w2, b2, dropout=0.5, activation="relu")  # dropout(relu(x))
     kept = out != 0
     positive = x > 0
     assert not (kept & ~positive).any()
@@ -137,6 +169,7 @@ def test_modules_take_the_kernels_on_cpu_and_agree_with_the_reference_path() -> 
         attn: SelfAttention = layer.attention
         y, _ = attn(layer.attention_norm(x), mask, need_weights=True)  # the explicit softmax path
         x = x + y
+        assert isinstance(layer.ffn.act, torch.nn.GELU) and layer.ffn.act.approximate == "none"
         ffn: FeedForward = layer.ffn
         return x + ffn.linear2(ffn.act(ffn.linear1(layer.ffn_norm(x))))
 

@@ -121,3 +121,12 @@ def test_dvc_repro_data_stages_then_nothing_to_do(tmp_path: Path) -> None:
     assert "Running stage" not in third.replace("Running stage 'preprocess@higgs'", "")
     status = _dvc(["status", *targets], repo)
     assert "changed" not in status
+    # protocol authors_code: the Higgs split becomes their stratified random one; the DAG completes
+    ordered_val = pd.read_parquet(repo / "data" / "splits" / "higgs" / "val.parquet")
+    params["protocol"] = "authors_code"
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    fourth = _dvc(["repro", *targets], repo)
+    assert "Running stage 'split@higgs'" in fourth and "Running stage 'preprocess@higgs'" in fourth
+    stratified_val = pd.read_parquet(repo / "data" / "splits" / "higgs" / "val.parquet")
+    assert len(stratified_val) == len(ordered_val) and not stratified_val.equals(ordered_val)
+    assert "changed" not in _dvc(["status", *targets], repo)

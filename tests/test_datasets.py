@@ -198,7 +198,7 @@ def _processed(name: str, tmp_path: Path, **cfg: object):
 
 
 def test_preprocess_meta_and_shapes(tmp_path: Path) -> None:
-    schema, parts, out = _processed("higgs", tmp_path)
+    schema, parts, out = _processed("higgs", tmp_path, targets="standard")
     assert list(out.frames["train"].columns) == schema.canonical_columns
     assert out.meta["n_rows"] == {k: len(v) for k, v in parts.items()}
     assert out.meta["standin"] is True and out.meta["source"] == "standin"
@@ -213,6 +213,21 @@ def test_preprocess_meta_and_shapes(tmp_path: Path) -> None:
     for t in schema.tasks:
         if t.type == "regression":
             assert abs(float(train[t.name].mean())) < 1e-4 and abs(float(train[t.name].std()) - 1) < 1e-3
+    assert out.meta["target_transform"] == "standard"
+
+
+def test_raw_regression_targets_are_kept_as_they_are(tmp_path: Path) -> None:
+    """The default (the authors' notebook; the paper is silent): raw targets, mapped back by the
+    identity (target_stats mean 0, std 1)."""
+    schema, parts, out = _processed("higgs", tmp_path)
+    assert out.meta["target_transform"] == "raw"
+    for t in schema.tasks:
+        if t.type == "regression":
+            assert out.meta["target_stats"][t.name] == {"mean": 0.0, "std": 1.0}
+            for split in ("train", "val", "test"):
+                np.testing.assert_array_equal(
+                    out.frames[split][t.name].to_numpy(), parts[split][t.name].to_numpy(np.float32)
+                )
 
 
 def test_preprocess_fits_on_train_only(tmp_path: Path) -> None:

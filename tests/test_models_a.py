@@ -3,7 +3,6 @@ and the defaults: shapes, training sanity, determinism, batch-1, masks, batch (i
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -264,15 +263,6 @@ def test_registry_and_build_model_from_meta() -> None:
 def test_defaults_are_constructor_keywords(dataset: str) -> None:
     for name in MODELS:
         assert set(model_defaults(dataset, name)) <= set(hyperparameters(name)), name
-
-
-def test_selected_hparams_equal_the_reference_file() -> None:
-    # ../shared beside the checkout (as on developers' machines and in CI)
-    path = Path(__file__).resolve().parents[2] / "shared" / "reference" / "selected_hparams.yaml"
-    if not path.exists():
-        pytest.skip("reference file not on this machine")
-    yaml = pytest.importorskip("yaml")
-    assert yaml.safe_load(path.read_text()) == SELECTED_HPARAMS
 
 
 def test_higgs_defaults_reproduce_the_published_configuration() -> None:

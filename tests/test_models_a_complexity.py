@@ -65,7 +65,7 @@ def test_per_task_models_sum_and_batch_dependence() -> None:
     assert grown == pytest.approx(2 * 255 * 464 + 4 * 255, rel=0.02)
 
 
-# Table 4's MultiTab-Net figure is their single-token model (official_code_findings.md); SAINT's is
+# Table 4's MultiTab-Net figure is their single-token model (docs/deviations.md, "Reference figures"); SAINT's is
 # their rotary module (parameters); the other models at their selected configuration.
 TABLE4_CONFIG: dict[str, dict[str, Any]] = {
     "multitab_net": {"multi_token": False, "inter_sample": "attention"},

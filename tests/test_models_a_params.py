@@ -1,4 +1,4 @@
-"""Parameter counts equal the authors' code (official_code_findings.md, "Reference figures"), exactly
+"""Parameter counts equal the authors' code (docs/deviations.md, "Reference figures"), exactly
 or with a named, deliberate difference:
 - rotary frequencies: a buffer here, d_head / 2 never-trained parameters per rotary layer there;
 - per_sample_mixing: without their query/key projections that never receive a gradient."""

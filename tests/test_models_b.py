@@ -185,7 +185,7 @@ def test_config_fields_are_constructor_keywords() -> None:
         build_model("stem", TINY, expert_d_hidden=())
 
 
-# --- parameter counts equal the authors' code (official_code_findings.md) ------------------------------
+# --- parameter counts equal the authors' code (docs/deviations.md, "Reference figures") ------------------------------
 BENCH = DatasetSchema(
     name="multitab_bench_example",
     raw_columns=(),

@@ -216,7 +216,7 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     from stages import train as stage
 
     monkeypatch.setattr("multitab.training.run._default_builder", tiny_builder)
-    monkeypatch.setattr("multitab.training.run._default_optim", tiny_optim)
+    monkeypatch.setattr("multitab.training.run._default_optim", lambda d, m, protocol="paper": tiny_optim(d, m))
     params = tmp_path / "params.yaml"
     import yaml
 
@@ -297,8 +297,9 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
     import yaml
 
     stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
-    exempt = {"datasets", "models", "seeds", "progress", "variants"}
+    exempt = {"datasets", "models", "seeds", "progress", "variants", "protocol"}
     expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in exempt}
+    expected.add("protocol")  # top-level (multitab.protocol), read by load_train_config
     assert set(stages["train_ablation"]["params"]) == expected | {"train.variants"}
     assert set(stages["train_ablation"]["matrix"]) == {"dataset", "variant", "seed"}
     overlay = {"train": set(), "train_bench": {"bench.train"}, "train_study": {"study.train"}}  # multitab.profiles

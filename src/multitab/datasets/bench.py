@@ -9,10 +9,11 @@ For t tasks with pairwise weight correlation p and per-task polynomial degrees P
 
 `generate` is the public entry point (its signature is fixed by ARCHITECTURE.md). `make_splits` turns one
 generated dataset into the processed format shared with the real datasets (70/15/15 seeded split,
-regression targets standardised with train statistics, meta.json); `write_dataset` stores it atomically.
+regression targets raw or standardised with train statistics, meta.json); `write_dataset` stores it
+atomically.
 `label_correlations` measures the label correlations plotted in the paper's Figures 3 and 4.
 
-Deviations from the paper's listing (Listing 1), marked at the line with NOTE[DIFF]:
+Deviations from the paper's Listing 1, marked NOTE[DIFF] (docs/deviations.md D1, D2) at the line:
 - U comes from a QR factorisation: the listing's Gram-Schmidt step overwrites U[i] with its projection
   instead of subtracting it, so its U is not orthonormal (the authors' repository version is correct).
 - Three independent random streams (U, x, ε) spawned from one seed: the same seed gives the same features
@@ -148,7 +149,8 @@ def correlation_matrix(n_tasks: int, correlation: float) -> np.ndarray:
 
 def orthonormal_columns(n_features: int, n_tasks: int, rng: np.random.Generator) -> np.ndarray:
     """U: a Haar-random (n_features, n_tasks) matrix with orthonormal columns."""
-    # NOTE[DIFF]: QR instead of the listing's Gram-Schmidt loop, which is broken (see module docstring).
+    # NOTE[DIFF] (docs/deviations.md D1): QR instead of the listing's Gram-Schmidt loop, which is broken (see
+    # module docstring).
     A = rng.standard_normal((n_features, n_tasks))
     Qa, R = np.linalg.qr(A)  # reduced: Qa is (d, t)
     # Fixing the signs by diag(R) makes the distribution of U uniform (Haar), not just orthonormal.
@@ -213,7 +215,8 @@ def generate(
         ValueError / TypeError naming the bad argument, before any work.
     """
     s = _validate(n_samples, n_features, correlation, degrees, noise, seed)
-    # NOTE[DIFF]: one stream per random quantity (the listing draws all from torch's global generator).
+    # NOTE[DIFF] (docs/deviations.md D2): one stream per random quantity (the listing draws all from torch's
+    # global generator).
     rng_u, rng_x, rng_eps = (np.random.default_rng(c) for c in np.random.SeedSequence(s.seed).spawn(3))
     W = weight_matrix(
         correlation_matrix(s.n_tasks, s.correlation), orthonormal_columns(s.n_features, s.n_tasks, rng_u)
@@ -247,14 +250,16 @@ def make_splits(
     *,
     generator: dict[str, Any],
     split: SplitConfig,
+    targets: Literal["raw", "standard"] = "raw",
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """One generated dataset -> processed train / val / test frames + meta.json, through the same split
     (`split_frames`, method "shuffle": a seeded permutation cut e.g. 70 / 15 / 15) and preprocessing
     (`preprocess`) code as the real datasets.
 
     Features x00.. stay as drawn (numerical transform "none": x ~ N(0, I) is already what the quantile
-    transform gives the real datasets); regression targets y1.. are standardised with train statistics.
-    `generator` (the arguments of `generate`) and W are recorded in meta.json."""
+    transform gives the real datasets); regression targets y1.. stay raw (`targets`: "raw", the authors'
+    code) or are standardised with train statistics ("standard"). `generator` (the arguments of
+    `generate`) and W are recorded in meta.json."""
     if split.method != "shuffle":
         raise ValueError(
             f"dataset {name!r}: split method {split.method!r}; MultiTab-Bench rows are i.i.d., use 'shuffle'"
@@ -277,7 +282,10 @@ def make_splits(
     del data
     # Not a stand-in for real data: MultiTab-Bench data is synthetic by design (paper, Figures 5 and 6).
     result = preprocess(
-        schema, parts, PreprocessConfig(numerical="none"), {"source": "synthetic", "standin": False}
+        schema,
+        parts,
+        PreprocessConfig(numerical="none", targets=targets),
+        {"source": "synthetic", "standin": False},
     )
     meta = result.meta
     meta["inputs"] = {}  # generated from the recorded arguments: no input files
@@ -312,6 +320,7 @@ def synthesize(
     noise: float | Sequence[float],
     seed: int,
     split: SplitConfig,
+    targets: Literal["raw", "standard"] = "raw",
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """generate + make_splits: one processed MultiTab-Bench dataset in memory."""
     X, Y, W = generate(n_samples, n_features, correlation, degrees, noise, seed)
@@ -324,7 +333,7 @@ def synthesize(
         "noise": noise_list,
         "seed": seed,
     }
-    return make_splits(name, X, Y, W, generator=gen_args, split=split)
+    return make_splits(name, X, Y, W, generator=gen_args, split=split, targets=targets)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -405,6 +414,8 @@ class BenchDataConfig:
     n_features: int
     noise: float
     split: SplitConfig
+    # Regression targets raw (default: the authors' code) or standardised with train statistics.
+    targets: Literal["raw", "standard"] = "raw"
 
 
 @dataclass(frozen=True)
@@ -503,6 +514,7 @@ def synthesize_config(
         noise=data.noise,
         seed=cfg.seed,
         split=data.split,
+        targets=data.targets,
     )
     meta["generator"]["groups"] = list(cfg.groups)
     return frames, meta
@@ -514,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m multitab.datasets.bench",
         description="Generate one MultiTab-Bench dataset and write it in the processed format: "
-        "OUT/{train,val,test}.parquet (features x00.., standardised regression targets y1..) and OUT/meta.json.",
+        "OUT/{train,val,test}.parquet (features x00.., regression targets y1..) and OUT/meta.json.",
     )
     parser.add_argument("--out", required=True, type=Path, help="output folder (replaced as a whole)")
     parser.add_argument("--name", default=None, help="dataset name in meta.json (default: the folder name)")
@@ -531,6 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--val-fraction", type=float, default=0.15)
     parser.add_argument("--test-fraction", type=float, default=0.15)
+    parser.add_argument("--targets", choices=["raw", "standard"], default="raw", help="regression targets")
     args = parser.parse_args(argv)
     noise: float | list[float] = args.noise[0] if len(args.noise) == 1 else args.noise
     try:
@@ -548,6 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 val_fraction=args.val_fraction,
                 test_fraction=args.test_fraction,
             ),
+            targets=args.targets,
         )
     except (TypeError, ValueError) as e:
         parser.error(str(e))

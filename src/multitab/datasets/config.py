@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from multitab.config import load_params, section
+from multitab.config import ConfigError, load_params, section
+from multitab.protocol import protocol_of
+
+SplitMethod = Literal["official_test", "shuffle", "ordered", "stratified"]
+
+
+@dataclass(frozen=True)
+class SplitOverride:
+    """Split settings that protocol `authors_code` puts in place of the ones beside it (null: keep)."""
+
+    method: SplitMethod | None = None
+    seed: int | None = None
+    val_fraction: float | None = None
+    test_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -37,11 +51,23 @@ class RemoteConfig:
 class SplitConfig:
     # official_test: keep the source's train/test files, validation = stratified val_fraction of train;
     # shuffle: random val_fraction / test_fraction of all rows; ordered: first val_fraction rows are
-    # validation, last test_fraction rows are test (Higgs, as in prior work).
-    method: Literal["official_test", "shuffle", "ordered"]
+    # validation, last test_fraction rows are test (Higgs, as in prior work); stratified: a random split
+    # stratified on the classification labels (scikit-learn's train_test_split, train vs val + test,
+    # then val vs test, both with `seed`: the authors' notebook's Higgs split).
+    method: SplitMethod
     seed: int
     val_fraction: float
     test_fraction: float = 0.0
+    # What protocol `authors_code` uses instead (docs/deviations.md); null: the same under both.
+    authors_code: SplitOverride | None = None
+
+    def for_protocol(self, protocol: str) -> SplitConfig:
+        """The split settings in effect under `protocol` (without the override field)."""
+        base = dataclasses.replace(self, authors_code=None)
+        if protocol != "authors_code" or self.authors_code is None:
+            return base
+        changes = {k: v for k, v in dataclasses.asdict(self.authors_code).items() if v is not None}
+        return dataclasses.replace(base, **changes)
 
 
 @dataclass(frozen=True)
@@ -53,6 +79,9 @@ class PreprocessConfig:
     subsample: int = 1_000_000_000
     noise: float = 1e-3
     seed: int = 0
+    # Regression targets: raw (the authors' notebook; the paper is silent) or standardised with the
+    # training mean and standard deviation. Under both, meta.json's target_stats map predictions back.
+    targets: Literal["raw", "standard"] = "raw"
 
 
 @dataclass(frozen=True)
@@ -66,4 +95,11 @@ class DatasetConfig:
 
 
 def load_dataset_config(name: str, params_path: str | Path = "params.yaml") -> DatasetConfig:
-    return section(load_params(params_path), f"datasets.{name}", DatasetConfig, source=str(params_path))
+    """`datasets.<name>`, with the split in effect under the top-level `protocol` (multitab.protocol)."""
+    params = load_params(params_path)
+    cfg = section(params, f"datasets.{name}", DatasetConfig, source=str(params_path))
+    try:
+        protocol = protocol_of(params, str(params_path))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return dataclasses.replace(cfg, split=cfg.split.for_protocol(protocol))

@@ -2,12 +2,15 @@
 
 - Categorical columns: ordinal codes from an encoder fit on the training split; index 0 is reserved for values
   never seen in train, known values get 1..K, so a column's cardinality is K + 1. (The authors' AliExpress
-  code fits a second encoder on the test set, which scrambles test codes; see official_code_findings.md.)
+  code fits a second encoder on the test set, which scrambles test codes; see docs/deviations.md.)
 - Numerical columns: the FT-Transformer recipe (Gorishniy et al. 2021, Sec. 4 and appendix): Gaussian noise of
   relative scale `noise` added once to the training features, then scikit-learn's QuantileTransformer with a
   normal output, n_quantiles = max(min(n_train // 30, max_quantiles), 10), fit on train; or a standard scaler,
   or nothing (`numerical` in params).
-- Regression targets: standardised with the training mean and standard deviation (kept in meta.json).
+- Regression targets: raw (`targets: raw`, the default: the authors' notebook; the paper is silent) or
+  standardised with the training mean and standard deviation (`targets: standard`). meta.json's
+  target_stats hold the map back to original units (mean 0, std 1 for raw targets) and
+  target_transform says which (docs/deviations.md, "Regression targets").
 """
 
 from __future__ import annotations
@@ -86,7 +89,10 @@ def preprocess(
     for t in schema.tasks:
         if t.type == "regression":
             y = frames["train"][t.name].to_numpy(dtype=np.float64)
-            target_stats[t.name] = {"mean": float(y.mean()), "std": float(y.std() or 1.0)}
+            if cfg.targets == "standard":
+                target_stats[t.name] = {"mean": float(y.mean()), "std": float(y.std() or 1.0)}
+            else:
+                target_stats[t.name] = {"mean": 0.0, "std": 1.0}
 
     out: dict[str, pd.DataFrame] = {}
     for split, df in frames.items():
@@ -131,6 +137,7 @@ def preprocess(
         "n_rows": {k: len(v) for k, v in out.items()},
         "target_stats": target_stats,
         "numerical_transform": cfg.numerical,
+        "target_transform": cfg.targets,
         "unknown_index": 0,
     }
     return Processed(out, meta)

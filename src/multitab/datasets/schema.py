@@ -1,7 +1,8 @@
 """The dataset registry: every column with its kind, every task with its type.
 
 Everything downstream (stand-ins, validation suites, model input sizes, metrics, tables) derives from
-these objects; nothing re-types them. Facts: ../shared/reference/datasets.md and the paper's Table 1.
+these objects; nothing re-types them. Facts: the datasets' sources (UCI HIGGS, ACS Income, AliExpress)
+and the paper's Table 1.
 
 Two views of a dataset:
 - raw: the columns of the source files (`RawColumn`), as the real files name and type them;

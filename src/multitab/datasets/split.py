@@ -6,7 +6,9 @@ float32). Splits follow the paper's Implementation Details:
 - official_test (AliExpress): the source's train/test files; validation = val_fraction of train, stratified on
   the combination of the labels;
 - shuffle (ACS Income): a seeded permutation cut 70 / 15 / 15;
-- ordered (Higgs, as in prior work): the first val_fraction rows are validation, the last test_fraction test.
+- ordered (Higgs, as in prior work): the first val_fraction rows are validation, the last test_fraction test;
+- stratified (the authors' notebook's Higgs split, protocol authors_code): random, stratified on the
+  classification labels, train vs val + test and then val vs test (scikit-learn's train_test_split).
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ def split_frames(
     n_test = _cut(n, cfg.test_fraction, "test_fraction")
     if n_val + n_test >= n:
         raise SplitError(f"{schema.name}: val + test fractions leave no training rows")
+    if cfg.method == "stratified":
+        return _stratified(schema, data, n_val, n_test, cfg.seed)
     if cfg.method == "ordered":
         return {
             "train": data.iloc[n_val : n - n_test].reset_index(drop=True),
@@ -122,4 +126,29 @@ def split_frames(
         "train": data.take(perm[n_val + n_test :]).reset_index(drop=True),
         "val": data.take(perm[:n_val]).reset_index(drop=True),
         "test": data.take(perm[n_val : n_val + n_test]).reset_index(drop=True),
+    }
+
+
+def _stratified(
+    schema: DatasetSchema, data: pd.DataFrame, n_val: int, n_test: int, seed: int
+) -> dict[str, pd.DataFrame]:
+    """Random train / val / test split stratified on the combination of the classification labels."""
+    from sklearn.model_selection import train_test_split
+
+    labels = [t.name for t in schema.tasks if t.type != "regression"]
+    if not labels:
+        raise SplitError(f"{schema.name}: method stratified needs a classification task to stratify on")
+    strata = data[labels].astype(str).agg("_".join, axis=1) if len(labels) > 1 else data[labels[0]]
+    idx = np.arange(len(data))
+    try:
+        train_idx, rest = train_test_split(idx, test_size=n_val + n_test, stratify=strata, random_state=seed)
+        val_idx, test_idx = train_test_split(
+            rest, test_size=n_test, stratify=strata.iloc[rest], random_state=seed
+        )
+    except ValueError as e:  # a class too rare to appear in every part
+        raise SplitError(f"{schema.name}: stratified split impossible: {e}") from None
+    return {
+        "train": data.take(train_idx).reset_index(drop=True),
+        "val": data.take(val_idx).reset_index(drop=True),
+        "test": data.take(test_idx).reset_index(drop=True),
     }

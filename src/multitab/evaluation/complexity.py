@@ -1,6 +1,6 @@
 """Parameters and forward FLOPs per sample, with the convention of the MultiTab paper's Table 4.
 
-Convention (official_code_findings.md, "Table 4's counting convention"): FLOPs = 2 x multiply-
+Convention (docs/deviations.md, "Evaluation and counting conventions"): FLOPs = 2 x multiply-
 accumulate operations (MACs) of one forward pass, counted per layer as ptflops does
 (flops-counter.pytorch, pytorch backend):
 - Linear: input elements x out_features, + out_features for the bias (once, as ptflops does);

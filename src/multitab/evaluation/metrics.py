@@ -7,8 +7,8 @@
 The early-stopping criterion is `mean_metric`: the mean over tasks of AUC / EV (paper, Implementation
 Details: both are bounded by 1, so one mean serves every dataset).
 
-MSE units. `mse` is computed on whatever scale the caller passes. Training sees standardised regression
-targets (train mean / std); the stage reports `test_mse` in the ORIGINAL target units (predictions and
+MSE units. `mse` is computed on whatever scale the caller passes. Training sees the regression targets
+as preprocessed (raw by default, or standardised with train mean / std); the stage reports `test_mse` in the ORIGINAL target units (predictions and
 targets mapped back with meta.json's target_stats) and `test_mse_standardised` beside it. Why original
 units: the paper's Table 10 (Higgs) does not fit standardised targets. On standardised targets
 MSE ≈ 1 - EV, but Table 10 pairs e.g. m_jjj EV 0.324 with MSE 0.300 and m_bb EV 0.992 with MSE 0.0002,

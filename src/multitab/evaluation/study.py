@@ -235,8 +235,9 @@ def table2(study: Study) -> Table:
         rows.append(row)
     return Table("table2_ablation", "Table 2: MultiTab-Net ablation of task tokens and attention masks (Δm, %)",
                  header, rows, study.standin(cfg.datasets),
-                 notes=["Run names `<model>@<variant>` (params.yaml aggregate.ablation); the last row is the "
-                        "configuration the paper selects, i.e. the main MultiTab-Net runs."])
+                 notes=["Run names `<model>@<variant>` (params.yaml aggregate.ablation); every row is its own "
+                        "variant with explicit task tokens and mask, so it is what it says under either protocol "
+                        "(docs/deviations.md); the last row is the configuration the paper selects."])
 
 
 def table4(study: Study, complexity_csv: str | Path) -> Table:

@@ -69,15 +69,18 @@ def model_class(name: str) -> type[Any]:
         raise KeyError(f"unknown model {name!r}; registered: {sorted(MODELS)}") from None
 
 
-def build_model(name: str, schema: DatasetSchema | Mapping[str, Any], **overrides: Any) -> Any:
-    """Model `name` for `schema` at the authors' selected configuration, `overrides` applied on top."""
+def build_model(
+    name: str, schema: DatasetSchema | Mapping[str, Any], *, protocol: str = "authors_code", **overrides: Any
+) -> Any:
+    """Model `name` for `schema` at the authors' selected configuration, changed as `protocol` says
+    (multitab.protocol: "paper" | "authors_code"), `overrides` applied on top."""
     cls = model_class(name)
     schema = as_schema(schema)
     allowed = set(hyperparameters(name))
     unknown = sorted(set(overrides) - allowed)
     if unknown:
         raise ValueError(f"model {name!r} has no hyperparameter(s) {unknown}; it takes {sorted(allowed)}")
-    config = {**model_defaults(schema.name, name), **overrides}
+    config = {**model_defaults(schema.name, name, protocol), **overrides}
     return cls(schema=schema, **config)
 
 

@@ -1,6 +1,7 @@
-"""The MultiTab authors' selected hyperparameters, verbatim (their keys), generated from
-../shared/reference/selected_hparams.yaml beside the checkout (a test checks it still equals that file).
-Read through multitab.models.defaults, which translates them to our constructor keywords."""
+"""The MultiTab authors' selected hyperparameters, verbatim (their keys), as published in their
+repository's configs/<dataset>/<model>.yaml (Armanfard-Lab/MultiTab, commit 5ba73390; see
+docs/deviations.md). Read through multitab.models.defaults, which translates them to our constructor
+keywords (and applies `protocol`)."""
 
 from typing import Any
 

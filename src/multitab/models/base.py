@@ -7,7 +7,7 @@ Torch models: ``forward(x_num, x_cat) -> dict[task name, Tensor]`` with
 - x_num: float32 [B, n_num] (numerical features in schema order; [B, 0] when there are none),
 - x_cat: int64 [B, n_cat] (codes 0..cardinality-1 in schema order; [B, 0] when there are none),
 - outputs: binary -> logits [B]; multiclass -> logits [B, n_classes]; regression -> prediction [B]
-  (in the standardised target units of the processed data). Keys are the schema's task names, in order.
+  (in the target units of the processed data: raw or standardised, meta.json's target_transform). Keys are the schema's task names, in order.
 
 Optional hooks the trainer honours (duck-typed; define them only when needed):
 - ``training_loss(x_num, x_cat, targets: dict[str, Tensor], task_loss_fn) -> (loss, outputs)`` for
@@ -27,7 +27,7 @@ otherwise). Reusable pieces: tokenizer.FeatureTokenizer / TaskTokens, blocks.Tas
 per-task MLP heads), blocks.FeedForward, blocks.TransformerLayer, blocks.SelfAttention.
 
 Single-task baselines (STL MLP, TabTransformer, FT-Transformer, SAINT) are one model per task behind
-``PerTask``. The authors train each with its own optimizer (official_code_findings.md item 4); one
+``PerTask``. The authors train each with its own optimizer (docs/deviations.md S9); one
 Adam/AdamW over all of them on the summed loss is the same computation (per-parameter optimizer
 state, disjoint parameters, each loss term reaches only its own model), unless gradients are clipped
 globally.

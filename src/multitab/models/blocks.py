@@ -3,10 +3,16 @@ reusable by the MLP family: fused self-attention with an optional additive mask 
 the per-sample mixing layer of the authors' `rope` path, feed-forward networks, pre-norm layers, and
 batched per-task MLP heads.
 
+The layers compute what the authors' transformer layers compute (docs/deviations.md, section 3
+and S3): pre-norm; x + dropout(Attn(LN(x))); then x + FFN(LN(x)) with FFN = Linear -> GELU ->
+dropout -> Linear, one rate (their `ff_dropout`) at both dropout sites and the attention-weight
+dropout (their `att_dropout`) inside the attention. TabTransformer's layer is the exception
+(``TabTransformerLayer``: dropout on the residual path, none in the FFN).
+
 Initialisation ("authors"): every Linear weight ~ N(0, 0.01^2), biases 0, except the fused q/k/v input
 projection of a standard attention layer, which keeps PyTorch's nn.MultiheadAttention default
-(Xavier-uniform weight, zero bias), as in their code (official_code_findings.md, "Initialisation
-exceptions"). "rtdl": U(+-1/sqrt(fan_in)) weights and biases.
+(Xavier-uniform weight, zero bias), as in their code (docs/deviations.md S4).
+"rtdl": U(+-1/sqrt(fan_in)) weights and biases.
 """
 
 from __future__ import annotations
@@ -130,38 +136,33 @@ class SelfAttention(nn.Module):
 
 
 class PerSampleMixing(nn.Module):
-    """What the authors' `rope: true` inter-sample layer computes (official_code_findings.md item 3):
-    attention of each sample to itself alone, i.e. out(v(x)) with the attention weight 1 passed
-    through attention dropout (per head). x [B, d] -> [B, d]. Their query/key projections get zero
-    gradient and are left out here, so this layer has 2 d^2 + 2 d parameters, not 4 d^2 + 4 d."""
+    """What the authors' `rope: true` inter-sample layer computes (docs/deviations.md P3): attention of
+    each sample to itself alone, i.e. out(v(x)); x [B, d] -> [B, d]. Their rotary layer has no dropout of
+    its own, and neither has this one. Their query/key projections get zero gradient and are left out
+    here, so this layer has 2 d^2 + 2 d parameters, not 4 d^2 + 4 d."""
 
-    def __init__(self, *, d: int, n_heads: int, dropout: float = 0.0, init: Init = "authors") -> None:
+    def __init__(self, *, d: int, n_heads: int, init: Init = "authors") -> None:
         super().__init__()
         if n_heads < 1 or d % n_heads:
             raise ValueError(f"{n_heads=} must be >= 1 and divide the width {d=}")
         self.n_heads = n_heads
-        self.dropout = dropout
         self.v = nn.Linear(d, d)
         self.out = nn.Linear(d, d)
         init_linear_(self.v, init)
         init_linear_(self.out, init)
 
     def forward(self, x: Tensor) -> Tensor:
-        v = self.v(x)
-        if self.training and self.dropout > 0.0:
-            keep = F.dropout(v.new_ones(x.shape[0], self.n_heads, 1), self.dropout)  # (B, h, 1)
-            v = (v.view(x.shape[0], self.n_heads, -1) * keep).view_as(x)
-        return self.out(v)
+        return self.out(self.v(x))
 
 
 class FeedForward(nn.Module):
     """Linear(d, d_hidden) -> activation -> dropout -> Linear(d_hidden, d).
 
-    ReLU by default: the paper names no activation; the authors' layer has exactly the parameters of
-    PyTorch's nn.TransformerEncoderLayer, whose default is ReLU (and it is cheaper than GELU on CPU)."""
+    GELU (exact erf form, nn.GELU()) by default: the paper names no activation, and every FFN of the
+    authors' transformers (MultiTab-Net, SAINT, FT-T, TabT) uses nn.GELU() (docs/deviations.md)."""
 
     def __init__(
-        self, *, d: int, d_hidden: int, dropout: float = 0.0, activation: str = "relu", init: Init = "authors"
+        self, *, d: int, d_hidden: int, dropout: float = 0.0, activation: str = "gelu", init: Init = "authors"
     ) -> None:
         super().__init__()
         if d_hidden < 1:
@@ -170,8 +171,8 @@ class FeedForward(nn.Module):
         if activation not in acts:
             raise ValueError(f"{activation=} must be one of {sorted(acts)}")
         self.linear1 = nn.Linear(d, d_hidden)
-        # Not in place: ReLU(inplace=True) on the Linear output (a view of a 2-D product for 3-D inputs)
-        # makes autograd copy the whole hidden layer back (CopySlices): measured 25 % slower on CPU.
+        # Not in place: an in-place activation on the Linear output (a view of a 2-D product for 3-D
+        # inputs) makes autograd copy the whole hidden layer back (CopySlices): measured 25 % slower.
         self.act = acts[activation]
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.linear2 = nn.Linear(d_hidden, d)
@@ -181,15 +182,17 @@ class FeedForward(nn.Module):
         init_linear_(self.linear2, init)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.activation == "relu" and use_cpu_kernels(x):  # chunked, in cache: cpu_kernels.py
+        if use_cpu_kernels(x):  # chunked, in cache: cpu_kernels.py
             p = self.dropout if self.training else 0.0
             l1, l2 = self.linear1, self.linear2
-            return feed_forward(x, l1.weight, l1.bias, l2.weight, l2.bias, p)
+            return feed_forward(x, l1.weight, l1.bias, l2.weight, l2.bias, p, self.activation)
         return self.linear2(self.drop(self.act(self.linear1(x))))
 
 
 class TransformerLayer(nn.Module):
-    """Pre-norm block: x + Attn(LN(x)), then x + FFN(LN(x)). x [B, L, d] -> [B, L, d]."""
+    """Pre-norm block as the authors' EncoderLayer: x + dropout(Attn(LN(x))), then x + FFN(LN(x)).
+    x [B, L, d] -> [B, L, d]. ``attention_dropout`` acts on the attention weights; ``ffn_dropout``
+    on the attention output (before the residual add) and inside the FFN (after the activation)."""
 
     def __init__(
         self,
@@ -208,16 +211,48 @@ class TransformerLayer(nn.Module):
         self.attention = SelfAttention(
             d=d, n_heads=n_heads, dropout=attention_dropout, rotary=rotary, init=init, qkv_init=qkv_init
         )
+        self.attention_output_dropout = nn.Dropout(ffn_dropout)
         self.ffn_norm = nn.LayerNorm(d)
         self.ffn = FeedForward(d=d, d_hidden=ffn_d_hidden, dropout=ffn_dropout, init=init)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        x = x + self.attention(self.attention_norm(x), mask)  # type: ignore[operator]
+        y = self.attention(self.attention_norm(x), mask)
+        x = x + self.attention_output_dropout(y)
         return x + self.ffn(self.ffn_norm(x))
 
 
+class TabTransformerLayer(nn.Module):
+    """The authors' TabTransformer block, whose dropout sits on the residual path:
+    x1 = Attn(LN(x)) + dropout(x); out = FFN(LN(x1)) + dropout(x1), FFN = Linear -> GELU -> Linear
+    (no inner dropout). ``attention_dropout`` acts on the attention weights; ``residual_dropout`` is
+    their `ff_dropout` (two independent dropout draws). x [B, L, d] -> [B, L, d]."""
+
+    def __init__(
+        self,
+        *,
+        d: int,
+        n_heads: int,
+        ffn_d_hidden: int,
+        attention_dropout: float = 0.0,
+        residual_dropout: float = 0.0,
+        init: Init = "authors",
+    ) -> None:
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(d)
+        self.attention = SelfAttention(d=d, n_heads=n_heads, dropout=attention_dropout, init=init)
+        self.residual_dropout = nn.Dropout(residual_dropout)
+        self.ffn_norm = nn.LayerNorm(d)
+        self.ffn = FeedForward(d=d, d_hidden=ffn_d_hidden, dropout=0.0, init=init)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        x = self.attention(self.attention_norm(x), mask) + self.residual_dropout(x)  # type: ignore[operator]
+        return self.ffn(self.ffn_norm(x)) + self.residual_dropout(x)
+
+
 class MixingLayer(nn.Module):
-    """Pre-norm block around PerSampleMixing: x + Mix(LN(x)), then x + FFN(LN(x)). x [B, d]."""
+    """Pre-norm block around PerSampleMixing, as the authors' `rope: true` inter-sample EncoderLayer:
+    x + dropout(Mix(LN(x))), then x + FFN(LN(x)). x [B, d]. ``attention_dropout`` is accepted for a
+    uniform signature and has no site here (their rotary layer has no attention dropout)."""
 
     def __init__(
         self,
@@ -230,13 +265,15 @@ class MixingLayer(nn.Module):
         init: Init = "authors",
     ) -> None:
         super().__init__()
+        del attention_dropout  # no attention weights to drop: each sample attends to itself alone
         self.attention_norm = nn.LayerNorm(d)
-        self.attention = PerSampleMixing(d=d, n_heads=n_heads, dropout=attention_dropout, init=init)
+        self.attention = PerSampleMixing(d=d, n_heads=n_heads, init=init)
+        self.attention_output_dropout = nn.Dropout(ffn_dropout)
         self.ffn_norm = nn.LayerNorm(d)
         self.ffn = FeedForward(d=d, d_hidden=ffn_d_hidden, dropout=ffn_dropout, init=init)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attention(self.attention_norm(x))
+        x = x + self.attention_output_dropout(self.attention(self.attention_norm(x)))
         return x + self.ffn(self.ffn_norm(x))
 
 

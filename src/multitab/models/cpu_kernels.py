@@ -3,17 +3,19 @@
 At the paper's sizes a transformer layer over feature tokens works on tiny matrices (Higgs: 29 tokens
 of width 16, 4 heads of width 4) and a huge row count (batch 2048 x 29 tokens = 59,392 rows). On a CPU
 the time then goes to memory traffic, not arithmetic: the feed-forward hidden layer (59,392 x 256
-floats, 61 MB) is written and re-read about ten times per step by separate ops (Linear, ReLU, dropout,
+floats, 61 MB) is written and re-read about ten times per step by separate ops (Linear, GELU, dropout,
 their backward ops), and PyTorch's CPU flash attention is tuned for head widths of 64 and up. Measured
 with torch.profiler at the Higgs selected configuration (2 threads, batch 2048): the token FFN took
 42 % of a training step and fused attention 24 %.
 
 The two autograd functions below compute exactly what the reference ops compute (same parameters,
-same results up to float summation order), in row chunks small enough to stay in cache, with the
-activation and dropout applied in place and the backward pass written out by hand:
+same results up to float summation order), in row chunks small enough to stay in cache, with
+dropout applied in place and the backward pass written out by hand:
 
-- ``feed_forward``: Linear -> ReLU -> dropout -> Linear. Only the post-dropout hidden layer is kept
-  for backward; its sign is the ReLU-and-dropout mask.
+- ``feed_forward``: Linear -> GELU (exact erf form, as nn.GELU() and the authors' FFNs) or ReLU ->
+  dropout -> Linear. For GELU only the pre-activation (and, with dropout, a bool keep mask) is kept for
+  backward, the activation is recomputed per chunk; for ReLU only the post-dropout hidden layer is
+  kept (its sign is the ReLU-and-dropout mask).
 - ``small_head_attention``: multi-head self-attention from the fused q/k/v projection output, with an
   additive mask, as batched matrix products; scores and weights of a chunk never leave the cache.
 
@@ -28,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
@@ -72,40 +75,66 @@ def _chunk_rows(width: int, minimum: int = 256) -> int:
     return max(minimum, _CHUNK_BYTES // (4 * max(width, 1)))
 
 
+ACTIVATIONS: tuple[str, ...] = ("gelu", "relu")
+
+
+def _activate(z: Tensor, activation: str) -> Tensor:
+    """GELU (exact, erf form: nn.GELU's default) into a new chunk buffer, or ReLU in place."""
+    return F.gelu(z) if activation == "gelu" else z.relu_()
+
+
 def _feed_forward_chunks(
-    x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, dropout: float, *, keep_hidden: bool
-) -> tuple[Tensor, Tensor]:
-    """-> (output, hidden after ReLU and dropout: all rows if keep_hidden, else the last chunk)."""
+    x: Tensor,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+    dropout: float,
+    activation: str,
+    *,
+    keep_hidden: bool,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """-> (output, kept hidden layer, kept dropout mask or None).
+
+    The kept hidden layer holds, for all rows if keep_hidden (else the last chunk only), what backward
+    needs: the pre-activation for GELU, the post-ReLU-and-dropout values for ReLU (their sign is the
+    mask). For GELU with dropout the keep mask (bool) is kept as well."""
     n = x.shape[0]
     step = _chunk_rows(w1.shape[0])
     hidden = x.new_empty(n if keep_hidden else min(n, step), w1.shape[0])  # (rows, d_hidden)
+    keep_all = None
+    if keep_hidden and dropout > 0.0 and activation == "gelu":
+        keep_all = torch.empty(hidden.shape, dtype=torch.bool)
     y = x.new_empty(n, w2.shape[0])
     for s in range(0, n, step):
         rows = min(step, n - s)
-        h = torch.addmm(
+        z = torch.addmm(
             b1, x[s : s + rows], w1.t(), out=hidden[s : s + rows] if keep_hidden else hidden[:rows]
         )
-        h.relu_()
+        h = _activate(z, activation)
         if dropout > 0.0:
-            h.mul_(torch.empty_like(h).bernoulli_(1.0 - dropout)).div_(1.0 - dropout)
+            keep = torch.empty_like(h).bernoulli_(1.0 - dropout)
+            h.mul_(keep).div_(1.0 - dropout)
+            if keep_all is not None:
+                keep_all[s : s + rows] = keep.bool()
         torch.addmm(b2, h, w2.t(), out=y[s : s + rows])
-    return y, hidden
+    return y, hidden, keep_all
 
 
 class _FeedForward(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, dropout: float
+        ctx: Any, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, dropout: float, activation: str
     ) -> Tensor:
-        y, hidden = _feed_forward_chunks(x, w1, b1, w2, b2, dropout, keep_hidden=True)
-        ctx.save_for_backward(x, w1, w2, hidden)
-        ctx.dropout = dropout
+        y, hidden, keep = _feed_forward_chunks(x, w1, b1, w2, b2, dropout, activation, keep_hidden=True)
+        ctx.save_for_backward(x, w1, w2, hidden, keep)
+        ctx.dropout, ctx.activation = dropout, activation
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        x, w1, w2, hidden = ctx.saved_tensors
+        x, w1, w2, hidden, keep_all = ctx.saved_tensors
         grad_y = grad_y.contiguous()
         n = x.shape[0]
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
@@ -113,31 +142,50 @@ class _FeedForward(torch.autograd.Function):
         grad_w2 = torch.zeros_like(w2)
         grad_b2 = grad_y.sum(0)
         scale = 1.0 / (1.0 - ctx.dropout)
+        gelu = ctx.activation == "gelu"
         step = _chunk_rows(w1.shape[0])
         for s in range(0, n, step):
-            gy, h = grad_y[s : s + step], hidden[s : s + step]
-            grad_w2.addmm_(gy.t(), h)
+            gy, z = grad_y[s : s + step], hidden[s : s + step]
             gh = gy @ w2  # (chunk, d_hidden)
-            # h > 0 exactly where ReLU passed the value and dropout kept it
-            torch.ops.aten.threshold_backward.grad_input(gh, h, 0.0, grad_input=gh)  # one pass, in place
-            if ctx.dropout > 0.0:
-                gh.mul_(scale)
+            if gelu:  # z is the pre-activation: recompute the hidden chunk (in cache)
+                h = F.gelu(z)
+                gh = torch.ops.aten.gelu_backward(gh, z)
+                if keep_all is not None:
+                    keep = keep_all[s : s + step]
+                    h.mul_(keep).mul_(scale)
+                    gh.mul_(keep).mul_(scale)
+                grad_w2.addmm_(gy.t(), h)
+            else:  # z holds the hidden layer after ReLU and dropout: > 0 exactly where both passed
+                grad_w2.addmm_(gy.t(), z)
+                torch.ops.aten.threshold_backward.grad_input(gh, z, 0.0, grad_input=gh)  # one pass, in place
+                if ctx.dropout > 0.0:
+                    gh.mul_(scale)
             grad_b1.add_(gh.sum(0))
             grad_w1.addmm_(gh.t(), x[s : s + step])
             if grad_x is not None:
                 torch.mm(gh, w1, out=grad_x[s : s + step])
-        return grad_x, grad_w1, grad_b1, grad_w2, grad_b2, None
+        return grad_x, grad_w1, grad_b1, grad_w2, grad_b2, None, None
 
 
-def feed_forward(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, dropout: float = 0.0) -> Tensor:
-    """Linear(w1, b1) -> ReLU -> dropout(p) -> Linear(w2, b2) on x [..., d] (dropout only if p > 0:
-    pass 0 in evaluation)."""
+def feed_forward(
+    x: Tensor,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+    dropout: float = 0.0,
+    activation: str = "gelu",
+) -> Tensor:
+    """Linear(w1, b1) -> activation -> dropout(p) -> Linear(w2, b2) on x [..., d]; activation "gelu"
+    (exact erf GELU, nn.GELU()) or "relu"; dropout only if p > 0 (pass 0 in evaluation)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{activation=} must be one of {ACTIVATIONS}")
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, w1, b1, w2, b2)):
-        y = _FeedForward.apply(x2, w1, b1, w2, b2, float(dropout))
+        y = _FeedForward.apply(x2, w1, b1, w2, b2, float(dropout), activation)
     else:  # inference: one chunk-sized hidden buffer, nothing kept
-        y, _ = _feed_forward_chunks(x2, w1, b1, w2, b2, float(dropout), keep_hidden=False)
+        y, _, _ = _feed_forward_chunks(x2, w1, b1, w2, b2, float(dropout), activation, keep_hidden=False)
     return y.view(*lead, w2.shape[0])
 
 

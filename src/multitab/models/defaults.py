@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from multitab.models._selected_hparams import SELECTED_HPARAMS
+from multitab.protocol import model_overrides, optim_overrides
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +31,9 @@ _MASKS = {"none": "none", "TxT": "t_t", "FxT": "f_t", "FxT_TxT": "both", "both":
 def _inter_sample(arch: dict[str, Any]) -> str:
     """att_type + rope -> our inter_sample mode.
 
-    NOTE[DIFF]: their `rope: true` layer attends each sample only to itself (official_code_findings.md
-    item 3); to reproduce their published numbers `rope: true` maps to "per_sample_mixing", not to
-    "rope_attention" (true inter-sample attention with rotary positions, the paper's text)."""
+    NOTE[DIFF] (docs/deviations.md P3): their `rope: true` layer attends each sample only to itself;
+    to reproduce their published numbers `rope: true` maps to "per_sample_mixing" here; protocol
+    "paper" replaces it by "rope_attention" (multitab.protocol)."""
     if arch.get("att_type", "row_col") == "col":
         return "none"
     return "per_sample_mixing" if arch.get("rope", False) else "attention"
@@ -63,13 +64,15 @@ def _multitab_net(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _saint(entry: dict[str, Any]) -> dict[str, Any]:
-    # NOTE[DIFF]: SAINT's `rope: true` uses the same rotary module as MultiTab-Net (its parameter count
-    # holds the same d_head / 2 rotary parameters), so it maps to per-sample mixing as well.
+    # NOTE[DIFF] (docs/deviations.md D7): SAINT's `rope: true` uses the same rotary module as
+    # MultiTab-Net (its parameter count holds the same d_head / 2 rotary parameters), so it maps to
+    # per-sample mixing as well.
     return {**_transformer(entry), "inter_sample": _inter_sample(entry["architecture"])}
 
 
-# The MLP family (models-b). NOTE[DIFF]: an entry without embed_dim (their MultiTab-Bench mt_mlp feeds
-# raw inputs) keeps our default embedding (16): the paper embeds the inputs of every baseline.
+# The MLP family (models-b). NOTE[DIFF] (docs/deviations.md D8): an entry without embed_dim (their
+# MultiTab-Bench mt_mlp feeds raw inputs) keeps our default embedding (16): the paper embeds the inputs
+# of every baseline.
 def _mlp_common(entry: dict[str, Any]) -> dict[str, Any]:
     arch = entry["architecture"]
     common = {"dropout": entry["optimisation"]["dropout"]}
@@ -129,18 +132,21 @@ def config_key(dataset: str) -> str:
     return dataset if dataset in SELECTED_HPARAMS else BENCH_KEY
 
 
-def model_defaults(dataset: str, model: str) -> dict[str, Any]:
-    """Constructor keywords of `model` at the authors' selected configuration for `dataset`."""
-    entry = SELECTED_HPARAMS[config_key(dataset)].get(model)
+def model_defaults(dataset: str, model: str, protocol: str = "authors_code") -> dict[str, Any]:
+    """Constructor keywords of `model` at the authors' selected configuration for `dataset`, with what
+    `protocol` changes on top (multitab.protocol; "authors_code": their configuration verbatim)."""
+    key = config_key(dataset)
+    entry = SELECTED_HPARAMS[key].get(model)
     if entry is None or model not in TRANSLATORS:
         log.info("no selected configuration for %s on %s: constructor defaults", model, dataset)
         return {}
-    return TRANSLATORS[model](entry)
+    return {**TRANSLATORS[model](entry), **model_overrides(protocol, key, model, entry)}
 
 
-def training_defaults(dataset: str, model: str) -> dict[str, Any]:
+def training_defaults(dataset: str, model: str, protocol: str = "authors_code") -> dict[str, Any]:
     """lr, weight_decay, optimizer, batch_size, max_epochs and patience for (dataset, model);
-    the paper's common settings (Adam, wd 1e-5, batch 2048, lr 1e-3) where no entry exists."""
+    the paper's common settings (Adam, wd 1e-5, batch 2048, lr 1e-3) where no entry exists; protocol
+    "paper" puts the paper's optimizer and weight decay over their selection (multitab.protocol)."""
     key = config_key(dataset)
     entry = SELECTED_HPARAMS[key].get(model)
     opt = entry["optimisation"] if entry else {}
@@ -151,4 +157,4 @@ def training_defaults(dataset: str, model: str) -> dict[str, Any]:
         "batch_size": opt.get("batch_size", 2048),
         "max_epochs": opt.get("epochs", 100),
         "patience": PATIENCE[key],
-    }
+    } | optim_overrides(protocol)

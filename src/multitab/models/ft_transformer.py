@@ -1,14 +1,15 @@
 """FT-Transformer (Gorishniy et al. 2021, section 3.3 and appendix C), one model per task.
 
 backbone="authors" (default): the MultiTab authors' FT-Transformer: feature tokens, a [CLS] token (a
-constant 1 through Linear(1, e)), n_blocks pre-norm blocks of inter-feature attention and a plain FFN,
-and a tower MLP on the [CLS] token: MultiTab-Net with one task token and no inter-sample layer. Their
+constant 1 through Linear(1, e)), n_blocks pre-norm blocks of inter-feature attention and a GELU FFN,
+and a tower MLP on the [CLS] token: MultiTab-Net with one task token and no inter-sample layer (so
+also MultiTab-Net's dropout sites, which are the authors' FT-T's). Their
 parameter count (21,153 per Higgs task) is reproduced exactly.
 backbone="rtdl": rtdl_revisiting_models.FTTransformer, the official implementation (ReGLU FFN,
 categorical feature biases, a final norm + ReLU + Linear head, no first-block attention norm).
-NOTE[DIFF]: "rtdl" is not the default because its capacity differs from the authors' baseline
-(25,632 vs 19,232 block parameters at e = 16, FFN 256, 2 blocks on Higgs); it is here for runs that
-want the reference model.
+NOTE[DIFF] (docs/deviations.md O10): "rtdl" is not the default because its capacity differs from the
+authors' baseline (25,632 vs 19,232 block parameters at e = 16, FFN 256, 2 blocks on Higgs); it is here
+for runs that want the reference model.
 """
 
 from __future__ import annotations

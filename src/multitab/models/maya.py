@@ -1,5 +1,5 @@
-"""MAYA: Mixture of Attention Yields Accurate results for tabular data (Li et al. 2025,
-../shared/papers/maya_2025.md), an encoder-decoder transformer, adapted to multitask learning.
+"""MAYA: Mixture of Attention Yields Accurate results for tabular data (Li et al. 2025), an
+encoder-decoder transformer, adapted to multitask learning.
 
 Encoder (section 3.4). Tokens = ReLU(FeatureTokenizer(x)) (the activation after the tokenizer of
 section 3.2) with a [CLS] token in front. Each MOA block runs `n_branches` parallel multi-head attention
@@ -19,12 +19,15 @@ decoder output.
 Multitask adaptation (ours): the label embedding of a sample is the sum of one LEL per task, so every
 value carries all of its labels; the Predictor has one output block per task; a branch's loss s_j is the
 sum over tasks of the trainer's per-task losses (the multitask loss of the paper's Eq. 9).
-# NOTE[DIFF]: the paper does not say whether a training sample attends to itself; with its own label as
-# a value that is a label leak (it learns to copy it), so a sample's own entry is masked out in training.
-# NOTE[DIFF]: the branch losses only set the branch weights (computed without gradient); they are not
-# added to the training loss, which is the plain sum of the per-task losses of the final prediction.
-# NOTE[DIFF]: inference attends to at most `context_size` training rows (a seeded random subset) to
-# bound memory and time on millions of rows; set it above the training size for the paper's setting.
+# NOTE[DIFF] (docs/deviations.md D9): the paper does not say whether a training sample attends to itself; with
+# its own label as a value that is a label leak (it learns to copy it), so a sample's own entry is masked out
+# in training.
+# NOTE[DIFF] (docs/deviations.md D10): the branch losses only set the branch weights (computed without
+# gradient); they are not added to the training loss, which is the plain sum of the per-task losses of the
+# final prediction.
+# NOTE[DIFF] (docs/deviations.md D11): inference attends to at most `context_size` training rows (a seeded
+# random subset) to bound memory and time on millions of rows; set it above the training size for the paper's
+# setting.
 Complexity: a prediction's cost grows with the context (every IAIL block scores all context rows and
 projects their keys and values), so FLOPs per sample depend on `context_size` and the batch.
 """

@@ -3,7 +3,7 @@
 The authors' MLP baselines build every hidden layer as Linear -> BatchNorm1d -> ReLU -> Dropout and
 initialise every Linear and Embedding weight from N(0, 0.01^2) with zero biases (their STL MLP keeps
 PyTorch's defaults). Those facts are what make our parameter counts equal theirs
-(../shared/reference/official_code_findings.md, Higgs table).
+(docs/deviations.md, "Reference figures").
 
 Speed: a model with several experts (or towers, or gates) that have the same shape runs them as one
 batched matrix product (`BatchedLinear`) instead of a Python loop over `nn.Linear` modules. The parameter

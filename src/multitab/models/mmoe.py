@@ -6,7 +6,7 @@ Every expert is an MLP over the embedded inputs; each task has its own softmax g
 The MultiTab paper uses 8 experts ("Implementation Details"). Inputs are embedded per feature
 (FeatureTokenizer) and concatenated, as for every baseline of the paper.
 
-Shapes follow the authors' code, so parameter counts equal theirs (official_code_findings.md, Higgs:
+Shapes follow the authors' code, so parameter counts equal theirs (docs/deviations.md, Higgs:
 1,049,384; MultiTab-Bench example: 1,408,831): experts Linear -> BatchNorm -> ReLU -> Dropout per hidden
 layer, gates a plain Linear + softmax, towers with BatchNorm; N(0, 0.01^2) initialisation.
 The experts run as one batched matrix product, the gates as one Linear of width n_tasks * n_experts.

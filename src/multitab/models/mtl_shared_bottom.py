@@ -4,7 +4,7 @@ The MultiTab paper's multitask baseline ("Baselines"; its code calls it mt_mlp).
 inputs are embedded first ("we transform the inputs to embeddings for all baselines"): every feature
 becomes a d_embedding token (FeatureTokenizer, no categorical bias) and the tokens are concatenated.
 
-Shapes follow the authors' code, so parameter counts equal theirs (official_code_findings.md, Higgs:
+Shapes follow the authors' code, so parameter counts equal theirs (docs/deviations.md, Higgs:
 188,264 at shared [256, 128], towers [64], d_embedding 16): hidden layers Linear -> BatchNorm -> ReLU ->
 Dropout, in the shared bottom and in the towers; N(0, 0.01^2) initialisation.
 """

@@ -5,14 +5,15 @@ share shared experts; task t's gate mixes its own and the shared experts, a shar
 expert and feeds the next layer's shared experts (`ExtractionLayer` in mlp_blocks.py). Inputs are
 embedded per feature (FeatureTokenizer) and concatenated, as for every baseline of the MultiTab paper.
 
-Shapes follow the authors' code, so parameter counts equal theirs (official_code_findings.md, Higgs:
+Shapes follow the authors' code, so parameter counts equal theirs (docs/deviations.md, Higgs:
 1,221,713 at 1 task expert, 1 shared expert, 1 layer; MultiTab-Bench example: 3,118,147): each expert is
 a whole MLP (`expert_d_hidden`, Linear -> BatchNorm -> ReLU -> Dropout), gates are Linear + softmax,
 N(0, 0.01^2) initialisation.
-# NOTE[DIFF] (from the PLE paper, kept from the authors' code): the last layer keeps its shared gate and
-# each tower reads [task output, shared output] concatenated (2 * expert_d_hidden[-1] wide), where the
-# PLE paper's towers read the task output alone. This is what the published parameter counts measure;
-# `towers_read_shared=False` gives the paper's design (towers read task outputs, no last shared gate).
+# NOTE[DIFF] (docs/deviations.md D12) (from the PLE paper, kept from the authors' code): the last layer keeps
+# its shared gate and each tower reads [task output, shared output] concatenated (2 * expert_d_hidden[-1]
+# wide), where the PLE paper's towers read the task output alone. This is what the published parameter counts
+# measure; `towers_read_shared=False` gives the paper's design (towers read task outputs, no last shared
+# gate).
 """
 
 from __future__ import annotations

@@ -4,10 +4,12 @@ inter-feature and inter-sample attention, one model per task.
 Each task's model is MultiTab-Net with one task token (the [CLS] token), no mask, and one head: the
 authors' SAINT has exactly that structure (their parameter count, 690,845 per Higgs task, is that of
 a one-task, one-token MultiTab-Net).
-NOTE[DIFF]: compared with the SAINT paper: no contrastive / denoising pre-training, a plain ReLU FFN
-instead of GEGLU, per-feature linear numerical embeddings instead of per-feature MLPs, a tower MLP
-head; all as in the MultiTab authors' baseline. `inter_sample` has MultiTab-Net's meaning, and their
-`rope: true` maps to "per_sample_mixing" (see multitab_net.py and defaults.py).
+NOTE[DIFF] (docs/deviations.md O11): compared with the SAINT paper: no contrastive / denoising
+pre-training, a plain GELU FFN instead of GEGLU, per-feature linear numerical embeddings instead of
+per-feature MLPs, a tower MLP head; all as in the MultiTab authors' baseline. `inter_sample` has
+MultiTab-Net's meaning, and their `rope: true` maps to "per_sample_mixing" (see multitab_net.py,
+defaults.py and docs/deviations.md). Dropout sites are MultiTab-Net's, i.e. the authors' SAINT's:
+`ffn_dropout` on the token embeddings, the attention outputs, inside the FFNs and in the tower.
 """
 
 from __future__ import annotations

@@ -7,18 +7,18 @@ Task t's experts read task t's embedding, the shared experts read the shared emb
 stop-gradient, so task t's loss never updates another task's experts or embedding; a shared gate mixes
 every expert for the shared path (`ExtractionLayer(gate_all_experts=True)` in mlp_blocks.py).
 
-Shapes follow the authors' code, so parameter counts equal theirs (official_code_findings.md, Higgs:
+Shapes follow the authors' code, so parameter counts equal theirs (docs/deviations.md, Higgs:
 1,246,473; MultiTab-Bench example: 3,168,407). The T + 1 embeddings are one FeatureTokenizer of width
 (T + 1) * d_embedding, split afterwards: the same parameters and function as T + 1 tokenizers in one op.
-# NOTE[DIFF] (from the STEM paper, kept from the authors' code): each tower reads [task output, shared
-# output] concatenated (2 * expert_d_hidden[-1] wide), and the shared gate is kept in the last layer.
-# The shared output mixes every expert without stop-gradient, so through it task t's loss does reach the
-# other tasks' experts and embeddings: the stop-gradient holds only inside the task gates. The STEM
-# paper's design (towers read the task outputs alone; with one layer, task t's loss never reaches task
-# s's experts or embedding) is `towers_read_shared=False`.
-# NOTE[DIFF] (from the authors' code): their task gates also detach the shared experts (a test against
-# index -1 that never matches), so shared experts learn only through the shared path. We follow the
-# paper (shared experts get task gradients); `stop_gradient_shared=True` reproduces their code.
+# NOTE[DIFF] (docs/deviations.md D5) (from the STEM paper, kept from the authors' code): each tower reads
+# [task output, shared output] concatenated (2 * expert_d_hidden[-1] wide), and the shared gate is kept in the
+# last layer. The shared output mixes every expert without stop-gradient, so through it task t's loss does
+# reach the other tasks' experts and embeddings: the stop-gradient holds only inside the task gates. The STEM
+# paper's design (towers read the task outputs alone; with one layer, task t's loss never reaches task s's
+# experts or embedding) is `towers_read_shared=False`.
+# NOTE[DIFF] (docs/deviations.md D6) (from the authors' code): their task gates also detach the shared experts
+# (a test against index -1 that never matches), so shared experts learn only through the shared path. We
+# follow the paper (shared experts get task gradients); `stop_gradient_shared=True` reproduces their code.
 """
 
 from __future__ import annotations

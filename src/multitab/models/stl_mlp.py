@@ -4,7 +4,7 @@ The MultiTab paper's STL baseline ("Baselines": "independent multi-layer percept
 task"; its code calls it st_mlp); its metrics are the reference of the multitask gain Delta_m. Inputs are
 embedded per feature (FeatureTokenizer) and concatenated, as for every baseline of the paper.
 
-Shapes follow the authors' code, so parameter counts equal theirs (official_code_findings.md, Higgs:
+Shapes follow the authors' code, so parameter counts equal theirs (docs/deviations.md, Higgs:
 1,032,968 for 8 tasks at hidden [256, 128, 64], d_embedding 16; MultiTab-Bench example: 2,892,295):
 hidden layers Linear -> BatchNorm -> ReLU -> Dropout, then a Linear output layer.
 Initialisation is PyTorch's default, as in their code (the one baseline without N(0, 0.01^2)): Linear

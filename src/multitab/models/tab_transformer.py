@@ -5,8 +5,10 @@ the flattened contextual embeddings are joined with the layer-normalised numeric
 a tower MLP. This is the authors' structure: their parameter count (24,771 per Higgs task) is
 reproduced exactly. With no categorical columns the model reduces to an MLP on LN(x_num) (the paper
 notes TabT's weakness on Higgs, which has only four categorical inputs).
-NOTE[DIFF]: the tower is the authors' [64] MLP, not the original paper's [4l, 2l] MLP; the FFN
-activation is ReLU.
+Each block is the authors' (blocks.TabTransformerLayer): GELU FFN without inner dropout, `ffn_dropout`
+(their `ff_dropout`) on the residual path, and in the tower.
+NOTE[DIFF] (docs/deviations.md O11): the tower is the authors' [64] MLP, not the original paper's [4l, 2l] MLP
+(docs/deviations.md).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torch import Tensor, nn
 
 from multitab.datasets.schema import DatasetSchema
 from multitab.models.base import MultitaskModel, PerTask, cat_cardinalities
-from multitab.models.blocks import TaskHeads, TransformerLayer
+from multitab.models.blocks import TabTransformerLayer, TaskHeads
 from multitab.models.tokenizer import FeatureTokenizer, Init
 
 
@@ -44,19 +46,21 @@ class _TabTransformerSingle(MultitaskModel):
             else None
         )
         self.layers = nn.ModuleList(
-            TransformerLayer(
+            TabTransformerLayer(
                 d=d_embedding,
                 n_heads=n_heads,
                 ffn_d_hidden=ffn_d_hidden,
                 attention_dropout=attention_dropout,
-                ffn_dropout=ffn_dropout,
+                residual_dropout=ffn_dropout,
                 init=init,
             )
             for _ in range(n_blocks if cards else 0)
         )
         self.num_norm = nn.LayerNorm(schema.n_num) if schema.n_num else None
         d_in = len(cards) * d_embedding + schema.n_num
-        self.heads = TaskHeads(d_in=d_in, d_hidden=head_d_hidden, d_out=self.d_out, init=init)
+        self.heads = TaskHeads(
+            d_in=d_in, d_hidden=head_d_hidden, d_out=self.d_out, dropout=ffn_dropout, init=init
+        )
 
     def forward(self, x_num: Tensor, x_cat: Tensor) -> dict[str, Tensor]:
         parts = []

@@ -10,7 +10,7 @@
   constant 1 through its own ``Linear(1, e)``, i.e. weight + bias; we keep both tensors so parameter
   counts equal theirs (the sum is the token; the split is redundant for the function).
 
-Init: ``"authors"`` = N(0, 0.01^2) weights and zero biases (official_code_findings.md item 7);
+Init: ``"authors"`` = N(0, 0.01^2) weights and zero biases (docs/deviations.md S4);
 ``"rtdl"`` = U(-1/sqrt(e), 1/sqrt(e)) for weights and biases as in rtdl_revisiting_models.
 """
 

@@ -7,11 +7,13 @@ to the authors' selected configuration that `multitab.models.build_model` carrie
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from multitab.config import ConfigError, load_params, section
+from multitab.protocol import Protocol, protocol_of
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,9 @@ class TrainConfig:
     # Named variants of a registry model, run as model `<model>@<variant>` (Table 2's ablation runs):
     # `<variant>: {model: <registry name>, overrides: {build_model keywords}}`.
     variants: dict[str, Variant] = field(default_factory=dict)
+    # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
+    # load_train_config: it changes some models' settings where the paper and the authors' code differ.
+    protocol: Protocol = "paper"
 
     def __post_init__(self) -> None:
         if self.batch_size < 2:
@@ -92,4 +97,12 @@ class TrainConfig:
 
 
 def load_train_config(params_path: str | Path = "params.yaml") -> TrainConfig:
-    return section(load_params(params_path), "train", TrainConfig, source=str(params_path))
+    params = load_params(params_path)
+    if "protocol" in params.get("train", {}):
+        raise ConfigError(f"{params_path}: `protocol` is a top-level key, not train.protocol")
+    cfg = section(params, "train", TrainConfig, source=str(params_path))
+    try:
+        protocol = protocol_of(params, str(params_path))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return dataclasses.replace(cfg, protocol=protocol)

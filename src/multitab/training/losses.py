@@ -1,5 +1,5 @@
-"""Task losses (paper, Implementation Details; official_code_findings.md item 5): binary cross-entropy on
-logits, cross-entropy for multiclass, MSE on standardised regression targets; the multitask loss is the
+"""Task losses (paper, Implementation Details; docs/deviations.md S6): binary cross-entropy on
+logits, cross-entropy for multiclass, MSE on the regression targets as preprocessed (raw or standardised: docs/deviations.md S1); the multitask loss is the
 plain sum over tasks (no task weights, no positive-class weights)."""
 
 from __future__ import annotations

@@ -112,13 +112,13 @@ def _default_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any],
     accepted = set(hyperparameters(name))
     kwargs = {k: v for k, v in extras.items() if k in accepted}
     kwargs.update(overrides)
-    return build_model(name, meta, **kwargs)
+    return build_model(name, meta, protocol=extras.get("protocol", "authors_code"), **kwargs)
 
 
-def _default_optim(dataset: str, name: str) -> dict[str, Any]:
+def _default_optim(dataset: str, name: str, protocol: str = "authors_code") -> dict[str, Any]:
     from multitab.models import training_defaults  # the authors' selection per dataset and model
 
-    return training_defaults(dataset, name)
+    return training_defaults(dataset, name, protocol)
 
 
 def model_code_version(model: Any) -> str:
@@ -154,7 +154,7 @@ def resume_settings(
         "num_threads": torch.get_num_threads(), "deterministic": config.deterministic,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
         "dtype": str(next((p.dtype for p in model.parameters()), torch.get_default_dtype())),
-        "compile": config.compile, "torch": torch.__version__,
+        "compile": config.compile, "torch": torch.__version__, "protocol": config.protocol,
         "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()},
         "code": model_code_version(model),
     }
@@ -172,7 +172,7 @@ def run_training(
     makes the model (default: `multitab.models.build_model`; extras: seed, early stopping rounds, device); `optim_defaults(dataset, model)` gives optimizer,
     lr and weight_decay before params' `train.optim` overrides (default: `multitab.models.training_defaults`)."""
     builder = builder or _default_builder
-    optim_defaults = optim_defaults or _default_optim
+    optim_defaults = optim_defaults or (lambda d, n: _default_optim(d, n, config.protocol))
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_processed(spec.data_path)
@@ -184,7 +184,7 @@ def run_training(
     base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> with the variant's keywords
     overrides = config.overrides_for(spec.model, spec.dataset)
     extras = {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
-              "device": config.device, "n_threads": config.num_threads}
+              "device": config.device, "n_threads": config.num_threads, "protocol": config.protocol}
     model = builder(base_model, data.meta, overrides, extras)
     patience = config.patience_for(spec.dataset)
     if isinstance(model, torch.nn.Module):
@@ -213,6 +213,7 @@ def run_training(
         n_params = None
     record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
     record["max_train_rows"] = config.max_train_rows
+    record["protocol"] = config.protocol
     return record, result.history
 
 

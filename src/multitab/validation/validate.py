@@ -271,6 +271,7 @@ def validate_processed(
             cfg.processed,
             n_rows=int(n_rows[split]),
             train_columns=None if split == "train" else train_columns,
+            standard_targets=meta.get("target_transform", "standard") == "standard",
         )
         for split in frames
     }
