@@ -84,5 +84,5 @@ def tiny_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any], ext
     return TinyNet(meta, **overrides)
 
 
-def tiny_optim(dataset: str, model: str) -> dict[str, Any]:
+def tiny_optim(dataset: str, model: str, protocol: str = "paper") -> dict[str, Any]:
     return {"optimizer": "adamw", "lr": 1e-2, "weight_decay": 1e-5}

@@ -216,7 +216,7 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     from stages import train as stage
 
     monkeypatch.setattr("multitab.training.run._default_builder", tiny_builder)
-    monkeypatch.setattr("multitab.training.run._default_optim", lambda d, m, protocol="paper": tiny_optim(d, m))
+    monkeypatch.setattr("multitab.training.run._default_optim", tiny_optim)
     params = tmp_path / "params.yaml"
     import yaml
 
