@@ -22,6 +22,7 @@ from multitab.evaluation.bench_study import (
     delta_m_runs,
     read_metrics_csv,
     regenerate,
+    section_only,
     summarise,
     write_study,
 )
@@ -96,6 +97,20 @@ def test_claim_with_one_seed_is_untested_and_a_missing_rival_is_missing(tmp_path
     assert set(table[table.config == "p02_pd3_t3"].status) == {"above (untested: one seed)"}
     assert verdict["p06_pd234_t3"] == "missing"
     assert math.isnan(summarise(delta_m_runs(metrics))["std"].iloc[0])
+
+
+def test_section_warns_when_compared_runs_were_still_improving_at_their_cap(tmp_path):
+    _write_runs(tmp_path / "runs")
+    metrics, _ = collect(tmp_path / "runs", CONFIGS, MODELS)
+    assert "NOT CONVERGED" not in section_only(metrics, StudySettings(), MODELS)
+    # MultiTab-Net's runs on p06_pd234_t3 end at the cap with their best epoch last: not converged
+    capped = (metrics.model == "multitab_net") & (metrics.config == "p06_pd234_t3")
+    metrics.loc[capped, "best_epoch"] = metrics.loc[capped, "epochs"]
+    metrics.loc[capped, "stopped_early"] = False
+    text = section_only(metrics, StudySettings(), MODELS)
+    warning = text[text.index("NOT CONVERGED"):].split("\n")[0]
+    assert "3 run(s)" in warning and "p06_pd234_t3" in warning and "p02_pd3_t3" not in warning
+    assert text.index("NOT CONVERGED") < text.index("| Configuration | Verdict")
 
 
 def test_record_regenerates_its_figures_and_tables_from_its_metrics_csv(tmp_path):

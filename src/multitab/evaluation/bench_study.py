@@ -401,6 +401,19 @@ def section_only(metrics: pd.DataFrame, settings: StudySettings, models: Sequenc
                           claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves)
 
 
+def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[str]:
+    """A warning ahead of the verdicts when runs of the compared models were still improving at their epoch
+    cap: a verdict on them compares under-trained models, not the models the paper compares."""
+    compared = conv[conv["model"].isin([settings.model, *settings.rivals]) & (conv["best_at_cap"] > 0)]
+    if compared.empty:
+        return []
+    where = "; ".join(f"{settings.label(m)} on {', '.join(part['config'])}"
+                      for m, part in compared.groupby("model", sort=False))
+    return [f"> **NOT CONVERGED**: {int(compared['best_at_cap'].sum())} run(s) of the compared models were still "
+            f"improving at their epoch cap ({where}); the verdicts below compare under-trained models and say "
+            "nothing yet about the paper's claim. Train longer (`make study`) before reading them.", ""]
+
+
 def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFrame, dm_md: str, claims_md: str,
                    settings: StudySettings, header: Sequence[str], figure_prefix: str, *, curves: bool = True) -> str:
     verdicts = claim.drop_duplicates("config")[["config", "verdict"]]
@@ -417,6 +430,7 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         f"{settings.label(settings.model)}'s Δm is above each of {rivals} on every configuration. Per "
         f"configuration, a one-sided Student's t-test over the seeds' Δm at α = {settings.alpha}.", "",
         "**Claim per configuration: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".**", "",
+        *_not_converged_warning(conv, settings),
         claims_md, "",
         "Cells: Δm difference (ours − rival, percentage points) and the one-sided p-value. `holds in the means "
         "only`: every rival's mean is below but not significantly so (or one seed: no test).", "",
