@@ -44,10 +44,10 @@ from typing import Any
 
 import pandas as pd
 
-from multitab.config import load_params, section
+from multitab.config import load_params
 from multitab.datasets.bench import synthesize_config, write_dataset
 from multitab.profiles import profiled, study_settings
-from multitab.training.config import TrainConfig
+from multitab.training.config import TrainConfig, train_config
 from multitab.training.run import RunSpec, run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     # an epoch's cost is linear in the training rows at a fixed batch size (split 70/15/15 of the samples)
     scale = a.n_samples / measure_samples
     params = profiled(raw, "study", a.params)
-    config = section(params, "train", TrainConfig, source=f"{a.params} (profile study)")
+    config = train_config(params, f"{a.params} (profile study)")
     if config.num_threads > 0:
         import torch
 

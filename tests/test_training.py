@@ -237,6 +237,13 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     assert record["n_rows"] == {"train": 300, "val": 200, "test": 200} and record["max_train_rows"] == 300
     tsv = tmp_path / "out" / "dvclive" / "plots" / "metrics" / "val_mean.tsv"
     assert len(tsv.read_text().strip().splitlines()) == 1 + 2  # header + one row per epoch
+    assert record["protocol"] == "paper" and record["profile"] == "default"
+    # the top-level protocol reaches the run under every profile (bench lays bench.train over train)
+    raw = yaml.safe_load(params.read_text())
+    params.write_text(yaml.safe_dump({**raw, "protocol": "authors_code", "bench": {"train": {"max_epochs": 1}}}))
+    assert stage.main([*args, "--profile", "bench"]) == 0
+    record = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert record["protocol"] == "authors_code" and record["profile"] == "bench" and record["epochs"] == 1
 
 
 class HookedNet(TinyNet):

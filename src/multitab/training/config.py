@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from multitab.config import ConfigError, load_params, section
+from multitab.profiles import profiled
 from multitab.protocol import Protocol, protocol_of
 
 
@@ -96,13 +97,20 @@ class TrainConfig:
         return base, variant
 
 
-def load_train_config(params_path: str | Path = "params.yaml") -> TrainConfig:
-    params = load_params(params_path)
-    if "protocol" in params.get("train", {}):
-        raise ConfigError(f"{params_path}: `protocol` is a top-level key, not train.protocol")
-    cfg = section(params, "train", TrainConfig, source=str(params_path))
+def train_config(params: dict[str, Any], source: str = "params.yaml") -> TrainConfig:
+    """`train:` of already loaded (and profiled) params, with the top-level `protocol` filled in."""
+    if "protocol" in (params.get("train") or {}):
+        raise ConfigError(f"{source}: `protocol` is a top-level key, not train.protocol")
+    cfg = section(params, "train", TrainConfig, source=source)
     try:
-        protocol = protocol_of(params, str(params_path))
+        protocol = protocol_of(params, source)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return dataclasses.replace(cfg, protocol=protocol)
+
+
+def load_train_config(params_path: str | Path = "params.yaml", profile: str = "default") -> TrainConfig:
+    """The training settings of a run profile (multitab.profiles: `bench` and `study` lay their `train`
+    keys over `train`), with the protocol."""
+    source = str(params_path) if profile == "default" else f"{params_path} (profile {profile})"
+    return train_config(profiled(load_params(params_path), profile, str(params_path)), source)
