@@ -12,6 +12,19 @@ from pathlib import Path
 
 import yaml
 
+_SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def run_dvc(args: list[str], cwd: Path) -> str:
+    """`dvc ARGS` in a copied project at `cwd` (its stages import the copy, then the repo's src/); fails the
+    test with DVC's output when it fails."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(_SRC)])
+    r = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, f"dvc {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
 PY = sys.executable
 
 ORCHESTRATION = {

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from _toy_dvc import run_dvc  # tests/ is on sys.path (pytest's default import mode)
 from multitab.datasets.config import LocalConfig
 from multitab.datasets.schema import get_schema
 from multitab.datasets.sources import SourceError, acquire_local, read_raw_file
@@ -217,15 +216,6 @@ def test_stage_prints_one_line_and_keeps_earlier_output(tmp_path: Path, capsys: 
 # ------------------------------------------------------------------------------------------------ stale file
 
 
-def _dvc(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(ROOT / "src")])
-    r = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, f"dvc {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
-    return r.stdout
-
-
 def test_changed_local_file_reruns_acquire_and_dvc_status_says_so(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -238,14 +228,14 @@ def test_changed_local_file_reruns_acquire_and_dvc_status_says_so(tmp_path: Path
     params["datasets"]["acs_income"].update(source="local", local={"path": "local/acs_income/acs.csv"})
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    _dvc(["init", "-q"], repo)
-    assert "Running stage 'acquire@acs_income'" in _dvc(["repro", "acquire@acs_income"], repo)
-    assert "changed" not in _dvc(["status", "acquire@acs_income"], repo)
+    run_dvc(["init", "-q"], repo)
+    assert "Running stage 'acquire@acs_income'" in run_dvc(["repro", "acquire@acs_income"], repo)
+    assert "changed" not in run_dvc(["status", "acquire@acs_income"], repo)
     lines = (repo / "local" / "acs_income" / "acs.csv").read_text().splitlines()
     (repo / "local" / "acs_income" / "acs.csv").write_text("\n".join(lines[:-3]) + "\n")  # a new version
-    status = _dvc(["status", "acquire@acs_income"], repo)
+    status = run_dvc(["status", "acquire@acs_income"], repo)
     assert "modified:" in status and "local/acs_income/acs.csv" in status
-    assert "Running stage 'acquire@acs_income'" in _dvc(["repro", "acquire@acs_income"], repo)
+    assert "Running stage 'acquire@acs_income'" in run_dvc(["repro", "acquire@acs_income"], repo)
 
 
 def test_dropped_columns_that_vary_are_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

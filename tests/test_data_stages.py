@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from _toy_dvc import run_dvc  # tests/ is on sys.path (pytest's default import mode)
 from multitab.exit_codes import BAD_INPUT
 from stages import acquire, preprocess, split
 
@@ -83,15 +82,6 @@ def test_unknown_param_key_fails_the_stage(tmp_path: Path, capsys: pytest.Captur
     assert not (tmp_path / "raw").exists()
 
 
-def _dvc(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(ROOT / "src")])
-    r = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, f"dvc {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
-    return r.stdout
-
-
 def test_dvc_repro_data_stages_then_nothing_to_do(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -106,27 +96,27 @@ def test_dvc_repro_data_stages_then_nothing_to_do(tmp_path: Path) -> None:
     params["datasets"]["aliexpress"]["standin"]["rows"] = {"train": 30000, "test": 8000}
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    _dvc(["init", "-q"], repo)
+    run_dvc(["init", "-q"], repo)
     targets = [f"preprocess@{d}" for d in ("aliexpress", "acs_income", "higgs")]
-    first = _dvc(["repro", *targets], repo)
+    first = run_dvc(["repro", *targets], repo)
     assert "Running stage 'preprocess@higgs'" in first
-    second = _dvc(["repro", *targets], repo)
+    second = run_dvc(["repro", *targets], repo)
     assert "Running stage" not in second
     # Changing one dataset's parameter re-runs only that dataset's branch.
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["datasets"]["higgs"]["preprocess"]["numerical"] = "standard"
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    third = _dvc(["repro", *targets], repo)
+    third = run_dvc(["repro", *targets], repo)
     assert "Running stage 'preprocess@higgs'" in third
     assert "Running stage" not in third.replace("Running stage 'preprocess@higgs'", "")
-    status = _dvc(["status", *targets], repo)
+    status = run_dvc(["status", *targets], repo)
     assert "changed" not in status
     # protocol authors_code: the Higgs split becomes their stratified random one; the DAG completes
     ordered_val = pd.read_parquet(repo / "data" / "splits" / "higgs" / "val.parquet")
     params["protocol"] = "authors_code"
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    fourth = _dvc(["repro", *targets], repo)
+    fourth = run_dvc(["repro", *targets], repo)
     assert "Running stage 'split@higgs'" in fourth and "Running stage 'preprocess@higgs'" in fourth
     stratified_val = pd.read_parquet(repo / "data" / "splits" / "higgs" / "val.parquet")
     assert len(stratified_val) == len(ordered_val) and not stratified_val.equals(ordered_val)
-    assert "changed" not in _dvc(["status", *targets], repo)
+    assert "changed" not in run_dvc(["status", *targets], repo)
