@@ -136,7 +136,7 @@ def test_meta_json_format(synthesized: tuple[Path, Path]) -> None:
 
 
 def test_raw_targets_are_the_generated_labels() -> None:
-    """bench.data.targets: raw (the default): the generated y, target_stats the identity."""
+    """bench.data.targets: raw (the authors' code): the generated y, target_stats the identity."""
     from multitab.datasets.bench import synthesize
     from multitab.datasets.config import SplitConfig
 
