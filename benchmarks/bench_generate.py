@@ -1,6 +1,6 @@
 """MultiTab-Bench generator at the paper's scale: 1,000,000 samples x 32 features, 7 tasks (PD 3, p 0.6).
 
-Targets (issue 3): under 3 s and under 1 GB of extra memory. Reports the median time of a few runs, the peak
+Targets: under 3 s and under 1 GB of extra memory. Reports the median time of a few runs, the peak
 memory allocated during one call (tracemalloc sees numpy's buffers, the returned arrays included) and the
 growth of the process's peak resident set, each with its ratio to the target. Exit status 1 if a target is
 missed. Run alone (`flock /tmp/multitab-bench.lock ...`): other processes on the machine slow it down.

@@ -17,7 +17,7 @@ Model hooks honoured when present:
   objective (MAYA), where `task_loss_fn(task_name, output, target) -> scalar` is the plain task loss;
 - `fit_context(x_num, x_cat, targets)`: called with the whole training split before every evaluation
   (models that retrieve from the training set).
-Models that are not torch modules (XGBoost) go through `fit_predict` in stages/train.py instead.
+Models that are not torch modules (XGBoost) go through `fit_predict` in training/run.py instead.
 """
 
 from __future__ import annotations
