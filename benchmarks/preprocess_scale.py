@@ -1,6 +1,6 @@
 """Split + preprocess at the real Higgs size (11 M rows) on a stand-in: rows/second and peak memory.
 
-Target (Foundation issue): under 5 minutes and under 8 GB peak resident memory on a 2-core, 24 GB machine.
+Target: under 5 minutes and under 8 GB peak resident memory on a 2-core, 24 GB machine.
 Each step runs in its own process so its peak resident set is measured alone (getrusage of the child).
 
     python benchmarks/preprocess_scale.py [--rows 11000000] [--workdir data/bench_scale]
