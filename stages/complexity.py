@@ -26,8 +26,8 @@ class ComplexityConfig:
     batch_size: int  # samples per counted forward pass (Table 4: 1); matters for inter-sample attention
 
 
-_DECIMALS = {"params": 0, "flops": 0, "params_millions": 3, "flops_millions": 3, "paper_params_millions": 3,
-             "paper_flops_millions": 3, "batch_size": 0}
+_DECIMALS = {"params": 0, "flops": 0, "params_millions": 3, "flops_millions": 3, "paper_params_millions": 2,
+             "paper_flops_millions": 2, "batch_size": 0}
 
 
 def complexity_table(df: pd.DataFrame, standin: list[str], note: str) -> Table:
