@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED := 1
 # Stage commands in dvc.yaml call `python`: the venv's.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro study test lint ui bench clean-venv
+.PHONY: repro study test lint ui benchmarks clean-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -40,7 +40,8 @@ test: $(STAMP)
 ui: $(STAMP)
 	$(BIN)/python -m flows.deploy
 
-bench: $(STAMP)
+# The speed and memory targets (benchmarks/, docs/benchmarks.md); "bench" is MultiTab-Bench.
+benchmarks: $(STAMP)
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean-venv:

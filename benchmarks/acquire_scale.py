@@ -4,7 +4,7 @@ rows/second and the peak resident memory of the acquisition process alone.
 
 The input is generated first (a 100k-row block repeated, gzip level 1; ~3.4 GB at 11 M rows, not timed).
 
-    python benchmarks/acquire_scale.py [--rows 11000000] [--workdir data/bench_acquire] [--keep]
+    python benchmarks/acquire_scale.py [--rows 11000000] [--workdir data/benchmark_acquire] [--keep]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def write_higgs_like(path: Path, rows: int, seed: int = 0) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=11_000_000)
-    p.add_argument("--workdir", type=Path, default=ROOT / "data" / "bench_acquire")
+    p.add_argument("--workdir", type=Path, default=ROOT / "data" / "benchmark_acquire")
     p.add_argument("--keep", action="store_true", help="keep the generated input and output")
     a = p.parse_args(argv)
     a.workdir.mkdir(parents=True, exist_ok=True)

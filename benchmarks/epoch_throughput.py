@@ -40,7 +40,8 @@ from multitab.datasets.schema import HIGGS
 from multitab.models import build_model, training_defaults
 from multitab.runtime import tune_cpu_runtime
 from multitab.training.data import iterate_batches, load_processed, place
-from multitab.training.loop import RunSettings, _autocast, make_optimizer, resolve_device, train_epoch
+from multitab.training.device import autocast, resolve_device
+from multitab.training.loop import RunSettings, make_optimizer, train_epoch
 from multitab.training.losses import MultitaskLoss
 
 AUTHORS_EPOCH = 5060.0
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         for _ in range(a.step_repeats):
             optimizer.zero_grad(set_to_none=True)
-            with _autocast(device, settings.precision):
+            with autocast(device, settings.precision):
                 loss, _ = loss_fn(forward(batch.x_num, batch.x_cat), batch.targets)
             loss.backward()
             optimizer.step()

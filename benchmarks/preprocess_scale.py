@@ -1,9 +1,9 @@
 """Split + preprocess at the real Higgs size (11 M rows) on a stand-in: rows/second and peak memory.
 
-Target (Foundation issue): under 5 minutes and under 8 GB peak resident memory on a 2-core, 24 GB machine.
+Target: under 5 minutes and under 8 GB peak resident memory on a 2-core, 24 GB machine.
 Each step runs in its own process so its peak resident set is measured alone (getrusage of the child).
 
-    python benchmarks/preprocess_scale.py [--rows 11000000] [--workdir data/bench_scale]
+    python benchmarks/preprocess_scale.py [--rows 11000000] [--workdir data/benchmark_preprocess]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _child(code: str, env: dict[str, str], peak_file: Path) -> tuple[float, floa
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=11_000_000)
-    ap.add_argument("--workdir", type=Path, default=ROOT / "data" / "bench_scale")
+    ap.add_argument("--workdir", type=Path, default=ROOT / "data" / "benchmark_preprocess")
     ap.add_argument("--keep", action="store_true", help="keep the generated files")
     a = ap.parse_args(argv)
     work = a.workdir.resolve()

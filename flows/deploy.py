@@ -11,7 +11,7 @@ stops both the runner and the server. With `--no-server` it serves against the s
 
 With `--pool` it registers the deployment with a work pool of the server in PREFECT_API_URL instead and
 exits: every `prefect worker start --pool NAME` (on this machine or another with the same checkout path)
-then runs its flow runs (README, "Several machines"; tests/test_pipeline_scale_out.py).
+then runs its flow runs (docs/orchestration.md, "Several machines"; tests/test_pipeline_scale_out.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared argument handling and error reporting for the stage scripts."""
+"""Shared argument handling and error reporting for the stage scripts (and the two validation stages)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,14 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from multitab.config import ConfigError
 from multitab.exit_codes import BAD_INPUT
+from multitab.io import write_json
+
+if TYPE_CHECKING:
+    from multitab.validation import Outcome
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -33,3 +39,45 @@ def run(stage: str, body: Callable[[], object]) -> int:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def add_validation_args(p: argparse.ArgumentParser) -> None:
+    """The options both validation stages take."""
+    p.add_argument("--out", required=True, help="verdict JSON, written only if the data passes")
+    p.add_argument("--context", default="gx", help="Great Expectations context folder (default: gx)")
+    p.add_argument(
+        "--report", default="reports/validation", help="Data Docs folder (default: reports/validation)"
+    )
+    p.add_argument("--warn-only", action="store_true", help="report failures but pass (exploration only)")
+
+
+def run_validation(stage: str, body: Callable[[], Outcome], out: str, warn_only: bool, params: str) -> int:
+    """Run a validation; print its summary; write the verdict on success (or --warn-only); exit status."""
+    logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    try:
+        outcome = body()
+    except (ConfigError, ValueError, KeyError, FileNotFoundError) as e:
+        print(f"[{stage}] error: {e}", file=sys.stderr)
+        return BAD_INPUT
+    except OSError as e:  # may be transient (a full disk, a network folder): retried
+        print(f"[{stage}] error: {e}", file=sys.stderr)
+        return 1
+    from multitab.validation import load_validation_config  # only the validation stages import GX
+
+    max_failures = load_validation_config(params).report.max_failures
+    print(outcome.summary(max_failures), file=sys.stdout if outcome.success else sys.stderr)
+    if outcome.success or warn_only:
+        write_json(out, outcome.verdict(warn_only=warn_only))
+        if not outcome.success:
+            print(f"[{stage}] --warn-only: verdict {out} written with success=false", file=sys.stderr)
+        return 0
+    print(
+        f"[{stage}] no verdict written ({out}): fix the data, or the thresholds in params.yaml (validation:)",
+        file=sys.stderr,
+    )
+    # Last, one line the orchestration reports as the cause: the first failed expectation.
+    fails = outcome.failures
+    more = f" (and {len(fails) - 1} more)" if len(fails) > 1 else ""
+    print(f"[{stage}] error: validation failed: {fails[0].line()}{more}", file=sys.stderr)
+    return BAD_INPUT

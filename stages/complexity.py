@@ -14,6 +14,7 @@ import pandas as pd
 from multitab.config import load_params, section
 from multitab.datasets.schema import schema_from_meta
 from multitab.evaluation.complexity import complexity_rows
+from multitab.evaluation.tables import Cell, Table, Value
 from multitab.io import atomic_path
 from multitab.models import MODELS, build_model
 from multitab.protocol import DEFAULT, protocol_of
@@ -25,11 +26,18 @@ class ComplexityConfig:
     batch_size: int  # samples per counted forward pass (Table 4: 1); matters for inter-sample attention
 
 
-def markdown(df: pd.DataFrame) -> str:
-    """A GitHub table (no extra dependency); empty cells for missing values."""
-    cells = [[("" if pd.isna(v) else str(v)) for v in row] for row in df.itertuples(index=False)]
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in cells]) + "\n"
+_DECIMALS = {"params": 0, "flops": 0, "params_millions": 3, "flops_millions": 3, "paper_params_millions": 2,
+             "paper_flops_millions": 2, "batch_size": 0}
+
+
+def complexity_table(df: pd.DataFrame, standin: list[str], note: str) -> Table:
+    """The rows as the project's Table (number cells; an empty cell where a value does not exist)."""
+    rows: list[list[Value]] = [
+        [Cell(None if pd.isna(v) else float(v), _DECIMALS[c], missing="") if c in _DECIMALS else str(v)
+         for c, v in zip(df.columns, row)]
+        for row in df.itertuples(index=False)
+    ]
+    return Table("complexity", "Parameters and FLOPs per sample", list(df.columns), rows, standin, [note])
 
 
 def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, protocol: str = DEFAULT) -> None:
@@ -47,16 +55,18 @@ def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, proto
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out.with_suffix(".csv")) as tmp:
         df.to_csv(tmp, index=False)
+    standins = [d for d, s in standin.items() if s]
     note = (
         f"Parameters and forward FLOPs per sample (FLOPs = 2 x MACs, ptflops-style, batch of "
         f"{cfg.batch_size} counted), each model at the authors' selected configuration for the dataset "
         f"(protocol {protocol}: docs/deviations.md). "
         "paper_*: the MultiTab paper's Table 4. Cardinalities from the processed meta.json"
-        + (" (stand-in data: " + ", ".join(d for d, s in standin.items() if s) + ")" if any(standin.values()) else "")
-        + ".\n\n"
+        + (f" (stand-in data: {', '.join(standins)})" if standins else "")
+        + "."
     )
+    table = complexity_table(df, standins, note)
     with atomic_path(out.with_suffix(".md")) as tmp:
-        tmp.write_text(note + markdown(df))
+        tmp.write_text(table.to_markdown(heading="#"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ def check_verdict(path: Path, dataset: str) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: validation verdict not found; run `dvc repro validate_processed@{dataset}`")
     verdict = read_json(path)
-    ok = verdict.get("success", verdict.get("passed"))
+    ok = verdict.get("success")
     if ok is not True:
         raise ValueError(f"{path}: the data of {dataset} failed validation (success={ok!r}); see reports/validation/")
 

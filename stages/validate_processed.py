@@ -11,14 +11,13 @@ from pathlib import Path
 
 from multitab.io import read_json
 from multitab.validation import Outcome, load_validation_config, validate_processed
-from stages._common import parser
-from stages.validate_raw import add_common, run_validation
+from stages._common import add_validation_args, parser, run_validation
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
     p.add_argument("--processed", required=True, help="folder with train/val/test.parquet and meta.json")
-    add_common(p)
+    add_validation_args(p)
     a = p.parse_args(argv)
 
     def body() -> Outcome:

@@ -10,9 +10,10 @@ import pytest
 from _aggregate_fakes import published_runs, write_run
 from multitab.config import load_params
 from multitab.evaluation.config import AggregateConfig, load_aggregate_config, read_bench_configs
+from multitab.evaluation.paper_tables import table3, table8, table9
 from multitab.evaluation.published import load_published
 from multitab.evaluation.runs import RunError, RunSet, load_runs, split_model
-from multitab.evaluation.study import Study, table3, table8, table9
+from multitab.evaluation.study import Study
 from multitab.evaluation.tables import STANDIN_MARK, Cell, Table
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Bad real files (issue 12): each gets one message naming the user's file (and archive member), column and
+"""Bad real files: each gets one message naming the user's file (and archive member), column and
 line, and saying what to do; acquire@D prints it on one line and exits BAD_INPUT (3), leaving earlier output intact."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Checkpoints that cannot run code, a corrupt best.pt that a re-run recovers from, a full disk that ends
 the stage with one clear line and resumes once space is freed, and a resume fingerprint that holds the
-settings that change numbers (issue 15)."""
+settings that change numbers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Schemas, stand-ins, splits and preprocessing (the Foundation issue)."""
+"""Schemas, stand-ins, splits and preprocessing."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 machine): the pipeline deployed to a process work pool, two workers polling it, two flow
 runs with disjoint targets of one DVC project. Each worker runs one of them, both complete, and the
 project's `dvc status` is clean afterwards; a run naming another folder as `root` is refused. This is
-the README's "Several machines" recipe on one host, with the server's login on (an anonymous request
+the "Several machines" recipe of docs/orchestration.md on one host, with the server's login on (an anonymous request
 gets 401; with several hosts, each worker has its own checkout and the DVC cache travels through a
 remote).
 
@@ -62,7 +62,7 @@ def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED", "false")  # no scheduled runs here
-    # the README's recipe: the server demands a login (basic auth), every client and worker sends it
+    # the recipe of docs/orchestration.md: the server demands a login (basic auth), every client and worker sends it
     monkeypatch.setenv("PREFECT_SERVER_API_AUTH_STRING", AUTH)
     monkeypatch.setenv("PREFECT_API_AUTH_STRING", AUTH)
     server_log = tmp_path / "server.log"

@@ -117,11 +117,11 @@ def test_table_1_off_without_warn_policy_stops_at_validate_raw(tmp_path: Path) -
 def test_report_banner_names_the_estimates_that_did_not_hold() -> None:
     from types import SimpleNamespace
 
-    from multitab.evaluation.report import _validation_banner
+    from multitab.evaluation.report_markdown import validation_banner
 
     run = SimpleNamespace(extra={"validation_warnings": ["[train] column 'income' · ... (class_balance): observed 0.2"]})
     runs = SimpleNamespace(datasets=["acs_income", "higgs"], models=lambda d: ["stl_mlp"],
                            runs=lambda d, m: {0: run} if d == "acs_income" else {0: SimpleNamespace(extra={})})
-    lines = _validation_banner(SimpleNamespace(runs=runs))  # type: ignore[arg-type]
+    lines = validation_banner(SimpleNamespace(runs=runs))  # type: ignore[arg-type]
     assert len([ln for ln in lines if ln]) == 1
     assert "DATA DIFFERS FROM THE PUBLISHED FACTS (acs_income)" in lines[0] and "class_balance" in lines[0]

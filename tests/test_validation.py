@@ -1,4 +1,4 @@
-"""Data validation (issue 4): a valid split passes; each corruption of the catalogue fails with its own
+"""Data validation: a valid split passes; each corruption of the catalogue fails with its own
 check, names split and column, and leaves no verdict. One GX context and report folder per session."""
 
 from __future__ import annotations
@@ -463,7 +463,7 @@ def test_fast_decimal_check_answers_as_great_expectations() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Gaps closed by issue 12: duplicates, overlap, target range, rare tasks, the warn policy
+# Duplicates, overlap, target range, rare tasks, the warn policy
 
 
 def test_duplicated_rows_fail(env: dict, capsys: pytest.CaptureFixture) -> None:

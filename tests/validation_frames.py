@@ -1,6 +1,6 @@
 """Valid canonical and processed split frames built from the schema registry, for validation tests.
 
-Stand-in for the lead's split/preprocess stages in tests: small, deterministic, and exactly the formats
+Stand-in for the split/preprocess stages in tests: small, deterministic, and exactly the formats
 ARCHITECTURE.md fixes (features in schema order, then one column per task).
 """
 

@@ -5,8 +5,8 @@ MultiTab-Bench configurations) use its ``multitab_bench_example`` entries; a mod
 there gets its constructor defaults (the paper's common settings: e = 16, FFN 256, 4 heads).
 
 ``TRANSLATORS[model](entry) -> constructor kwargs`` turns one entry into keyword arguments;
-``training_defaults`` gives the optimisation settings the trainer uses. The models-b family adds its
-translators here, next to these.
+``training_defaults`` gives the optimisation settings the trainer uses. The MLP-family translators
+(STL, shared bottom, MMoE, PLE, STEM) sit beside the transformers'.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _saint(entry: dict[str, Any]) -> dict[str, Any]:
     return {**_transformer(entry), "inter_sample": _inter_sample(entry["architecture"])}
 
 
-# The MLP family (models-b). NOTE[DIFF] (docs/deviations.md D8): an entry without embed_dim (their
+# The MLP family. NOTE[DIFF] (docs/deviations.md D8): an entry without embed_dim (their
 # MultiTab-Bench mt_mlp feeds raw inputs) keeps our default embedding (16): the paper embeds the inputs
 # of every baseline.
 def _mlp_common(entry: dict[str, Any]) -> dict[str, Any]:

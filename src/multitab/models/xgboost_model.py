@@ -13,7 +13,7 @@ learning rate 0.2 for binary and 0.1 for multiclass / regression models, 200 rou
 # never look at the validation set; we stop early on the validation loss (`early_stopping_rounds`) and keep
 # the best round.
 # NOTE[DIFF] (docs/deviations.md D4): the authors' regression model uses one tree per target (XGBoost's
-# default); we use multi-output trees as the issue asks (`multi_strategy="one_output_per_tree"` restores
+# default); we use multi-output trees, one model for all targets (`multi_strategy="one_output_per_tree"` restores
 # theirs).
 Features: numerical columns then categorical codes, as plain numbers (as the authors feed them).
 """

@@ -17,12 +17,13 @@ Model hooks honoured when present:
   objective (MAYA), where `task_loss_fn(task_name, output, target) -> scalar` is the plain task loss;
 - `fit_context(x_num, x_cat, targets)`: called with the whole training split before every evaluation
   (models that retrieve from the training set).
-Models that are not torch modules (XGBoost) go through `fit_predict` in stages/train.py instead.
+Models that are not torch modules (XGBoost) go through `fit_predict` in training/run.py instead.
+Evaluation (predictions in stored order, metrics, MSE in target units) is in evaluate.py; the device,
+seeding and mixed precision in device.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -31,19 +32,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from multitab.datasets.schema import Task
-from multitab.evaluation.metrics import mean_metric, mse, task_metrics
-from multitab.runtime import tune_cpu_runtime
+from multitab.evaluation.metrics import mean_metric
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
+from multitab.training.device import autocast, resolve_device, seed_everything
 from multitab.training.early_stopping import EarlyStopping
+from multitab.training.evaluate import evaluate, regression_mse
 from multitab.training.losses import MultitaskLoss, task_loss
 
 log = logging.getLogger(__name__)
+
+# What run.py takes from here: the loop's types and the run setup it shares with the loop.
+__all__ = ["EpochStats", "RunResult", "RunSettings", "make_optimizer", "regression_mse", "resolve_device",
+           "seed_everything", "train", "train_epoch"]
 
 
 @dataclass(frozen=True)
@@ -80,33 +84,6 @@ class RunResult:
     resumed_from_epoch: int  # 0 = trained from scratch
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device is 'cuda' but torch sees no CUDA device; use 'auto' or 'cpu'")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def seed_everything(seed: int, deterministic: bool) -> None:
-    """Seed Python, numpy and torch. `deterministic`: deterministic kernels, strictly on CPU (bit-identical
-    reruns and resumes); on CUDA as far as kernels allow (warnings, not errors, for ops without a
-    deterministic implementation; cuBLAS gets the workspace setting it needs)."""
-    import os
-    import random
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    cuda = torch.cuda.is_available()
-    if deterministic and cuda:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(deterministic, warn_only=cuda)
-    tune_cpu_runtime()  # flush denormals, keep freed memory (multitab/runtime.py)
-    if cuda:
-        torch.backends.cudnn.benchmark = not deterministic
-
-
 def make_optimizer(model: torch.nn.Module, settings: RunSettings) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -115,78 +92,6 @@ def make_optimizer(model: torch.nn.Module, settings: RunSettings) -> torch.optim
     # the fused kernel (one pass over all parameters) exists on CPU and CUDA for float parameters
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params) or None
     return cls(params, lr=settings.lr, weight_decay=settings.weight_decay, fused=fused)
-
-
-def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    if precision == "bf16" and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@torch.inference_mode()
-def predict(
-    model: Callable[..., dict[str, torch.Tensor]] | torch.nn.Module,
-    split: TensorSplit,
-    tasks: tuple[Task, ...],
-    *,
-    batch_size: int,
-    device: torch.device,
-    precision: str = "fp32",
-) -> dict[str, np.ndarray]:
-    """Predictions for `split` in its stored order (consecutive batches of `batch_size`): binary and
-    regression (n,), multiclass (n, n_classes) logits, as float32 numpy arrays."""
-    parts: dict[str, list[torch.Tensor]] = {t.name: [] for t in tasks}
-    for batch in iterate_batches(split, batch_size, device=device):
-        with _autocast(device, precision):
-            out = model(batch.x_num, batch.x_cat)
-        for t in tasks:
-            parts[t.name].append(out[t.name].float())
-    return {name: torch.cat(p).cpu().numpy() if p else np.empty(0, np.float32) for name, p in parts.items()}
-
-
-def _labels(split: TensorSplit) -> dict[str, np.ndarray]:
-    return {k: v.cpu().numpy() for k, v in split.targets().items()}
-
-
-def evaluate(
-    model: torch.nn.Module,
-    forward: Callable[..., dict[str, torch.Tensor]],
-    data: ProcessedData,
-    split_name: str,
-    train_split: TensorSplit,
-    settings: RunSettings,
-    device: torch.device,
-) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Metrics on one split (eval mode); returns (metrics, predictions, labels)."""
-    model.eval()
-    fit_context = getattr(model, "fit_context", None)
-    if callable(fit_context):
-        with torch.inference_mode():
-            fit_context(train_split.x_num, train_split.x_cat, train_split.targets())
-    split = data.splits[split_name]
-    preds = predict(forward, split, data.schema.tasks, batch_size=settings.batch_size, device=device,
-                    precision=settings.precision)
-    labels = _labels(split)
-    return task_metrics(data.schema.tasks, labels, preds), preds, labels
-
-
-def regression_mse(
-    tasks: tuple[Task, ...], labels: dict[str, np.ndarray], preds: dict[str, np.ndarray],
-    target_stats: dict[str, dict[str, float]],
-) -> tuple[dict[str, float], dict[str, float]]:
-    """MSE per regression task in original units (via meta.json's target_stats) and standardised."""
-    original, standardised = {}, {}
-    for t in tasks:
-        if t.type != "regression":
-            continue
-        standardised[t.name] = mse(labels[t.name], preds[t.name])
-        stats = target_stats.get(t.name)
-        if stats is None:
-            raise KeyError(f"meta.json target_stats has no entry for regression task {t.name!r}")
-        std, mean = float(stats["std"]), float(stats["mean"])
-        original[t.name] = mse(labels[t.name].astype(np.float64) * std + mean,
-                               preds[t.name].astype(np.float64) * std + mean)
-    return original, standardised
 
 
 @dataclass
@@ -236,7 +141,7 @@ def train_epoch(
         if batch is None:
             break
         optimizer.zero_grad(set_to_none=True)
-        with _autocast(device, settings.precision):
+        with autocast(device, settings.precision):
             if callable(custom_loss):
                 loss, outputs = custom_loss(batch.x_num, batch.x_cat, batch.targets, per_task_loss)
                 parts = {k: v.detach() for k, v in loss_fn.per_task(outputs, batch.targets).items()}
@@ -286,6 +191,7 @@ def train(
         forward = torch.compile(model, dynamic=False)  # type: ignore[assignment]
     train_split = place(data.splits["train"], device)
     data.splits = {"train": train_split, **{k: place(v, device) for k, v in data.splits.items() if k != "train"}}
+    eval_args: dict[str, Any] = {"batch_size": settings.batch_size, "device": device, "precision": settings.precision}
     generator = torch.Generator(device=train_split.device)
     generator.manual_seed(settings.seed)
     stopper = EarlyStopping(settings.patience)
@@ -318,7 +224,7 @@ def train(
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"epoch {epoch + 1}: training loss is {train_loss}; lower the learning rate "
                                      "(train.optim) or check the data")
-        val_metrics, _, _ = evaluate(model, forward, data, "val", train_split, settings, device)
+        val_metrics, _, _ = evaluate(model, forward, data, "val", train_split, **eval_args)
         val_mean = mean_metric(val_metrics)
         improved = stopper.step(val_mean, epoch)
         epoch_seconds = time.perf_counter() - t0
@@ -352,7 +258,7 @@ def train(
     model.load_state_dict(best["model"])
     model.to(device)
     val_metrics = dict(best["val"])  # measured at the best epoch, with these weights
-    test_metrics, test_preds, test_labels = evaluate(model, forward, data, "test", train_split, settings, device)
+    test_metrics, test_preds, test_labels = evaluate(model, forward, data, "test", train_split, **eval_args)
     test_mse, test_mse_std = regression_mse(tasks, test_labels, test_preds, data.meta.get("target_stats", {}))
     return RunResult(
         val=val_metrics, test=test_metrics, test_mse=test_mse, test_mse_standardised=test_mse_std,

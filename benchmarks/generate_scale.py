@@ -1,11 +1,11 @@
 """MultiTab-Bench generator at the paper's scale: 1,000,000 samples x 32 features, 7 tasks (PD 3, p 0.6).
 
-Targets (issue 3): under 3 s and under 1 GB of extra memory. Reports the median time of a few runs, the peak
+Targets: under 3 s and under 1 GB of extra memory. Reports the median time of a few runs, the peak
 memory allocated during one call (tracemalloc sees numpy's buffers, the returned arrays included) and the
 growth of the process's peak resident set, each with its ratio to the target. Exit status 1 if a target is
 missed. Run alone (`flock /tmp/multitab-bench.lock ...`): other processes on the machine slow it down.
 
-    PYTHONPATH=src python benchmarks/bench_generate.py [--n-samples 1000000] [--repeats 5]
+    PYTHONPATH=src python benchmarks/generate_scale.py [--n-samples 1000000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     median = statistics.median(times)
     report = {
-        "benchmark": "bench_generate",
+        "benchmark": "generate_scale",
         "shape": {"n_samples": a.n_samples, "n_features": a.n_features, "n_tasks": a.n_tasks},
         "seconds_median": round(median, 3),
         "seconds_all": [round(t, 3) for t in times],
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report, indent=2))
     ok = median < TARGET_SECONDS and peak < TARGET_BYTES
     if not ok:
-        print("bench_generate: target missed", file=sys.stderr)
+        print("generate_scale: target missed", file=sys.stderr)
     return 0 if ok else 1
 
 

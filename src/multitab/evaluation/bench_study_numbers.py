@@ -1,0 +1,211 @@
+"""The MultiTab-Bench study's numbers: the runs' metrics and curves as rows, Δm per seed, its summary over
+seeds, the paper's claim checked per configuration, and convergence (see bench_study.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from multitab.evaluation.config import SyntheticConfig
+from multitab.evaluation.curves import read_curve
+from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
+from multitab.evaluation.significance import t_test_greater
+
+METRICS_COLUMNS = ["config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev", "val_ev",
+                   "best_epoch", "epochs", "max_epochs", "stopped_early", "train_seconds", "samples_per_second",
+                   "n_train", "device"]
+CURVES_COLUMNS = ["config", "model", "seed", "epoch", "val_mean", "train_loss"]
+FIGURE5_GROUPS = ("correlation", "complexity", "count")
+FIGURE6_GROUPS = ("nonuniform",)
+DEFAULT_LABELS = {"stl_mlp": "STL", "mmoe": "MMoE", "ple": "PLE", "stem": "STEM", "multitab_net": "MultiTab-Net"}
+
+
+class StudyError(ValueError):
+    """A study input (metrics CSV, runs) is malformed; the message names the file and what to do."""
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    baseline: str = "stl_mlp"
+    model: str = "multitab_net"  # the claim's model
+    rivals: tuple[str, ...] = ("mmoe", "ple", "stem")
+    alpha: float = 0.05
+    labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
+    dpi: int = 150
+
+    def label(self, model: str) -> str:
+        return self.labels.get(model, model)
+
+
+# ------------------------------------------------------------------------------------------ collect
+def collect(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig], models: Sequence[str],
+            seeds: Sequence[int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(metrics rows, curve rows) of the runs <runs_dir>/<config>/<model>/seed<S>/ of `configs` x `models`
+    (x `seeds`; None = every seed folder found). Absent runs are simply absent (the outputs say `missing`)."""
+    runs_dir = Path(runs_dir)
+    metric_rows: list[dict[str, Any]] = []
+    curve_rows: list[dict[str, Any]] = []
+    for name, conf in configs.items():
+        for model in models:
+            folder = runs_dir / name / model
+            found = sorted(int(p.name[4:]) for p in folder.glob("seed*") if p.name[4:].isdigit())
+            for seed in found if seeds is None else [s for s in seeds if s in found]:
+                run_dir = folder / f"seed{seed}"
+                path = run_dir / "metrics.json"
+                if not path.is_file():
+                    continue
+                try:
+                    rec = json.loads(path.read_text())
+                except json.JSONDecodeError as e:
+                    raise StudyError(f"{path}: not valid JSON ({e}); delete it and re-run its train stage") from None
+                for task, value in (rec.get("test") or {}).items():
+                    metric_rows.append({
+                        "config": name, "groups": ";".join(conf.groups),
+                        "correlation": conf.correlation,
+                        "degrees": "-".join(map(str, conf.degrees or ())),
+                        "model": model, "seed": seed, "task": task,
+                        "test_ev": value, "val_ev": (rec.get("val") or {}).get(task),
+                        "best_epoch": rec.get("best_epoch"), "epochs": rec.get("epochs"),
+                        "max_epochs": rec.get("max_epochs"), "stopped_early": rec.get("stopped_early"),
+                        "train_seconds": rec.get("train_seconds"),
+                        "samples_per_second": rec.get("samples_per_second"),
+                        "n_train": (rec.get("n_rows") or {}).get("train"), "device": rec.get("device"),
+                    })
+                val = read_curve(run_dir, "val_mean")
+                loss = read_curve(run_dir, "train_loss")
+                if val is not None:
+                    for step, v in val.items():
+                        curve_rows.append({"config": name, "model": model, "seed": seed, "epoch": int(step) + 1,
+                                           "val_mean": v,
+                                           "train_loss": loss.get(step, math.nan) if loss is not None else math.nan})
+    return (pd.DataFrame.from_records(metric_rows, columns=METRICS_COLUMNS),
+            pd.DataFrame.from_records(curve_rows, columns=CURVES_COLUMNS))
+
+
+def read_metrics_csv(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise StudyError(f"{path}: metrics CSV not found (written by `aggregate_study` or `collect`)")
+    frame = pd.read_csv(path, dtype={"config": str, "model": str, "task": str, "groups": str, "degrees": str})
+    missing = [c for c in ("config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev")
+               if c not in frame.columns]
+    if missing:
+        raise StudyError(f"{path}: columns {missing} are missing; expected {METRICS_COLUMNS}")
+    return frame
+
+
+def configs_from_metrics(metrics: pd.DataFrame) -> dict[str, SyntheticConfig]:
+    """The configurations named in a metrics table, with the groups / p / PD it records."""
+    out: dict[str, SyntheticConfig] = {}
+    for name, part in metrics.groupby("config", sort=False):
+        row = part.iloc[0]
+        degrees = str(row["degrees"]) if isinstance(row["degrees"], str) and row["degrees"] else ""
+        corr = row["correlation"]
+        out[str(name)] = SyntheticConfig(
+            name=str(name), groups=tuple(str(row["groups"]).split(";")),
+            correlation=None if pd.isna(corr) else float(corr),
+            degrees=tuple(int(d) for d in degrees.split("-")) if degrees else None)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ numbers
+def delta_m_runs(metrics: pd.DataFrame, baseline: str = "stl_mlp") -> pd.DataFrame:
+    """Per-seed Δm (%) of every (config, model) against the baseline's seed mean: columns config, model,
+    seed, delta_m. A (config, model) without a complete baseline gets no rows."""
+    rows = []
+    for conf, part in metrics.groupby("config", sort=False):
+        wide = part.pivot_table(index=["model", "seed"], columns="task", values="test_ev", aggfunc="first")
+        if baseline not in wide.index.get_level_values("model"):
+            continue
+        base = wide.loc[baseline]
+        if base.isna().any().any():
+            continue
+        for model in dict.fromkeys(wide.index.get_level_values("model")):
+            runs = wide.loc[model]
+            runs = runs[runs.notna().all(axis=1)]
+            if runs.empty:
+                continue
+            try:
+                per_seed = delta_m_per_seed(runs, base, pairing="mean")
+            except UndefinedDeltaM:
+                continue
+            rows += [{"config": conf, "model": model, "seed": int(s), "delta_m": float(v)} for s, v in per_seed.items()]
+    return pd.DataFrame.from_records(rows, columns=["config", "model", "seed", "delta_m"])
+
+
+def summarise(dm: pd.DataFrame) -> pd.DataFrame:
+    """Mean, σ (ddof 1; NaN for one seed), standard error and n over seeds per (config, model)."""
+    rows = []
+    for (conf, model), part in dm.groupby(["config", "model"], sort=False):
+        v = part["delta_m"].to_numpy(dtype=float)
+        std = float(np.std(v, ddof=1)) if v.size > 1 else math.nan
+        rows.append({"config": conf, "model": model, "n_seeds": int(v.size), "mean": float(v.mean()),
+                     "std": std, "se": std / math.sqrt(v.size) if v.size > 1 else math.nan})
+    return pd.DataFrame.from_records(rows, columns=["config", "model", "n_seeds", "mean", "std", "se"])
+
+
+def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) -> pd.DataFrame:
+    """One row per (config, rival): the means, their difference, the one-sided t-test and whether the
+    paper's claim holds against that rival; `verdict` is the configuration's (same on each of its rows)."""
+    rows = []
+    for conf in configs:
+        part = dm[dm.config == conf]
+        ours = part.loc[part.model == settings.model, "delta_m"].to_numpy(dtype=float)
+        conf_rows = []
+        for rival in settings.rivals:
+            theirs = part.loc[part.model == rival, "delta_m"].to_numpy(dtype=float)
+            row: dict[str, Any] = {"config": conf, "model": settings.model, "rival": rival,
+                                   "n_model": ours.size, "n_rival": theirs.size, "mean_model": math.nan,
+                                   "mean_rival": math.nan, "difference": math.nan, "t": math.nan,
+                                   "p_value": math.nan, "status": "missing"}
+            if ours.size and theirs.size:
+                row.update(mean_model=float(ours.mean()), mean_rival=float(theirs.mean()),
+                           difference=float(ours.mean() - theirs.mean()))
+                if ours.size >= 2 and theirs.size >= 2:
+                    test = t_test_greater(ours, theirs, equal_var=True)
+                    row.update(t=test.statistic, p_value=test.pvalue)
+                if row["difference"] <= 0:
+                    row["status"] = "rival not below"
+                elif not math.isnan(row["p_value"]) and row["p_value"] < settings.alpha:
+                    row["status"] = "above (significant)"
+                else:
+                    row["status"] = "above (not significant)" if ours.size >= 2 and theirs.size >= 2 \
+                        else "above (untested: one seed)"
+            conf_rows.append(row)
+        statuses = [r["status"] for r in conf_rows]
+        if any(s == "missing" for s in statuses):
+            verdict = "missing"
+        elif any(s == "rival not below" for s in statuses):
+            verdict = "does not hold"
+        elif all(s == "above (significant)" for s in statuses):
+            verdict = "holds"
+        else:
+            verdict = "holds in the means only"
+        for r in conf_rows:
+            r["verdict"] = verdict
+        rows += conf_rows
+    return pd.DataFrame.from_records(rows, columns=["config", "model", "rival", "n_model", "n_rival", "mean_model",
+                                                    "mean_rival", "difference", "t", "p_value", "status",
+                                                    "verdict"])
+
+
+def convergence(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per (config, model): runs, runs stopped by early stopping, runs whose best epoch was their last at
+    the epoch cap (still improving: not converged), and the median epochs."""
+    runs = metrics.drop_duplicates(["config", "model", "seed"])
+    rows = []
+    for (conf, model), part in runs.groupby(["config", "model"], sort=False):
+        stopped = part["stopped_early"].astype(str).str.lower().eq("true")
+        capped = (~stopped) & (part["best_epoch"] == part["epochs"])
+        rows.append({"config": conf, "model": model, "runs": len(part), "stopped_early": int(stopped.sum()),
+                     "best_at_cap": int(capped.sum()), "median_epochs": float(part["epochs"].median()),
+                     "train_seconds_mean": float(part["train_seconds"].mean())})
+    return pd.DataFrame.from_records(rows, columns=["config", "model", "runs", "stopped_early", "best_at_cap",
+                                                    "median_epochs", "train_seconds_mean"])
