@@ -5,9 +5,10 @@ Layout (one context for the whole repository, `gx/`):
   asset `frame` and one batch definition `whole_frame` shared by every suite (each run passes its
   DataFrame as a batch parameter), and the Data Docs site `multitab` whose files go to the report folder
   (reports/validation/, git-ignored).
-- Built at run time from the schema (git-ignored): suites in gx/expectations/, validation definitions,
-  validation definitions (one per stage, dataset and split, named `<stage>-<dataset>-<split>`), and the validation
-  results in gx/uncommitted/. Before a suite runs, its earlier results and their pages are removed, so the
+- Built at run time from the schema (git-ignored): suites in gx/expectations/, validation definitions and
+  checkpoints (one each per stage, dataset and split, named `<stage>-<dataset>-<split>`; the checkpoint's
+  UpdateDataDocsAction builds the pages), and the validation results in gx/uncommitted/. The pages load
+  their CSS, scripts and fonts from the site itself (assets.py). Before a suite runs, its earlier results and their pages are removed, so the
   Data Docs index shows the latest result of every stage, dataset and split: what was checked, what failed.
 
 Data Docs are not DVC outputs: every validation stage writes into the same site (one index.html), and DVC
@@ -38,9 +39,11 @@ import great_expectations.expectations as gxe
 import great_expectations.util as gx_util
 import numpy as np
 import pandas as pd
+from great_expectations.checkpoint import UpdateDataDocsAction
 from great_expectations.core.run_identifier import RunIdentifier
 
 from multitab.io import atomic_path, read_json, write_json
+from multitab.validation.assets import make_offline
 from multitab.validation.config import ReportConfig
 
 log = logging.getLogger(__name__)
@@ -245,7 +248,7 @@ def run_suites(
     run_time = datetime.datetime.now(datetime.UTC)
     run_id = RunIdentifier(run_name=f"{run_time:%Y-%m-%dT%H%M%SZ}", run_time=run_time)
     results: dict[str, SplitResult] = {}
-    names: list[str] = []
+    pages: list[Path] = [report_dir / GX_SITE_DIR / "index.html"]
     for split, frame in frames.items():
         name = f"{stage}-{dataset}-{split}"
         _forget(context, name, report_dir)
@@ -259,13 +262,21 @@ def run_suites(
             )
         )
         vd = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=bd, suite=suite))
-        t0 = time.perf_counter()
-        vr = vd.run(
-            batch_parameters={"dataframe": frame},
-            result_format={"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows},
-            run_id=run_id,
+        # GX's checkpoint action builds the Data Docs pages of this result and its suite, and the index.
+        checkpoint = context.checkpoints.add(
+            gx.Checkpoint(
+                name=name,
+                validation_definitions=[vd],
+                actions=[UpdateDataDocsAction(name="data_docs", site_names=[SITE])],
+                result_format={"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows},
+            )
         )
-        names.append(name)
+        t0 = time.perf_counter()
+        (vr,) = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id).run_results.values()
+        pages += [
+            report_dir / GX_SITE_DIR / "expectations" / f"{name}.html",
+            *(report_dir / GX_SITE_DIR / "validations" / name).rglob("*.html"),
+        ]
         n_extra, more = (extra or {}).get(split, (0, ()))
         failures = tuple(
             dataclasses.replace(f, level=(levels or {}).get(f.check, "error"))
@@ -284,13 +295,8 @@ def run_suites(
             len(failures),
             results[split].seconds,
         )
-    # One Data Docs build for all splits (pages of these results, and the index of every result).
-    ids = [
-        k
-        for k in context.validation_results_store.list_keys()
-        if k.expectation_suite_identifier.name in names
-    ]
-    context.build_data_docs(site_names=[SITE], resource_identifiers=ids)
+    # GX's pages load their CSS, scripts and fonts from CDNs: serve them from the site instead.
+    make_offline(report_dir / GX_SITE_DIR, pages)
     outcome = Outcome(
         stage, dataset, results, report_dir / "index.html", dict(inputs or {}), dict(policy or {})
     )
@@ -315,6 +321,7 @@ def _forget(context: Any, name: str, report_dir: Path) -> None:
         if key.expectation_suite_identifier.name == name:
             store.remove_key(key)
     shutil.rmtree(report_dir / GX_SITE_DIR / "validations" / name, ignore_errors=True)
+    (report_dir / GX_SITE_DIR / "expectations" / f"{name}.html").unlink(missing_ok=True)
     (report_dir / "results" / f"{name}.json").unlink(missing_ok=True)
 
 
@@ -451,8 +458,7 @@ def _page_record(outcome: Outcome, split: str, report_dir: Path, run_time: datet
 def write_index(report_dir: str | Path) -> Path:
     """reports/validation/index.html: one static page (no scripts, opens offline) listing the latest
     result of every stage, dataset and split, the failed expectations in full, and links to Great
-    Expectations' page of each result. (GX's own index, gx/index.html, draws its table with scripts
-    from CDNs, so it stays empty offline.)"""
+    Expectations' page of each result. (GX's own index, gx/index.html, draws its table with scripts.)"""
     report_dir = Path(report_dir)
     records = [read_json(p) for p in sorted((report_dir / "results").glob("*.json"))]
     order = {"train": 0, "val": 1, "test": 2}
@@ -500,7 +506,7 @@ that the per-dataset policy, params.yaml validation.policy, reports instead of f
 Latest result of every stage, dataset and split, with the time it was produced; "stale" marks a split the latest
 run of its stage and dataset did not reach (its result is from an earlier run). Failed expectations are listed
 under their split; each result links to its Great Expectations page
-(<a href="{GX_SITE_DIR}/index.html">Great Expectations' own index</a> needs network access for its table).</p>
+(<a href="{GX_SITE_DIR}/index.html">Great Expectations' own index</a>: sortable, with a "Failed only" filter).</p>
 <table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>validated (UTC)</th><th>rows</th><th>expectations</th>
 <th>failed</th><th>details</th></tr></thead><tbody>
 {"".join(rows)}
