@@ -82,9 +82,7 @@ class Manifest:
 
 def load_manifest(path: str | Path = MANIFEST) -> Manifest:
     raw = read_json(path)
-    packages = tuple(
-        Package(spec, p["integrity"], tuple(p["files"])) for spec, p in raw["packages"].items()
-    )
+    packages = tuple(Package(spec, p["integrity"], tuple(p["files"])) for spec, p in raw["packages"].items())
     specs = {p.spec: p for p in packages}
     for url, target in raw["urls"].items():
         spec, file = _split_target(target)
@@ -94,7 +92,7 @@ def load_manifest(path: str | Path = MANIFEST) -> Manifest:
 
 
 def _split_target(target: str) -> tuple[str, str]:
-    """"@scope/name@1.0.0/dist/x.js" -> ("@scope/name@1.0.0", "dist/x.js")."""
+    """ "@scope/name@1.0.0/dist/x.js" -> ("@scope/name@1.0.0", "dist/x.js")."""
     at = target.index("@", 1)
     slash = target.index("/", at)
     return target[:slash], target[slash + 1 :]
@@ -111,7 +109,11 @@ def _integrity_of(data: bytes) -> str:
 def _cached(pkg: Package, cache: Path) -> bool:
     folder = cache / pkg.spec
     stamp = folder / _STAMP
-    return stamp.exists() and stamp.read_text() == pkg.integrity and all((folder / f).is_file() for f in pkg.files)
+    return (
+        stamp.exists()
+        and stamp.read_text() == pkg.integrity
+        and all((folder / f).is_file() for f in pkg.files)
+    )
 
 
 def missing(manifest: Manifest | None = None, cache: Path | None = None) -> list[str]:
@@ -126,7 +128,9 @@ def fetch(manifest: Manifest | None = None, cache: Path | None = None, *, timeou
     specs fetched. The registry is the manifest's unless NPM_CONFIG_REGISTRY names a mirror."""
     manifest = manifest or load_manifest()
     cache = cache or cache_dir()
-    registry = os.environ.get("NPM_CONFIG_REGISTRY") or os.environ.get("npm_config_registry") or manifest.registry
+    registry = (
+        os.environ.get("NPM_CONFIG_REGISTRY") or os.environ.get("npm_config_registry") or manifest.registry
+    )
     fetched = []
     for pkg in manifest.packages:
         if _cached(pkg, cache):
