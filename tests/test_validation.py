@@ -439,7 +439,7 @@ def test_results_carry_their_time_and_older_splits_are_marked_stale(
 ) -> None:
     import re
 
-    from multitab.validation.runner import write_index
+    from multitab.validation.report_page import write_index
 
     assert run_raw(env, capsys, "acs_income")[0] == 0
     record = json.loads((env["report"] / "results" / "validate_raw-acs_income-val.json").read_text())
