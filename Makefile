@@ -5,6 +5,10 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The npm packages Great Expectations' Data Docs load from CDNs (src/multitab/validation/datadocs_assets.json),
+# fetched once with their integrity checked so that the pages work offline; tests read only this cache.
+ASSETS := .cache/datadocs/.fetched
+ASSETS_MANIFEST := src/multitab/validation/datadocs_assets.json
 
 # Offline by design: no telemetry, no update checks.
 export DO_NOT_TRACK := 1
@@ -18,7 +22,7 @@ export PYTHONUNBUFFERED := 1
 # Stage commands in dvc.yaml call `python`: the venv's.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro study test lint ui benchmarks clean-venv
+.PHONY: repro study test lint ui benchmarks clean-venv assets
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -29,15 +33,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-repro: $(STAMP)
+$(ASSETS): $(ASSETS_MANIFEST) $(STAMP)
+	$(BIN)/python -m multitab.validation.assets
+	@touch $@
+
+assets: $(ASSETS)
+
+repro: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline
 
-test: $(STAMP)
+test: $(STAMP) $(ASSETS)
 	$(BIN)/ruff check src stages flows tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-ui: $(STAMP)
+ui: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.deploy
 
 # The speed and memory targets (benchmarks/, docs/benchmarks.md); "bench" is MultiTab-Bench.
@@ -50,5 +60,5 @@ clean-venv:
 # The MultiTab-Bench study (Figures 5 and 6 to convergence, several seeds; params `study`): the same DVC
 # stages and Prefect flow as `repro`, in their study variant, which `make repro` leaves out.
 # Outputs: results/study_report/ (report.md, figures, tables, metrics.csv).
-study: $(STAMP)
+study: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline --targets aggregate_study

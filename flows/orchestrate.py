@@ -57,7 +57,7 @@ _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?
 _VALIDATION_HEAD = re.compile(r"expectations? failed")
 _DVC_CHATTER = re.compile(r"^(Running stage|> |Stage '|Updating lock|Generating lock|To track|To enable|Use `dvc|\s*git add|\s*dvc config)")
 _CAUSE_CHARS = 300
-# Where the validation stages keep one record per stage, dataset and split (multitab.validation.runner).
+# Where the validation stages keep one record per stage, dataset and split (multitab.validation.report_page).
 VALIDATION_RESULTS = "reports/validation/results"
 # What `aggregate` writes that the summary artifact quotes (dvc.yaml).
 METRICS, REPORT = "results/metrics.json", "results/report.md"

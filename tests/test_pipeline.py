@@ -309,7 +309,7 @@ def test_only_stale_stages_get_a_task_and_states_say_what_dvc_did(tmp_path):
 
 
 def test_failed_validation_publishes_a_table_of_its_failed_expectations(tmp_path):
-    # A stand-in for validate_raw@toy: writes the record multitab.validation.runner writes for a failed split
+    # A stand-in for validate_raw@toy: writes the record multitab.validation.report_page describes for a failed split
     # and exits as stages/validate_raw.py does.
     record = {
         "stage": "validate_raw", "dataset": "toy", "split": "val", "success": False, "rows": 10,

@@ -398,12 +398,48 @@ def test_data_docs_index_shows_failed_expectations(env: dict, capsys: pytest.Cap
     )
 
 
+def test_data_docs_pages_load_nothing_from_the_network(env: dict, capsys: pytest.CaptureFixture) -> None:
+    """Every generated page (the project's index, GX's index, result and suite pages) references no
+    off-site URL in src=, href= or url(...), and every local reference resolves to a file of the site."""
+    import re
+
+    from multitab.validation import assets
+
+    assert not assets.missing(), (
+        f"Data Docs assets not fetched into {assets.cache_dir()}: run `python -m multitab.validation.assets` "
+        "(make does it before test and repro)"
+    )
+
+    def corrupt(f: Frames) -> None:
+        f["test"].loc[4, "marital"] = 5
+
+    assert_fails(run_raw(env, capsys, "acs_income", corrupt), "test", "marital", "labels")
+    pages = sorted(env["report"].rglob("*.html"))
+    gx_pages = [p for p in pages if "validate_raw-acs_income-test" in p.as_posix()]
+    assert (env["report"] / "gx" / "index.html") in pages and len(gx_pages) == 2, pages  # result + suite page
+    # every CDN URL of the manifest but one: the index loads filter-control's .min.css, other pages its .css
+    n_cdn = len(assets.load_manifest().urls) - 1
+    for page in pages:
+        text = page.read_text()
+        assert not assets.external_references(text), f"{page}: {assets.external_references(text)}"
+        refs = [r for r in assets.REFERENCE.findall(text) if r and not r.startswith(("#", "data:", "{"))]
+        for ref in refs:
+            assert (page.parent / ref.split("#")[0]).is_file(), f"{page}: {ref} points to nothing"
+        if page.is_relative_to(env["report"] / "gx"):  # each of GX's CDN files, now from the site
+            assert sum("static/vendor/" in r for r in refs) == n_cdn, (page, refs)
+    # the status icons and the "Failed only" filter need Font Awesome's fonts and jQuery next to the pages
+    vendor = env["report"] / "gx" / assets.VENDOR
+    assert (vendor / "@fortawesome/fontawesome-free@6.6.0/webfonts/fa-solid-900.woff2").is_file()
+    index = (env["report"] / "gx" / "index.html").read_text()
+    assert re.search(r'<script src="static/vendor/jquery@3\.7\.1/dist/jquery\.min\.js">', index)
+
+
 def test_results_carry_their_time_and_older_splits_are_marked_stale(
     env: dict, capsys: pytest.CaptureFixture
 ) -> None:
     import re
 
-    from multitab.validation.runner import write_index
+    from multitab.validation.report_page import write_index
 
     assert run_raw(env, capsys, "acs_income")[0] == 0
     record = json.loads((env["report"] / "results" / "validate_raw-acs_income-val.json").read_text())

@@ -5,7 +5,8 @@ great_expectations installed).
 """
 
 from multitab.validation.config import ValidationConfig, load_validation_config
-from multitab.validation.runner import Failure, Outcome, open_context
+from multitab.validation.failures import Failure, Outcome
+from multitab.validation.runner import open_context
 from multitab.validation.validate import expected_rows, validate_processed, validate_raw
 
 __all__ = [

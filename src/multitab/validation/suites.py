@@ -7,7 +7,7 @@ tests key on it. Bounds the summary needs to find offending rows (`low`, `high`)
 Speed: on an 11-million-row split Great Expectations' pandas map metrics cost about a second per
 column, and `expect_column_values_to_be_between` falls back to a Python loop for float32 columns. Range
 and finiteness checks therefore use the aggregate min/max expectations (a vectorised pass each); the
-offending rows of a failed range check are found afterwards by `runner.offending_rows`.
+offending rows of a failed range check are found afterwards by `failures.offending_rows`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.io import read_json, sha256_file
 from multitab.validation import suites
 from multitab.validation.config import ValidationConfig
-from multitab.validation.runner import Failure, Outcome, open_context, run_suites
+from multitab.validation.failures import Failure, Outcome
+from multitab.validation.runner import open_context, run_suites
 
 log = logging.getLogger(__name__)
 
