@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from multitab.datasets.schema import SCHEMAS, DatasetSchema
 from multitab.models import MODELS, build_model, training_defaults
+from multitab.models.accelerate import accelerate_cpu
 from multitab.runtime import tune_cpu_runtime
 
 AUTHORS_HIGGS = {"per_sample_mixing": 5918.0, "attention": 3443.0}
@@ -78,8 +79,11 @@ def make_stepper(
     fused: bool = True,
     cuda_graph: bool = False,
 ) -> Callable[[int], float]:
-    """-> run(steps) -> training samples/s over `steps` steps (after the caller's warm-up)."""
+    """-> run(steps) -> training samples/s over `steps` steps (after the caller's warm-up). On CPU the model
+    gets the chunked kernels swapped in, as training does (accelerate_cpu)."""
     model.to(device).train()
+    if device.type == "cpu":
+        accelerate_cpu(model)
     opt_cls = torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam
     graph = cuda_graph and device.type == "cuda" and not hasattr(model, "training_loss")
     # A captured step needs an optimizer whose state stays on the device (capturable).

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from multitab.datasets.schema import Task
 from multitab.evaluation.metrics import mean_metric, mse, task_metrics
+from multitab.models.accelerate import accelerate_cpu
 from multitab.runtime import tune_cpu_runtime
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
@@ -118,8 +119,10 @@ def make_optimizer(model: torch.nn.Module, settings: RunSettings) -> torch.optim
 
 
 def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    if precision == "bf16" and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+    """bf16: autocast on CUDA and on CPU (opt-in; on CPU the chunked fp32 kernels step aside and the
+    reference ops run in bfloat16, see benchmarks/model_throughput.py --bench-shapes)."""
+    if precision == "bf16" and device.type in ("cuda", "cpu"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -273,11 +276,11 @@ def train(
     epoch's weights, and return the metrics. The caller seeds torch before building the model.
     `run_settings` (what `run_fingerprint` hashes) is stored to explain a mismatch on resume."""
     device = resolve_device(settings.device)
-    if settings.precision == "bf16" and device.type != "cuda":
-        log.warning("precision bf16 applies on CUDA only; training in float32 on %s", device)
     tasks = data.schema.tasks
     loss_fn = MultitaskLoss(tasks)
     model.to(device)
+    if device.type == "cpu":
+        accelerate_cpu(model)  # the chunked CPU kernels (models/accelerate.py): same parameters and function
     optimizer = make_optimizer(model, settings)
     forward: Callable[..., dict[str, torch.Tensor]] = model
     if settings.compile and device.type == "cuda":
