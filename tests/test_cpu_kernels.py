@@ -196,8 +196,13 @@ def test_long_sequences_and_autocast_keep_the_reference_path() -> None:
     layer = TransformerLayer(d=8, n_heads=2, ffn_d_hidden=32)
     fast = accelerate_cpu(copy.deepcopy(layer))
     x = torch.randn(4, 7, 8)
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16: the reference ops, so the same bits
-        assert torch.equal(fast(x), layer(x))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16: the FFN takes the reference ops (same bits) ...
+        assert torch.equal(fast.ffn(x), layer.ffn(x))
+        att, ref_bf16 = fast.attention(x), layer.attention(x)
+    # ... and attention over short sequences the float32 kernel: the float32 result, not the bf16 one
+    assert att.dtype == torch.float32 and ref_bf16.dtype == torch.bfloat16
+    torch.testing.assert_close(att, layer.attention(x))
+    assert not torch.equal(att, ref_bf16.float())
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")

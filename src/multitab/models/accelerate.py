@@ -6,7 +6,10 @@ same object, parameters, buffers, hooks and state_dict keys, only ``forward`` di
 interchangeable between a model and its accelerated self, and both compute the same function (up to
 float summation order; tests/test_cpu_kernels.py). The fast forward takes the kernels only where they
 apply (float32 CPU tensors outside autocast and tracing; attention: short sequences, no rotary positions,
-no returned weights) and the reference ops otherwise, so an accelerated model still runs anywhere.
+no returned weights) and the reference ops otherwise, so an accelerated model still runs anywhere. Under
+CPU bf16 autocast (train.precision bf16, opt-in) the feed-forward runs the reference ops in bf16, and the
+attention over feature tokens runs in float32 through the kernel (faster than bf16 flash attention with
+tiny heads; benchmarks/model_throughput.py --bench-shapes); float32 training is unaffected.
 
 Training calls it when the device is the CPU (training/loop.py); FLOP counting (evaluation/complexity.py)
 does not, so its per-module hooks see every Linear layer called.
@@ -14,6 +17,7 @@ does not, so its per-module hooks see every Linear layer called.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from multitab.models.blocks import FeedForward, SelfAttention
@@ -23,6 +27,10 @@ from multitab.models.cpu_kernels import (
     use_cpu_kernels,
     uses_small_head_kernel,
 )
+
+
+def _cpu_autocast(x: Tensor) -> bool:
+    return x.device.type == "cpu" and torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling()
 
 
 class CPUFeedForward(FeedForward):
@@ -42,6 +50,11 @@ class CPUSelfAttention(SelfAttention):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
+        if _cpu_autocast(x) and not need_weights and uses_small_head_kernel(self.n_heads, x.shape[1]):
+            # bf16 autocast: PyTorch's CPU flash attention in bf16 is slow for tiny heads, so the whole
+            # layer takes the float32 kernel (MultiTab-Net at the bench shapes: bf16 0.72x fp32 -> 1.7x)
+            with torch.autocast("cpu", enabled=False):
+                return self.forward(x.float(), None if mask is None else mask.float())
         small = uses_small_head_kernel(self.n_heads, x.shape[1])
         if need_weights or self.rotary is not None or not small or not use_cpu_kernels(x):
             return super().forward(x, mask, need_weights)
