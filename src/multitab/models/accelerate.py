@@ -50,12 +50,12 @@ class CPUSelfAttention(SelfAttention):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        if _cpu_autocast(x) and not need_weights and uses_small_head_kernel(self.n_heads, x.shape[1]):
+        small = uses_small_head_kernel(self.n_heads, x.shape[1])
+        if _cpu_autocast(x) and small and not need_weights and self.rotary is None:
             # bf16 autocast: PyTorch's CPU flash attention in bf16 is slow for tiny heads, so the whole
             # layer takes the float32 kernel (MultiTab-Net at the bench shapes: bf16 0.72x fp32 -> 1.7x)
             with torch.autocast("cpu", enabled=False):
                 return self.forward(x.float(), None if mask is None else mask.float())
-        small = uses_small_head_kernel(self.n_heads, x.shape[1])
         if need_weights or self.rotary is not None or not small or not use_cpu_kernels(x):
             return super().forward(x, mask, need_weights)
         p = self.dropout if self.training else 0.0
