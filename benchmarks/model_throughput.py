@@ -313,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="MultiTab-Bench study shapes on CPU, 1 thread: fp32 vs bf16 throughput of the study's "
                         "models, then short runs' test EV in both (--bench-n-samples, --bench-epochs)")
     p.add_argument("--bench-n-samples", type=int, default=20_000)
-    p.add_argument("--bench-epochs", type=int, default=3)
+    p.add_argument("--bench-epochs", type=int, default=3, help="0: no short runs")
+    p.add_argument("--bench-run-batch", type=int, default=None,
+                   help="batch size of the short runs (default --batch-size; 128, the bench profile's, learns in "
+                        "3 epochs where 2048 leaves the expert models on their initial plateau)")
+    p.add_argument("--bench-no-throughput", action="store_true", help="only the short runs")
     args = p.parse_args(argv)
     if args.bench_shapes:
         return bench_shapes(args)
@@ -375,12 +379,13 @@ def bench_shapes(args: argparse.Namespace) -> int:
         "mode": "bench-shapes", "device": "cpu", "threads": 1, "batch_size": args.batch_size, "cpu": cpu,
         "amx_bf16": "amx_bf16" in flags, "cores": os.cpu_count(), "torch": torch.__version__,
         "load_average_before": list(os.getloadavg()),
-        "throughput": bench_throughput(models, batch_size=args.batch_size, warmup=args.warmup, steps=args.steps,
-                                       repeats=args.repeats),
     }
+    if not args.bench_no_throughput:
+        results["throughput"] = bench_throughput(models, batch_size=args.batch_size, warmup=args.warmup,
+                                                 steps=args.steps, repeats=args.repeats)
     if args.bench_epochs > 0:
         results["accuracy"] = bench_accuracy(models, n_samples=args.bench_n_samples, epochs=args.bench_epochs,
-                                             batch_size=args.batch_size)
+                                             batch_size=args.bench_run_batch or args.batch_size)
     results["load_average_after"] = list(os.getloadavg())
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
