@@ -88,7 +88,17 @@ def config(models: list[str], precision: str = "fp32") -> Any:
 def run(out: Path, models: list[str]) -> None:
     from multitab.training.run import RunSpec, run_training
 
+    import subprocess
+
+    import multitab
+
     out.mkdir(parents=True, exist_ok=True)
+    package = Path(multitab.__file__).parent
+    commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--", "."], capture_output=True,
+                           text=True).stdout.strip()
+    (out / "info.json").write_text(json.dumps({"package": str(package), "commit": commit, "uncommitted_changes": bool(dirty),
+                                               "torch": torch.__version__, "models": models}, indent=1))
     data = {"p06_pd3_t3": out / "data" / "p06_pd3_t3", "standin_tiny": out / "data" / "standin_tiny"}
     write_bench(data["p06_pd3_t3"])
     write_standin(data["standin_tiny"])
@@ -175,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     print("ALL IDENTICAL" if same else "DIFFERENCES FOUND")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"identical": same, "runs": report}, indent=1) + "\n")
+        info = {k: json.loads((d / "info.json").read_text()) if (d / "info.json").exists() else None
+                for k, d in (("a", args.a), ("b", args.b))}
+        args.json.write_text(json.dumps({"identical": same, "checkouts": info, "runs": report}, indent=1) + "\n")
     return 0 if same else 1
 
 
