@@ -86,11 +86,10 @@ def config(models: list[str], precision: str = "fp32") -> Any:
 
 
 def run(out: Path, models: list[str]) -> None:
-    from multitab.training.run import RunSpec, run_training
-
     import subprocess
 
     import multitab
+    from multitab.training.run import RunSpec, run_training
 
     out.mkdir(parents=True, exist_ok=True)
     package = Path(multitab.__file__).parent
