@@ -53,7 +53,8 @@ class CPUSelfAttention(SelfAttention):
         small = uses_small_head_kernel(self.n_heads, x.shape[1])
         if _cpu_autocast(x) and small and not need_weights and self.rotary is None:
             # bf16 autocast: PyTorch's CPU flash attention in bf16 is slow for tiny heads, so the whole
-            # layer takes the float32 kernel (MultiTab-Net at the bench shapes: bf16 0.72x fp32 -> 1.7x)
+            # layer takes the float32 kernel. MultiTab-Net at the bench shapes, 1 thread: bf16 trained at
+            # 0.7x its fp32 rate without this, 1.8x with it (results/benchmarks/bench_shapes_cpu.json).
             with torch.autocast("cpu", enabled=False):
                 return self.forward(x.float(), None if mask is None else mask.float())
         if need_weights or self.rotary is not None or not small or not use_cpu_kernels(x):
