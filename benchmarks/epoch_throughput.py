@@ -38,6 +38,7 @@ import torch
 
 from multitab.datasets.schema import HIGGS
 from multitab.models import build_model, training_defaults
+from multitab.models.accelerate import accelerate_cpu
 from multitab.runtime import tune_cpu_runtime
 from multitab.training.data import iterate_batches, load_processed, place
 from multitab.training.device import autocast, resolve_device
@@ -125,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(0)
     model = build_model("multitab_net", data.meta).to(device)
+    if device.type == "cpu":
+        accelerate_cpu(model)  # as training does
     res["model_config"] = "multitab_net, Higgs selected configuration (build_model defaults)"
     res["n_params"] = sum(p.numel() for p in model.parameters())
     opt = training_defaults("higgs", "multitab_net")

@@ -1,14 +1,18 @@
-"""The chunked CPU kernels (models/cpu_kernels.py) against the reference PyTorch ops they replace."""
+"""The chunked CPU kernels (models/cpu_kernels.py) against the reference PyTorch ops they replace, and a
+layer against its accelerated self (models/accelerate.py)."""
 
 from __future__ import annotations
 
+import copy
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from multitab.models import accelerate as A
 from multitab.models import cpu_kernels as K
+from multitab.models.accelerate import CPUFeedForward, CPUSelfAttention, accelerate_cpu
 from multitab.models.blocks import FeedForward, SelfAttention, TransformerLayer
 from multitab.models.multitab_net import MASKS, attention_mask
 from multitab.runtime import keep_freed_memory, tune_cpu_runtime
@@ -156,27 +160,30 @@ def test_attention_blocked_keys_get_exactly_zero_gradient() -> None:
     assert (grad[:, t:, v_slice] != 0).any()
 
 
-def test_modules_take_the_kernels_on_cpu_and_agree_with_the_reference_path() -> None:
+def test_accelerated_layer_takes_the_kernels_and_agrees_with_the_plain_layer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     torch.manual_seed(0)
     layer = TransformerLayer(d=8, n_heads=2, ffn_d_hidden=32)
+    fast = accelerate_cpu(copy.deepcopy(layer))
+    assert type(fast.ffn) is CPUFeedForward and type(fast.attention) is CPUSelfAttention
+    assert type(layer.ffn) is FeedForward and type(layer.attention) is SelfAttention  # the plain model is plain
+    assert list(fast.state_dict()) == list(layer.state_dict())  # checkpoints are interchangeable
     mask = attention_mask(2, 5, "t_t")
     x = torch.randn(4, 7, 8, requires_grad=True)
     assert K.use_cpu_kernels(x) and K.uses_small_head_kernel(2, 7)
-    out = layer(x, mask)
+    calls: list[str] = []
+    monkeypatch.setattr(A, "feed_forward", lambda *a: calls.append("ffn") or K.feed_forward(*a))
+    monkeypatch.setattr(A, "small_head_attention", lambda *a: calls.append("att") or K.small_head_attention(*a))
+    out = fast(x, mask)
+    assert calls == ["att", "ffn"]  # the accelerated layer took both kernels
     (grad,) = torch.autograd.grad(out.sum(), x)
-
-    def reference(x: torch.Tensor) -> torch.Tensor:
-        attn: SelfAttention = layer.attention
-        y, _ = attn(layer.attention_norm(x), mask, need_weights=True)  # the explicit softmax path
-        x = x + y
-        assert isinstance(layer.ffn.act, torch.nn.GELU) and layer.ffn.act.approximate == "none"
-        ffn: FeedForward = layer.ffn
-        return x + ffn.linear2(ffn.act(ffn.linear1(layer.ffn_norm(x))))
-
-    ref = reference(x)
+    ref = layer(x, mask)
+    assert calls == ["att", "ffn"]  # the plain layer took none
     (ref_grad,) = torch.autograd.grad(ref.sum(), x)
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(grad, ref_grad)
+    assert accelerate_cpu(fast) is fast and type(fast.ffn) is CPUFeedForward  # idempotent
 
 
 def test_long_sequences_and_autocast_keep_the_reference_path() -> None:
@@ -185,6 +192,17 @@ def test_long_sequences_and_autocast_keep_the_reference_path() -> None:
     assert not K.use_cpu_kernels(x.double())
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not K.use_cpu_kernels(x)
+    torch.manual_seed(0)
+    layer = TransformerLayer(d=8, n_heads=2, ffn_d_hidden=32)
+    fast = accelerate_cpu(copy.deepcopy(layer))
+    x = torch.randn(4, 7, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16: the FFN takes the reference ops (same bits) ...
+        assert torch.equal(fast.ffn(x), layer.ffn(x))
+        att, ref_bf16 = fast.attention(x), layer.attention(x)
+    # ... and attention over short sequences the float32 kernel: the float32 result, not the bf16 one
+    assert att.dtype == torch.float32 and ref_bf16.dtype == torch.bfloat16
+    torch.testing.assert_close(att, layer.attention(x))
+    assert not torch.equal(att, ref_bf16.float())
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")

@@ -41,3 +41,27 @@ def test_every_model_trains_end_to_end(name: str, tiny: Path, tmp_path: Path) ->
     assert record["epochs"] >= 1 and len(history) >= 1
     # Every run leaves its checkpoint folder (the train stages declare it as an output).
     assert (tmp_path / "ck").is_dir() and any((tmp_path / "ck").iterdir())
+
+
+def test_cpu_training_swaps_in_the_kernels_and_bf16_autocast_takes_effect(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from multitab.models.accelerate import CPUFeedForward, CPUSelfAttention, accelerate_cpu
+    from multitab.training import loop
+
+    trained: list[torch.nn.Module] = []
+    monkeypatch.setattr(loop, "accelerate_cpu", lambda m: trained.append(accelerate_cpu(m)) or m)
+    records = {}
+    for precision in ("fp32", "bf16"):
+        config = TrainConfig(
+            datasets=("tiny",), models=("multitab_net",), seeds=(0,), device="cpu", precision=precision,  # type: ignore[arg-type]
+            compile=False, deterministic=True, num_threads=1, batch_size=128, max_epochs=1, max_train_rows=None,
+            patience={"default": 5}, xgboost_early_stopping_rounds=3, progress=False,
+        )
+        spec = RunSpec(dataset="tiny", model="multitab_net", seed=0, data_path=tiny, checkpoint_dir=tmp_path / precision)
+        records[precision], _ = run_training(spec, config)
+    assert len(trained) == 2
+    kinds = {type(m) for m in trained[0].modules()}
+    assert CPUFeedForward in kinds and CPUSelfAttention in kinds
+    assert all(v is not None for v in records["bf16"]["test"].values())
+    assert records["bf16"]["test"] != records["fp32"]["test"]  # bf16 is not silently float32 on CPU any more

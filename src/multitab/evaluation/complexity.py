@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from multitab.datasets.schema import DatasetSchema
-from multitab.models.cpu_kernels import reference_ops
+from multitab.models.accelerate import ACCELERATED
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,10 @@ def _module_macs(m: nn.Module, inputs: tuple[Any, ...], output: Any, rules: dict
 def count_macs(model: nn.Module, x_num: Tensor, x_cat: Tensor) -> int:
     """MACs of one forward pass of `model` on (x_num, x_cat), ptflops-style (see module docstring).
     A module inside nn.MultiheadAttention is not visited separately (the MHA formula covers it)."""
+    fast = sorted({type(m).__name__ for m in model.modules() if type(m) in ACCELERATED})
+    if fast:
+        raise ValueError(f"complexity: count MACs on a plain model; this one has CPU kernels swapped in ({fast}), "
+                         "whose forward calls no Linear module (build it without accelerate_cpu)")
     rules = _rtdl_rules()
     total = 0
     skip: set[int] = set()
@@ -119,7 +123,8 @@ def count_macs(model: nn.Module, x_num: Tensor, x_cat: Tensor) -> int:
     was_training = model.training
     try:
         model.eval()
-        with torch.no_grad(), reference_ops():  # every Linear called as a module, so its hook fires
+        # A plain model (not accelerate_cpu'd) calls every Linear as a module, so its hook fires.
+        with torch.no_grad():
             model(x_num, x_cat)
     finally:
         for h in handles:

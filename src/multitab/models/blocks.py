@@ -13,6 +13,9 @@ Initialisation ("authors"): every Linear weight ~ N(0, 0.01^2), biases 0, except
 projection of a standard attention layer, which keeps PyTorch's nn.MultiheadAttention default
 (Xavier-uniform weight, zero bias), as in their code (docs/deviations.md S4).
 "rtdl": U(+-1/sqrt(fan_in)) weights and biases.
+
+Plain PyTorch: the chunked CPU kernels (cpu_kernels.py) are swapped in by ``accelerate_cpu(model)``
+(accelerate.py), which training calls on CPU.
 """
 
 from __future__ import annotations
@@ -24,12 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multitab.models.cpu_kernels import (
-    feed_forward,
-    small_head_attention,
-    use_cpu_kernels,
-    uses_small_head_kernel,
-)
 from multitab.models.tokenizer import Init, init_bias_, init_weight_
 
 QKVInit = Literal["xavier", "normal"]
@@ -111,9 +108,6 @@ class SelfAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         b, length, d = x.shape
         p = self.dropout if self.training else 0.0
-        small = uses_small_head_kernel(self.n_heads, length)
-        if not need_weights and self.rotary is None and small and use_cpu_kernels(x):
-            return self.out(small_head_attention(self.qkv(x), mask, self.n_heads, p))  # cpu_kernels.py
         q, k, v = self.qkv(x).view(b, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)  # (B, h, L, d_head)
@@ -182,10 +176,6 @@ class FeedForward(nn.Module):
         init_linear_(self.linear2, init)
 
     def forward(self, x: Tensor) -> Tensor:
-        if use_cpu_kernels(x):  # chunked, in cache: cpu_kernels.py
-            p = self.dropout if self.training else 0.0
-            l1, l2 = self.linear1, self.linear2
-            return feed_forward(x, l1.weight, l1.bias, l2.weight, l2.bias, p, self.activation)
         return self.linear2(self.drop(self.act(self.linear1(x))))
 
 

@@ -19,14 +19,14 @@ dropout applied in place and the backward pass written out by hand:
 - ``small_head_attention``: multi-head self-attention from the fused q/k/v projection output, with an
   additive mask, as batched matrix products; scores and weights of a chunk never leave the cache.
 
-They are used on CPU only (``use_cpu_kernels``); on CUDA the reference ops are better and are what
+The model files call the reference ops only; ``accelerate_cpu(model)`` (accelerate.py) swaps in the
+modules that call these kernels, and training does so on CPU. Even then they run only on float32 CPU
+tensors outside autocast (``use_cpu_kernels``); on CUDA the reference ops are better and are what
 torch.compile fuses. ``benchmarks/model_throughput.py`` measures the gain.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -38,26 +38,10 @@ from torch.autograd.function import once_differentiable
 _CHUNK_BYTES = 1 << 20
 
 
-_enabled = True
-
-
-@contextlib.contextmanager
-def reference_ops() -> Iterator[None]:
-    """Run the reference PyTorch ops inside the block, e.g. so that per-module forward hooks (FLOP
-    counting: evaluation/complexity.py) see every Linear layer called."""
-    global _enabled
-    previous, _enabled = _enabled, False
-    try:
-        yield
-    finally:
-        _enabled = previous
-
-
 def use_cpu_kernels(x: Tensor) -> bool:
     """The chunked paths run for float32 CPU tensors outside autocast and tracing."""
     return (
-        _enabled
-        and x.device.type == "cpu"
+        x.device.type == "cpu"
         and x.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
         and not torch.compiler.is_compiling()

@@ -25,16 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-from torch import Tensor, nn
-
 from multitab.datasets.schema import DatasetSchema
-from multitab.models.base import MultitaskModel, cat_cardinalities
-from multitab.models.mlp_blocks import ExtractionLayer, Towers, check_dims, check_dropout, init_normal_
-from multitab.models.tokenizer import FeatureTokenizer
+from multitab.models._extraction import _ExtractionModel
 
 
-class STEM(MultitaskModel):
+class STEM(_ExtractionModel):
     """Shared and task-specific embeddings with all-expert, stop-gradient gating.
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or
@@ -55,55 +50,9 @@ class STEM(MultitaskModel):
         towers_read_shared: bool = True,
         stop_gradient_shared: bool = False,
     ) -> None:
-        super().__init__(schema=schema)
-        if n_layers < 1:
-            raise ValueError(f"{n_layers=} must be >= 1")
-        if n_task_experts < 1 or n_shared_experts < 1:
-            raise ValueError(f"{n_task_experts=} and {n_shared_experts=} must be >= 1")
-        expert_d_hidden = check_dims("expert_d_hidden", expert_d_hidden)
-        tower_d_hidden = check_dims("tower_d_hidden", tower_d_hidden, allow_empty=True)
-        dropout = check_dropout(dropout)
-        self.d_embedding = d_embedding
-        # T task embeddings + 1 shared embedding, side by side in one tokenizer.
-        self.tokenizer = FeatureTokenizer(
-            n_num=schema.n_num,
-            cat_cardinalities=cat_cardinalities(schema),
-            d_embedding=(self.n_tasks + 1) * d_embedding,
+        super().__init__(
+            schema=schema, d_embedding=d_embedding, n_layers=n_layers, n_task_experts=n_task_experts,
+            n_shared_experts=n_shared_experts, expert_d_hidden=expert_d_hidden, tower_d_hidden=tower_d_hidden,
+            dropout=dropout, towers_read_shared=towers_read_shared, task_embeddings=True, gate_all_experts=True,
+            min_task_experts=1, stop_gradient_shared=stop_gradient_shared,
         )
-        d_in = self.tokenizer.n_tokens * d_embedding
-        self.layers = nn.ModuleList(
-            ExtractionLayer(
-                n_tasks=self.n_tasks,
-                n_task_experts=n_task_experts,
-                n_shared_experts=n_shared_experts,
-                d_in=d_in if i == 0 else expert_d_hidden[-1],
-                d_hidden=expert_d_hidden,
-                dropout=dropout,
-                shared_gate=towers_read_shared or i < n_layers - 1,
-                gate_all_experts=True,
-                stop_gradient_shared=stop_gradient_shared,
-            )
-            for i in range(n_layers)
-        )
-        self.towers_read_shared = towers_read_shared
-        d_tower = (2 if towers_read_shared else 1) * expert_d_hidden[-1]
-        self.towers = Towers(schema.tasks, d_tower, tower_d_hidden, dropout)
-        init_normal_(self)
-
-    def embed(self, x_num: Tensor, x_cat: Tensor) -> Tensor:
-        """-> [n_tasks + 1, B, n_features * d_embedding]: task t's embedding at t, the shared one last."""
-        tokens = self.tokenizer(x_num, x_cat)  # (B, n_features, (T + 1) * d)
-        b, f, _ = tokens.shape
-        return (
-            tokens.view(b, f, self.n_tasks + 1, self.d_embedding)
-            .permute(2, 0, 1, 3)
-            .reshape(self.n_tasks + 1, b, -1)
-        )
-
-    def forward(self, x_num: Tensor, x_cat: Tensor) -> dict[str, Tensor]:
-        h = self.embed(x_num, x_cat)
-        for layer in self.layers:
-            h = layer(h)  # (n_tasks + 1, B, d_expert)
-        if not self.towers_read_shared:
-            return self.towers(h)  # (n_tasks, B, d_expert): the papers' towers
-        return self.towers(torch.cat([h[:-1], h[-1:].expand(self.n_tasks, -1, -1)], dim=-1))

@@ -38,7 +38,7 @@ class TrainConfig:
     models: tuple[str, ...]  # registry names (multitab.models.MODELS)
     seeds: tuple[int, ...]
     device: Literal["auto", "cpu", "cuda"]
-    precision: Literal["fp32", "bf16"]  # bf16 = autocast on CUDA (ignored on CPU, with a warning)
+    precision: Literal["fp32", "bf16"]  # bf16 = torch.autocast(bfloat16) on CUDA or CPU; fp32 = none
     compile: bool  # torch.compile the model (CUDA only)
     deterministic: bool  # torch.use_deterministic_algorithms: bit-identical CPU reruns and resumes
     num_threads: int  # torch intra-op threads; 0 = torch's default

@@ -39,6 +39,8 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    if precision == "bf16" and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+    """bf16: autocast on CUDA and on CPU (opt-in; on CPU the chunked fp32 kernels step aside and the
+    reference ops run in bfloat16, see benchmarks/model_throughput.py --bench-shapes)."""
+    if precision == "bf16" and device.type in ("cuda", "cpu"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -36,6 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 from multitab.evaluation.metrics import mean_metric
+from multitab.models.accelerate import accelerate_cpu
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
 from multitab.training.device import autocast, resolve_device, seed_everything
@@ -178,11 +179,11 @@ def train(
     epoch's weights, and return the metrics. The caller seeds torch before building the model.
     `run_settings` (what `run_fingerprint` hashes) is stored to explain a mismatch on resume."""
     device = resolve_device(settings.device)
-    if settings.precision == "bf16" and device.type != "cuda":
-        log.warning("precision bf16 applies on CUDA only; training in float32 on %s", device)
     tasks = data.schema.tasks
     loss_fn = MultitaskLoss(tasks)
     model.to(device)
+    if device.type == "cpu":
+        accelerate_cpu(model)  # the chunked CPU kernels (models/accelerate.py): same parameters and function
     optimizer = make_optimizer(model, settings)
     forward: Callable[..., dict[str, torch.Tensor]] = model
     if settings.compile and device.type == "cuda":

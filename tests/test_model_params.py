@@ -79,3 +79,33 @@ def test_processed_cardinalities_add_the_reserved_row() -> None:
     }
     a, b = build_model("ft_transformer", HIGGS), build_model("ft_transformer", meta)
     assert n_params(b) - n_params(a) == 8 * 4 * 16  # 8 models x 4 columns x one e-row each
+
+
+# --- the MLP family --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("stl_mlp", 1_032_968),
+        ("mtl_shared_bottom", 188_264),
+        ("mmoe", 1_049_384),
+        ("ple", 1_221_713),
+        ("stem", 1_246_473),
+    ],
+)
+def test_param_counts_higgs(name: str, expected: int) -> None:
+    # The registry's Higgs schema counts the b-tags with 3 values, as their code does (no reserved index).
+    assert n_params(build_model(name, HIGGS)) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("stl_mlp", 2_892_295), ("mmoe", 1_408_831), ("ple", 3_118_147), ("stem", 3_168_407)],
+)
+def test_param_counts_multitab_bench_example(name: str, expected: int) -> None:
+    assert n_params(build_model(name, bench_schema())) == expected
+
+
+def test_param_counts_match_the_papers_table4_for_acs_income() -> None:
+    # Table 4 (ACS Income): MMoE 0.64 M, PLE 0.65 M, STEM 0.69 M with the schema's cardinalities.
+    for name, millions in [("mmoe", 0.64), ("ple", 0.65), ("stem", 0.69)]:
+        assert round(n_params(build_model(name, get_schema("acs_income"))) / 1e6, 2) == millions

@@ -5,6 +5,7 @@ the same function as the module path."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -13,8 +14,8 @@ from torch import nn
 
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn, Task
 from multitab.models import build_model
+from multitab.models.accelerate import accelerate_cpu
 from multitab.models.blocks import FeedForward, MixingLayer, PerSampleMixing, SelfAttention
-from multitab.models.cpu_kernels import reference_ops
 from multitab.models.multitab_net import attention_mask
 
 torch.set_num_threads(1)
@@ -43,7 +44,7 @@ def inputs() -> tuple[torch.Tensor, torch.Tensor]:
 
 def dropout_calls(model: nn.Module) -> list[tuple[str, float, tuple[int, ...]]]:
     """(module name, p, input shape) of every nn.Dropout call in one training forward pass, in order,
-    on the module path (reference_ops: the CPU kernels would fuse the FFN's dropout)."""
+    on the plain model (not accelerate_cpu'd: the CPU kernels would fuse the FFN's dropout)."""
     calls: list[tuple[str, float, tuple[int, ...]]] = []
     hooks = []
     for name, m in model.named_modules():
@@ -52,8 +53,7 @@ def dropout_calls(model: nn.Module) -> list[tuple[str, float, tuple[int, ...]]]:
                 calls.append((_n, mod.p, tuple(args[0].shape)))  # type: ignore[attr-defined]
             hooks.append(m.register_forward_pre_hook(hook))
     model.train()
-    with reference_ops():
-        model(*inputs())
+    model(*inputs())
     for h in hooks:
         h.remove()
     return calls
@@ -84,9 +84,8 @@ def test_every_ffn_is_exact_gelu_and_no_transformer_relu(name: str) -> None:
 def test_cpu_kernels_compute_the_module_path(name: str, overrides: dict[str, Any]) -> None:
     model = build(name, ffn_dropout=0.0, attention_dropout=0.0, **overrides).train()
     x = inputs()
-    fast = model(*x)
-    with reference_ops():
-        ref = model(*x)
+    fast = accelerate_cpu(copy.deepcopy(model))(*x)
+    ref = model(*x)
     for k in ref:
         torch.testing.assert_close(fast[k], ref[k])
     # and GELU matters: the same model with ReLU FFNs gives other outputs

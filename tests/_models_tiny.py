@@ -1,0 +1,112 @@
+"""Tiny configurations, schema and batches shared by the model tests (test_model_contract.py and the
+per-family test files)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from multitab.datasets.schema import DatasetSchema, Feature, RawColumn, Task
+from multitab.models import MODELS, build_model, hyperparameters
+from multitab.models.multitab_net import INTER_SAMPLE
+
+_TRANSFORMER = {"d_embedding": 8, "n_blocks": 1, "n_heads": 2, "ffn_d_hidden": 16, "head_d_hidden": (16,)}
+_EXTRACTION = {"d_embedding": 4, "n_layers": 2, "n_task_experts": 1, "n_shared_experts": 2, "expert_d_hidden": (32, 16)}
+TINY: dict[str, dict[str, Any]] = {
+    "multitab_net": _TRANSFORMER,
+    "saint": _TRANSFORMER,
+    "ft_transformer": _TRANSFORMER,
+    "tab_transformer": _TRANSFORMER,
+    "stl_mlp": {"d_embedding": 4, "d_hidden": (32, 16)},
+    "mtl_shared_bottom": {"d_embedding": 4, "shared_d_hidden": (32, 16), "tower_d_hidden": (8,)},
+    "mmoe": {"d_embedding": 4, "n_experts": 3, "expert_d_hidden": (32, 16), "tower_d_hidden": (8,)},
+    "ple": _EXTRACTION,
+    "stem": _EXTRACTION,
+    "maya": {"d_embedding": 8, "n_heads": 2, "n_branches": 3, "ffn_d_hidden": 16, "decoder_ffn_d_hidden": 16},
+}
+OWN_TESTS = {"xgboost": "tests/test_xgboost.py"}
+TORCH_MODELS = [n for n, cls in MODELS.items() if isinstance(cls, type) and issubclass(cls, nn.Module)]
+# (registry name, overrides): every torch model, and the variants with code paths of their own
+CASES: list[tuple[str, dict[str, Any]]] = [
+    *[(name, {}) for name in TORCH_MODELS],
+    *[("multitab_net", {"inter_sample": m, "mask": "t_t"}) for m in INTER_SAMPLE],
+    ("multitab_net", {"multi_token": False, "mask": "f_t", "inter_sample": "attention"}),
+    ("saint", {"inter_sample": "attention"}),
+    ("saint", {"inter_sample": "per_sample_mixing"}),
+    ("ft_transformer", {"backbone": "rtdl"}),
+    ("ple", {"towers_read_shared": False}),
+    ("stem", {"towers_read_shared": False}),
+    ("stem", {"stop_gradient_shared": True}),  # with towers_read_shared=False the shared gates get no gradient
+]
+IDS = [f"{n}-{'-'.join(str(v) for v in o.values()) or 'default'}" for n, o in CASES]
+
+
+def make_schema(n_num: int = 3, cards: tuple[int, ...] = (4, 3)) -> DatasetSchema:
+    feats = tuple(Feature(f"n{i}", "numerical") for i in range(n_num)) + tuple(
+        Feature(f"c{i}", "categorical", cardinality=c) for i, c in enumerate(cards)
+    )
+    tasks = (
+        Task("b", "binary", column="b"),
+        Task("m", "multiclass", column="m", n_classes=3),
+        Task("r", "regression", column="r"),
+    )
+    raw = tuple(RawColumn(f.name, "float", "feature") for f in feats)
+    return DatasetSchema(name="tiny", raw_columns=raw, features=feats, tasks=tasks)
+
+
+SCHEMA = make_schema()
+
+
+def batch(schema: DatasetSchema, n: int, seed: int = 0) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    x_num = torch.randn(n, schema.n_num, generator=g)
+    cards = [f.cardinality or 1 for f in schema.features if f.kind == "categorical"]
+    x_cat = (
+        torch.stack([torch.randint(0, c, (n,), generator=g) for c in cards], 1)
+        if cards
+        else torch.zeros(n, 0, dtype=torch.long)
+    )
+    y = {
+        "b": torch.randint(0, 2, (n,), generator=g).float(),
+        "m": torch.randint(0, 3, (n,), generator=g),
+        "r": torch.randn(n, generator=g),
+    }
+    return x_num, x_cat, y
+
+
+def task_loss(name: str, out: Tensor, y: Tensor) -> Tensor:
+    if name == "b":
+        return F.binary_cross_entropy_with_logits(out, y.float())
+    if name == "m":
+        return F.cross_entropy(out, y)
+    return F.mse_loss(out, y)
+
+
+def loss_and_outputs(model: nn.Module, x_num: Tensor, x_cat: Tensor, y: dict[str, Tensor]) -> tuple[Tensor, Any]:
+    """The training loss as the trainer computes it: the model's own `training_loss` hook (MAYA) or the
+    sum of the task losses."""
+    if hasattr(model, "training_loss"):
+        return model.training_loss(x_num, x_cat, y, task_loss)  # type: ignore[operator,no-any-return]
+    out = model(x_num, x_cat)
+    return sum(task_loss(k, v, y[k]) for k, v in out.items()), out  # type: ignore[return-value]
+
+
+def predict(model: nn.Module, x_num: Tensor, x_cat: Tensor, context: tuple[Any, ...]) -> dict[str, Tensor]:
+    """Evaluation-mode outputs, after the `fit_context` hook (MAYA attends to the training set)."""
+    if hasattr(model, "fit_context"):
+        model.fit_context(*context)  # type: ignore[operator]
+    return model(x_num, x_cat)  # type: ignore[no-any-return]
+
+
+def dropout(name: str, p: float) -> dict[str, float]:
+    """Keywords that switch on every dropout site of a model."""
+    hp = hyperparameters(name)
+    return {k: p for k in ("attention_dropout", "ffn_dropout", "dropout") if k in hp}
+
+
+def build(name: str, overrides: dict[str, Any], schema: DatasetSchema = SCHEMA, seed: int = 0) -> Any:
+    torch.manual_seed(seed)
+    return build_model(name, schema, **{**TINY[name], **overrides})
