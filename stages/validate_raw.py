@@ -13,12 +13,11 @@ import logging
 import sys
 from collections.abc import Callable
 
-from multitab.config import ConfigError
-from multitab.datasets.config import load_dataset_config
+from multitab.config import ConfigError, Params, load_params
 from multitab.datasets.schema import get_schema
 from multitab.exit_codes import BAD_INPUT
 from multitab.io import write_json
-from multitab.validation import Outcome, load_validation_config, validate_raw
+from multitab.validation import Outcome, validate_raw
 from stages._common import parser
 
 
@@ -38,13 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     add_common(p)
     a = p.parse_args(argv)
 
-    def body() -> Outcome:
-        cfg = load_validation_config(a.params)
+    def body(params: Params) -> Outcome:
         return validate_raw(
             a.splits,
             get_schema(a.dataset),
-            load_dataset_config(a.dataset, a.params),
-            cfg,
+            params.dataset(a.dataset),
+            params.validation,
             context_dir=a.context,
             report_dir=a.report,
         )
@@ -52,19 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     return run_validation(f"validate_raw@{a.dataset}", body, a.out, a.warn_only, a.params)
 
 
-def run_validation(stage: str, body: Callable[[], Outcome], out: str, warn_only: bool, params: str) -> int:
-    """Run a validation; print its summary; write the verdict on success (or --warn-only); exit status."""
+def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn_only: bool, params_path: str) -> int:
+    """Read params (once), run a validation; print its summary; write the verdict on success (or
+    --warn-only); exit status."""
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     try:
-        outcome = body()
+        params = load_params(params_path)
+        outcome = body(params)
     except (ConfigError, ValueError, KeyError, FileNotFoundError) as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return BAD_INPUT
     except OSError as e:  # may be transient (a full disk, a network folder): retried
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
-    max_failures = load_validation_config(params).report.max_failures
+    max_failures = params.validation.report.max_failures
     print(outcome.summary(max_failures), file=sys.stdout if outcome.success else sys.stderr)
     if outcome.success or warn_only:
         write_json(out, outcome.verdict(warn_only=warn_only))

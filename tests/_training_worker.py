@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _training_tiny import tiny_builder, tiny_optim  # noqa: E402
-from multitab.training.config import TrainConfig  # noqa: E402
+from multitab.config.train import TrainConfig  # noqa: E402
 from multitab.training.run import RunSpec, run_training  # noqa: E402
 
 

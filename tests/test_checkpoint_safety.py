@@ -22,9 +22,9 @@ import yaml
 
 from _training_tiny import tiny_builder, tiny_optim, write_tiny_processed
 from multitab import io as mio
+from multitab.config.train import TrainConfig
 from multitab.training import checkpoint as ckpt
 from multitab.training import loop as loop_mod
-from multitab.training.config import TrainConfig
 from multitab.training.run import RunSpec, model_code_version, run_training
 
 torch.set_num_threads(1)

@@ -13,11 +13,11 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
+from multitab.config.train import TrainConfig
 from multitab.datasets.schema import Task
 from multitab.evaluation import metrics as M
 from multitab.exit_codes import BAD_INPUT
 from multitab.training import loop as loop_mod
-from multitab.training.config import TrainConfig
 from multitab.training.data import DataError, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
 from multitab.training.losses import MultitaskLoss
@@ -240,7 +240,8 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     assert record["protocol"] == "paper" and record["profile"] == "default"
     # the top-level protocol reaches the run under every profile (bench lays bench.train over train)
     raw = yaml.safe_load(params.read_text())
-    params.write_text(yaml.safe_dump({**raw, "protocol": "authors_code", "bench": {"train": {"max_epochs": 1}}}))
+    bench = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())["bench"]
+    params.write_text(yaml.safe_dump({**raw, "protocol": "authors_code", "bench": {**bench, "train": {"max_epochs": 1}}}))
     assert stage.main([*args, "--profile", "bench"]) == 0
     record = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert record["protocol"] == "authors_code" and record["profile"] == "bench" and record["epochs"] == 1
@@ -306,7 +307,7 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
     stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
     exempt = {"datasets", "models", "seeds", "progress", "variants", "protocol"}
     expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in exempt}
-    expected.add("protocol")  # top-level (multitab.protocol), read by load_train_config
+    expected.add("protocol")  # top-level (multitab.protocol), in TrainConfig.protocol
     assert set(stages["train_ablation"]["params"]) == expected | {"train.variants"}
     assert set(stages["train_ablation"]["matrix"]) == {"dataset", "variant", "seed"}
     overlay = {"train": set(), "train_bench": {"bench.train"}, "train_study": {"study.train"}}  # multitab.profiles
@@ -325,7 +326,7 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
 
 def test_variant_runs_build_the_base_model_with_the_variant_keywords(tiny: Path, tmp_path: Path) -> None:
     from multitab.config import ConfigError
-    from multitab.training.config import Variant
+    from multitab.config.train import Variant
 
     seen: list[tuple[str, dict]] = []
 

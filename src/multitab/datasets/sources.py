@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from multitab.datasets.config import LocalConfig, RemoteConfig
+from multitab.config.data import LocalConfig, RemoteConfig
 from multitab.datasets.download import fetch
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn
 from multitab.io import atomic_path, sha256_file

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation import figures
-from multitab.evaluation.config import SyntheticConfig
 from multitab.evaluation.curves import read_curve
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
 from multitab.evaluation.significance import t_test_greater

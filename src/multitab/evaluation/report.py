@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from multitab.config.aggregate import AggregateConfig, SyntheticConfig
 from multitab.evaluation import bench_study, figures
 from multitab.evaluation import study as st
-from multitab.evaluation.config import AggregateConfig, SyntheticConfig
 from multitab.evaluation.curves import CURVES, seed_mean_curves
 from multitab.evaluation.published import Published
 from multitab.evaluation.runs import RunSet

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.io import remove_stale_temporaries, sha256_file
 from multitab.training import checkpoint as ckpt
-from multitab.training.config import TrainConfig
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.loop import (
     RunResult,

@@ -4,16 +4,13 @@ Only the validation stages import this package; the training path never does (it
 great_expectations installed).
 """
 
-from multitab.validation.config import ValidationConfig, load_validation_config
 from multitab.validation.runner import Failure, Outcome, open_context
 from multitab.validation.validate import expected_rows, validate_processed, validate_raw
 
 __all__ = [
     "Failure",
     "Outcome",
-    "ValidationConfig",
     "expected_rows",
-    "load_validation_config",
     "open_context",
     "validate_processed",
     "validate_raw",

@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 from great_expectations.core.run_identifier import RunIdentifier
 
+from multitab.config.validation import ReportConfig
 from multitab.io import atomic_path, read_json, write_json
-from multitab.validation.config import ReportConfig
 
 log = logging.getLogger(__name__)
 
