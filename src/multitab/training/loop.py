@@ -22,7 +22,6 @@ Models that are not torch modules (XGBoost) go through `fit_predict` in stages/t
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -35,13 +34,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from multitab.datasets.schema import Task
-from multitab.evaluation.metrics import mean_metric, mse, task_metrics
+from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.runtime import tune_cpu_runtime
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
 from multitab.training.early_stopping import EarlyStopping
 from multitab.training.losses import MultitaskLoss, task_loss
+from multitab.training.predict import _autocast, _labels, predict, regression_mse
 
 log = logging.getLogger(__name__)
 
@@ -117,37 +116,6 @@ def make_optimizer(model: torch.nn.Module, settings: RunSettings) -> torch.optim
     return cls(params, lr=settings.lr, weight_decay=settings.weight_decay, fused=fused)
 
 
-def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    if precision == "bf16" and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@torch.inference_mode()
-def predict(
-    model: Callable[..., dict[str, torch.Tensor]] | torch.nn.Module,
-    split: TensorSplit,
-    tasks: tuple[Task, ...],
-    *,
-    batch_size: int,
-    device: torch.device,
-    precision: str = "fp32",
-) -> dict[str, np.ndarray]:
-    """Predictions for `split` in its stored order (consecutive batches of `batch_size`): binary and
-    regression (n,), multiclass (n, n_classes) logits, as float32 numpy arrays."""
-    parts: dict[str, list[torch.Tensor]] = {t.name: [] for t in tasks}
-    for batch in iterate_batches(split, batch_size, device=device):
-        with _autocast(device, precision):
-            out = model(batch.x_num, batch.x_cat)
-        for t in tasks:
-            parts[t.name].append(out[t.name].float())
-    return {name: torch.cat(p).cpu().numpy() if p else np.empty(0, np.float32) for name, p in parts.items()}
-
-
-def _labels(split: TensorSplit) -> dict[str, np.ndarray]:
-    return {k: v.cpu().numpy() for k, v in split.targets().items()}
-
-
 def evaluate(
     model: torch.nn.Module,
     forward: Callable[..., dict[str, torch.Tensor]],
@@ -168,25 +136,6 @@ def evaluate(
                     precision=settings.precision)
     labels = _labels(split)
     return task_metrics(data.schema.tasks, labels, preds), preds, labels
-
-
-def regression_mse(
-    tasks: tuple[Task, ...], labels: dict[str, np.ndarray], preds: dict[str, np.ndarray],
-    target_stats: dict[str, dict[str, float]],
-) -> tuple[dict[str, float], dict[str, float]]:
-    """MSE per regression task in original units (via meta.json's target_stats) and standardised."""
-    original, standardised = {}, {}
-    for t in tasks:
-        if t.type != "regression":
-            continue
-        standardised[t.name] = mse(labels[t.name], preds[t.name])
-        stats = target_stats.get(t.name)
-        if stats is None:
-            raise KeyError(f"meta.json target_stats has no entry for regression task {t.name!r}")
-        std, mean = float(stats["std"]), float(stats["mean"])
-        original[t.name] = mse(labels[t.name].astype(np.float64) * std + mean,
-                               preds[t.name].astype(np.float64) * std + mean)
-    return original, standardised
 
 
 @dataclass

@@ -30,11 +30,11 @@ from multitab.training.data import ProcessedData, load_processed
 from multitab.training.loop import (
     RunResult,
     RunSettings,
-    regression_mse,
     resolve_device,
     seed_everything,
     train,
 )
+from multitab.training.predict import regression_mse
 
 log = logging.getLogger(__name__)
 
