@@ -12,9 +12,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from multitab.datasets.formats import _FLOAT32_MAX, _MAX_EXACT_INT, SourceError, _allowed_values
-from multitab.datasets.readers import _Reader
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn
+from multitab.datasets.sources.formats import _FLOAT32_MAX, _MAX_EXACT_INT, SourceError, _allowed_values
+from multitab.datasets.sources.readers import _Reader
 
 log = logging.getLogger(__name__)
 

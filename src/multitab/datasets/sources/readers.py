@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from multitab.datasets.formats import (
+from multitab.datasets.schema import DatasetSchema
+from multitab.datasets.sources.formats import (
     _NULLS,
     _READ_ERRORS,
     BLOCK_BYTES,
@@ -33,7 +34,6 @@ from multitab.datasets.formats import (
     _kind,
     _open_binary,
 )
-from multitab.datasets.schema import DatasetSchema
 
 log = logging.getLogger(__name__)
 

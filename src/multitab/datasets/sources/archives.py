@@ -11,8 +11,8 @@ import zlib
 from pathlib import Path
 from typing import IO, Any
 
-from multitab.datasets.formats import _ARCHIVE_SUFFIXES, _DATA_SUFFIXES, SourceError
 from multitab.datasets.schema import DatasetSchema
+from multitab.datasets.sources.formats import _ARCHIVE_SUFFIXES, _DATA_SUFFIXES, SourceError
 from multitab.io import atomic_path
 
 log = logging.getLogger(__name__)

@@ -1,17 +1,15 @@
 """The `local` and `remote` sources of `acquire@<dataset>`: real files -> `<file_key>.parquet` in raw schema.
 
-`read_raw_file` reads CSV, gzipped CSV, Parquet or ARFF into the schema's raw columns (in schema order;
-float -> float32, int -> int64) and checks them strictly: every problem raises `SourceError` naming the file,
-the column and, where it applies, the row, and saying what to do. Files are streamed in large blocks with
-pyarrow (Higgs is 11 M rows, 2.6 GB gzipped), so memory stays near the size of the typed output.
+`acquire_local` / `acquire_remote` (here) write `out_dir/<file_key>.parquet` for every raw file of the
+schema, each atomically; if one file fails, the files this call already wrote are removed, so nothing is
+left half-done. Downloads go to `cache_dir` (verified, resumable: `download.fetch`) and are reused.
 
-ARFF is read by a small streaming reader of our own: the header (`@attribute` lines) is parsed here and
-the dense `@data` section, which is CSV with `'` quotes and `?` for missing values, goes to pyarrow's CSV
-reader. Sparse ARFF is not supported.
-
-`acquire_local` / `acquire_remote` write `out_dir/<file_key>.parquet` for every raw file of the schema,
-each atomically; if one file fails, the files this call already wrote are removed, so nothing is left
-half-done. Downloads go to `cache_dir` (verified, resumable: `download.fetch`) and are reused.
+The parts, one concern each:
+- formats.py: which format a file is, how to open it, `SourceError`, a broken CSV's diagnostics;
+- readers.py: streaming readers of CSV, gzipped CSV, Parquet and ARFF (batches of the raw columns);
+- typed.py: `read_raw_table` / `read_raw_file`: the schema's typed columns, checked strictly (every problem
+  names the file, the column and, where it applies, the row, and says what to do);
+- archives.py: locating the raw files in a file, a folder or a .zip / .tar.gz archive.
 """
 
 from __future__ import annotations
@@ -29,11 +27,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from multitab.config.data import LocalConfig, RemoteConfig
-from multitab.datasets.archives import _extract, _is_archive, _locate_in_folder
 from multitab.datasets.download import fetch
-from multitab.datasets.formats import _FORMAT_SUFFIX, SourceError
 from multitab.datasets.schema import DatasetSchema
-from multitab.datasets.typed import read_raw_file, read_raw_table
+from multitab.datasets.sources.archives import _extract, _is_archive, _locate_in_folder
+from multitab.datasets.sources.formats import _FORMAT_SUFFIX, SourceError
+from multitab.datasets.sources.typed import read_raw_file, read_raw_table
 from multitab.io import atomic_path, sha256_file
 
 log = logging.getLogger(__name__)
