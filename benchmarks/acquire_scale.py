@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from multitab.datasets.config import LocalConfig  # noqa: E402
+from multitab.config.data import LocalConfig  # noqa: E402
 from multitab.datasets.schema import get_schema  # noqa: E402
 from multitab.datasets.sources import acquire_local  # noqa: E402
 

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from multitab.config import read_yaml
+
 REPO = Path(__file__).resolve().parent.parent
 
 WRAPPER = '''#!{python}
@@ -98,7 +100,7 @@ TOY_STAGES: dict[str, Any] = {
     "prepare": {
         "cmd": "python toy.py prepare",
         "deps": ["toy.py"],
-        "params": ["toy.rows"],
+        "params": [{"toy.yaml": ["rows"]}],  # its own file: params.yaml holds only known sections
         "outs": ["data/raw.json"],
     },
     "features": {
@@ -114,7 +116,7 @@ TOY_STAGES: dict[str, Any] = {
         "do": {
             "cmd": "python toy.py train ${item}",
             "deps": ["toy.py", "data/features_${item}.json"],
-            "params": ["toy.epochs"],
+            "params": [{"toy.yaml": ["epochs"]}],
             "outs": ["results/model_${item}.json"],
         },
     },
@@ -128,7 +130,7 @@ TOY_STAGES: dict[str, Any] = {
 TOY_SCRIPT = '''"""Toy stages: deterministic, with a training loop that checkpoints every epoch and resumes."""
 import json, pathlib, sys, time, yaml
 
-params = yaml.safe_load(open("params.yaml"))["toy"]
+params = yaml.safe_load(open("toy.yaml"))
 step, arg = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
 if step == "prepare":
     pathlib.Path("data").mkdir(exist_ok=True)
@@ -163,9 +165,9 @@ def build_toy(root: Path) -> None:
     root.mkdir(parents=True)
     (root / "toy.py").write_text(TOY_SCRIPT)
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": TOY_STAGES}, sort_keys=False))
-    orchestration = yaml.safe_load((REPO / "params.yaml").read_text())["orchestration"]
-    params = {"toy": {"rows": 2000, "epochs": 6, "epoch_seconds": 0.5}, "orchestration": orchestration}
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    orchestration = read_yaml(REPO / "params.yaml")["orchestration"]
+    (root / "toy.yaml").write_text(yaml.safe_dump({"rows": 2000, "epochs": 6, "epoch_seconds": 0.5}))
+    (root / "params.yaml").write_text(yaml.safe_dump({"orchestration": orchestration}, sort_keys=False))
     (root / ".gitignore").write_text("/checkpoints/\n")
 
 

@@ -252,18 +252,18 @@ def bench_accuracy(models: list[str], *, n_samples: int, epochs: int, batch_size
 
     from multitab.config import load_params
     from multitab.datasets.bench import synthesize_config, write_dataset
-    from multitab.training.config import load_train_config
+    from multitab.profiles import profiled
     from multitab.training.run import RunSpec, run_training
 
     root = Path(__file__).resolve().parents[1]
-    params = load_params(root / "params.yaml")
-    params["bench"]["data"]["n_samples"] = n_samples
-    base = load_train_config(root / "params.yaml", "study")
+    loaded = load_params(root / "params.yaml")
+    base = profiled(loaded, "study").train
+    bench = replace(loaded.bench, data=replace(loaded.bench.data, n_samples=n_samples))
     out: dict[str, Any] = {"dataset": "p06_pd3_t7", "n_samples": n_samples, "epochs": epochs, "batch_size": batch_size,
                            "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        frames, meta = synthesize_config("p06_pd3_t7", params)
+        frames, meta = synthesize_config("p06_pd3_t7", bench)
         write_dataset(folder / "p06_pd3_t7", frames, meta)
         for name in models:
             for precision in ("fp32", "bf16"):

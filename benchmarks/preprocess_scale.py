@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from multitab.config import read_yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 TIME_LIMIT_S = 300.0
 MEMORY_LIMIT_GB = 8.0
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     work = a.workdir.resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = read_yaml(ROOT / "params.yaml")  # a mapping to write a changed copy from
     params["datasets"]["higgs"]["source"] = "standin"
     params["datasets"]["higgs"]["standin"]["rows"] = {"data": a.rows}
     (work / "params.yaml").write_text(yaml.safe_dump(params))

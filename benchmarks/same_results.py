@@ -33,7 +33,10 @@ TIMING = {"train_seconds", "samples_per_second", "epoch_seconds", "data_seconds"
 
 def write_bench(path: Path) -> None:
     from multitab.datasets.bench import synthesize, write_dataset
-    from multitab.datasets.config import SplitConfig
+    try:
+        from multitab.config.data import SplitConfig
+    except ImportError:  # a checkout from before the typed config (multitab/config/)
+        from multitab.datasets.config import SplitConfig  # type: ignore[no-redef]
 
     frames, meta = synthesize(
         "p06_pd3_t3", n_samples=3000, n_features=32, correlation=0.6, degrees=[3, 3, 3], noise=0.1, seed=0,
@@ -76,7 +79,10 @@ def write_standin(path: Path) -> None:
 
 
 def config(models: list[str], precision: str = "fp32") -> Any:
-    from multitab.training.config import TrainConfig
+    try:
+        from multitab.config.train import TrainConfig
+    except ImportError:  # a checkout from before the typed config (multitab/config/)
+        from multitab.training.config import TrainConfig  # type: ignore[no-redef]
 
     return TrainConfig(
         datasets=(), models=tuple(models), seeds=(0,), device="cpu", precision=precision,  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ load average).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -40,14 +41,13 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from multitab.config import load_params
+from multitab.config import Params, load_params
+from multitab.config.train import TrainConfig
 from multitab.datasets.bench import synthesize_config, write_dataset
-from multitab.profiles import profiled, study_settings
-from multitab.training.config import TrainConfig, train_config
+from multitab.profiles import profiled
 from multitab.training.run import RunSpec, run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,9 +61,9 @@ def process_start_seconds() -> float:
     return time.perf_counter() - t0
 
 
-def measure(params: dict[str, Any], config: TrainConfig, name: str, models: list[str], epochs: int,
+def measure(params: Params, config: TrainConfig, name: str, models: list[str], epochs: int,
             folder: Path) -> dict[str, dict[str, float]]:
-    frames, meta = synthesize_config(name, params)
+    frames, meta = synthesize_config(name, params.bench)
     write_dataset(folder / name, frames, meta)
     out = {}
     for model in models:
@@ -98,21 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     raw = load_params(a.params)
-    study = study_settings(raw, a.params)
+    study = raw.study
     measure_samples = a.measure_samples or a.n_samples
-    raw.setdefault("study", {}).setdefault("data", {})["n_samples"] = measure_samples
+    raw = raw.replace(study=dataclasses.replace(study, data={**study.data, "n_samples": measure_samples}))
     # an epoch's cost is linear in the training rows at a fixed batch size (split 70/15/15 of the samples)
     scale = a.n_samples / measure_samples
-    params = profiled(raw, "study", a.params)
-    config = train_config(params, f"{a.params} (profile study)")
+    params = profiled(raw, "study")
+    config = params.train
     if config.num_threads > 0:
         import torch
 
         torch.set_num_threads(config.num_threads)
-    workers = a.workers or int(raw["orchestration"]["workers"])
-    models = [str(m) for m in study["models"]]
-    configs = [str(c) for c in study["configs"]]
-    n_tasks = {c: len(raw["bench"]["configs"][c]["degrees"]) for c in configs}
+    workers = a.workers or raw.orchestration.workers
+    models = list(study.models)
+    configs = list(study.configs)
+    n_tasks = {c: raw.bench.configs[c].n_tasks for c in configs}
     representative = {t: next(c for c in configs if n_tasks[c] == t) for t in sorted(set(n_tasks.values()))}
 
     epochs_by_model: dict[str, float]

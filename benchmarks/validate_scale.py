@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from multitab.datasets.config import (
+from multitab.config import load_params
+from multitab.config.data import (
     DatasetConfig,
     LocalConfig,
     PreprocessConfig,
@@ -27,7 +28,7 @@ from multitab.datasets.config import (
 )
 from multitab.datasets.schema import get_schema
 from multitab.io import write_json
-from multitab.validation import Outcome, load_validation_config, validate_processed, validate_raw
+from multitab.validation import Outcome, validate_processed, validate_raw
 from multitab.validation.suites import RAW_DTYPES, TASK_DTYPES
 
 N_TRAIN, N_OTHER = 11_000_000, 611_111
@@ -71,7 +72,7 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("multitab").setLevel(logging.INFO)
-    cfg = load_validation_config(args.params)
+    cfg = load_params(args.params).validation
     data = DatasetConfig(
         source="local",  # row counts: the split fractions of the rows found
         standin=StandinConfig(rows={}, seed=0),

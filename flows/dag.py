@@ -15,38 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multitab.config import ConfigError, load_params, section
-
-
-@dataclass(frozen=True)
-class OrchestrationConfig:
-    """params.yaml `orchestration:`; CLI options override the run-time knobs."""
-
-    workers: int  # stages running at once
-    retries: int  # extra attempts for a failing stage (never for multitab.exit_codes.BAD_INPUT)
-    retry_delay_seconds: float  # seconds before each retry
-    gpu_concurrency: int | None  # GPU stages at once; null: one per visible CUDA device
-    gpu_stages: tuple[str, ...]  # stage names (before '@') that use a GPU when CUDA is present
-    lock_retries: int  # re-runs after a DVC lock error (not counted as retries)
-    schedule: str  # cron for the deployment served by `make ui`
-    timezone: str
-    summary: str  # where the run summary is written (JSON)
-
-    def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise ConfigError(f"orchestration.workers={self.workers} must be >= 1")
-        if self.retries < 0 or self.lock_retries < 0:
-            raise ConfigError("orchestration.retries and lock_retries must be >= 0")
-        if self.retry_delay_seconds < 0:
-            raise ConfigError(f"orchestration.retry_delay_seconds={self.retry_delay_seconds} must be >= 0")
-        if self.gpu_concurrency is not None and self.gpu_concurrency < 1:
-            raise ConfigError(f"orchestration.gpu_concurrency={self.gpu_concurrency} must be >= 1 or null")
+from multitab.config import load_params
+from multitab.config.orchestration import OrchestrationConfig
 
 
 def load_config(root: str | Path, params: str | Path = "params.yaml") -> OrchestrationConfig:
     """`orchestration:` of `params` (relative to the project `root` unless absolute)."""
-    path = Path(root) / params
-    return section(load_params(path), "orchestration", OrchestrationConfig, source=str(path))
+    return load_params(Path(root) / params).orchestration
 
 
 @dataclass(frozen=True)

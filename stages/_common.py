@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from multitab.config import ConfigError
+from multitab.config import ConfigError, Params, load_params
 from multitab.exit_codes import BAD_INPUT
 from multitab.io import write_json
 
@@ -51,21 +51,21 @@ def add_validation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warn-only", action="store_true", help="report failures but pass (exploration only)")
 
 
-def run_validation(stage: str, body: Callable[[], Outcome], out: str, warn_only: bool, params: str) -> int:
-    """Run a validation; print its summary; write the verdict on success (or --warn-only); exit status."""
+def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn_only: bool, params_path: str) -> int:
+    """Read params (once), run a validation; print its summary; write the verdict on success (or
+    --warn-only); exit status."""
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     try:
-        outcome = body()
+        params = load_params(params_path)
+        outcome = body(params)
     except (ConfigError, ValueError, KeyError, FileNotFoundError) as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return BAD_INPUT
     except OSError as e:  # may be transient (a full disk, a network folder): retried
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
-    from multitab.validation import load_validation_config  # only the validation stages import GX
-
-    max_failures = load_validation_config(params).report.max_failures
+    max_failures = params.validation.report.max_failures
     print(outcome.summary(max_failures), file=sys.stdout if outcome.success else sys.stderr)
     if outcome.success or warn_only:
         write_json(out, outcome.verdict(warn_only=warn_only))

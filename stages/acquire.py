@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from multitab.datasets.config import load_dataset_config
+from multitab.config import load_params
 from multitab.datasets.schema import get_schema
 from multitab.datasets.steps import acquire
 from stages._common import parser, run
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     return run(
         f"acquire@{a.dataset}",
-        lambda: acquire(get_schema(a.dataset), load_dataset_config(a.dataset, a.params), a.out, a.cache),
+        lambda: acquire(get_schema(a.dataset), load_params(a.params).dataset(a.dataset), a.out, a.cache),
     )
 
 

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from multitab.config import load_params
-from multitab.evaluation.config import load_aggregate_config, read_bench_configs
+from multitab.config.aggregate import synthetic_configs
 from multitab.evaluation.published import load_published
 from multitab.evaluation.report import Outputs, build_results
 from multitab.evaluation.runs import RunSet, load_runs
@@ -18,8 +18,9 @@ from stages._common import parser, run
 
 
 def aggregate(a: argparse.Namespace) -> None:
-    config = load_aggregate_config(a.params)
-    synthetic = read_bench_configs(load_params(a.params), str(a.params))
+    params = load_params(a.params)
+    config = params.aggregate
+    synthetic = synthetic_configs(params.bench.configs if "bench" in params.sections else {})
     runs = RunSet(load_runs(a.runs), seeds=config.seeds)
     outputs = Outputs(tables=a.tables, figures=a.figures, plots=a.plots, report=a.report, metrics=a.metrics)
     build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs)

@@ -14,9 +14,9 @@ import logging
 from pathlib import Path
 
 from multitab.config import load_params
+from multitab.config.aggregate import synthetic_configs
 from multitab.evaluation.bench_study import StudySettings, collect, write_csv, write_study, write_text
-from multitab.evaluation.config import read_bench_configs
-from multitab.profiles import profiled, study_settings
+from multitab.profiles import profiled
 from stages._common import parser, run
 
 log = logging.getLogger("stages.aggregate_study")
@@ -24,22 +24,19 @@ log = logging.getLogger("stages.aggregate_study")
 
 def aggregate_study(a: argparse.Namespace) -> None:
     params = load_params(a.params)
-    study = study_settings(params, str(a.params))
-    configs_all = read_bench_configs(params, str(a.params))
-    configs = {name: configs_all[name] for name in study["configs"]}
-    claim = study.get("claim") or {}
-    labels = dict((params.get("aggregate") or {}).get("models") or {})
-    settings = StudySettings(model=claim.get("model", "multitab_net"),
-                             rivals=tuple(claim.get("rivals", ("mmoe", "ple", "stem"))),
-                             alpha=float(claim.get("alpha", 0.05)), labels={**StudySettings().labels, **labels})
-    models = [str(m) for m in study["models"]]
-    metrics, curves = collect(a.runs, configs, models, [int(s) for s in study["seeds"]])
+    study = params.study
+    configs = synthetic_configs({name: params.bench.configs[name] for name in study.configs})
+    labels = dict(params.aggregate.models) if "aggregate" in params.sections else {}
+    settings = StudySettings(model=study.claim.model, rivals=study.claim.rivals, alpha=study.claim.alpha,
+                             labels={**StudySettings().labels, **labels})
+    models = list(study.models)
+    metrics, curves = collect(a.runs, configs, models, list(study.seeds))
     out = Path(a.out)
     write_csv(metrics, out / "metrics.csv")
     write_csv(curves, out / "curves.csv")
-    n_samples = profiled(params, "study", str(a.params))["bench"]["data"]["n_samples"]
-    header = [f"Scale: {n_samples:,} samples per configuration (70/15/15 split), seeds {study['seeds']}, "
-              f"training settings `study.train` {study.get('train')} over `train` (params.yaml); runs read from "
+    n_samples = profiled(params, "study").bench.data.n_samples
+    header = [f"Scale: {n_samples:,} samples per configuration (70/15/15 split), seeds {list(study.seeds)}, "
+              f"training settings `study.train` {study.train} over `train` (params.yaml); runs read from "
               f"{a.runs}.", ""]
     _, section = write_study(metrics, curves, out, settings, header=header, models=models)
     write_text("# MultiTab-Bench study report\n\n" + section, out / "report.md")

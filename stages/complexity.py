@@ -6,25 +6,18 @@ Writes <out>.csv and <out>.md (FLOPs = 2 x MACs, ptflops-style, see multitab.eva
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from multitab.config import load_params, section
+from multitab.config import ComplexityConfig, load_params
 from multitab.datasets.schema import schema_from_meta
 from multitab.evaluation.complexity import complexity_rows
 from multitab.evaluation.tables import Cell, Table, Value
 from multitab.io import atomic_path
 from multitab.models import MODELS, build_model
-from multitab.protocol import DEFAULT, protocol_of
+from multitab.protocol import DEFAULT
 from stages._common import parser, run
-
-
-@dataclass(frozen=True)
-class ComplexityConfig:
-    batch_size: int  # samples per counted forward pass (Table 4: 1); matters for inter-sample attention
-
 
 _DECIMALS = {"params": 0, "flops": 0, "params_millions": 3, "flops_millions": 3, "paper_params_millions": 2,
              "paper_flops_millions": 2, "batch_size": 0}
@@ -76,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     def go() -> None:
         params = load_params(a.params)
-        write_tables(a.meta, a.out, section(params, "complexity", ComplexityConfig), protocol_of(params, str(a.params)))
+        write_tables(a.meta, a.out, params.complexity, params.protocol)
 
     return run("complexity", go)
 

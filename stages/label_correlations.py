@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 
 from multitab.config import load_params
-from multitab.datasets.bench import load_label_correlation_config
 from multitab.datasets.bench_figures import label_correlation_figures
 from stages._common import parser, run
 
@@ -21,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     def body() -> None:
-        cfg = load_label_correlation_config(load_params(a.params), source=str(a.params))
+        cfg = load_params(a.params).bench.label_correlations
         label_correlation_figures(cfg, a.figures, a.tables)
         log.info("wrote Figures 3 and 4 to %s and %s", a.figures, a.tables)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from multitab.datasets.config import load_dataset_config
+from multitab.config import load_params
 from multitab.datasets.schema import get_schema
 from multitab.datasets.steps import preprocess_splits
 from stages._common import parser, run
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(
         f"preprocess@{a.dataset}",
         lambda: preprocess_splits(
-            get_schema(a.dataset), load_dataset_config(a.dataset, a.params), a.splits, a.out, verdict=a.verdict
+            get_schema(a.dataset), load_params(a.params).dataset(a.dataset), a.splits, a.out, verdict=a.verdict
         ),
     )
 

@@ -23,8 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     def body() -> None:
-        frames, meta = synthesize_config(a.config, profiled(load_params(a.params), a.profile, str(a.params)),
-                                         source=str(a.params))
+        frames, meta = synthesize_config(a.config, profiled(load_params(a.params), a.profile).bench)
         write_dataset(a.out, frames, meta)
         log.info("%s: %s rows -> %s", a.config, meta["n_rows"], a.out)
 

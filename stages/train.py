@@ -17,9 +17,9 @@ import argparse
 import json
 from pathlib import Path
 
+from multitab.config import load_params
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
-from multitab.profiles import PROFILES
-from multitab.training.config import load_train_config
+from multitab.profiles import PROFILES, profiled
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
 
@@ -61,7 +61,7 @@ def train_one(a: argparse.Namespace) -> None:
     remove_stale_temporaries(a.out)  # of a save killed in an earlier attempt (the checkpoints: by `resume`)
     spec = RunSpec(dataset=a.dataset, model=a.model, seed=a.seed, data_path=a.data,
                    checkpoint_dir=a.checkpoints)
-    config = load_train_config(a.params, a.profile)
+    config = profiled(load_params(a.params), a.profile).train
     record, history = run_training(spec, config)
     record["profile"] = a.profile
     write_dvclive(history, a.out / "dvclive")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from multitab.config import Params
 from multitab.io import read_json
-from multitab.validation import Outcome, load_validation_config, validate_processed
+from multitab.validation import Outcome, validate_processed
 from stages._common import add_validation_args, parser, run_validation
 
 
@@ -20,9 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     add_validation_args(p)
     a = p.parse_args(argv)
 
-    def body() -> Outcome:
-        cfg = load_validation_config(a.params)
-        return validate_processed(a.processed, cfg, context_dir=a.context, report_dir=a.report)
+    def body(params: Params) -> Outcome:
+        return validate_processed(a.processed, params.validation, context_dir=a.context, report_dir=a.report)
 
     meta = Path(a.processed) / "meta.json"
     name = read_json(meta).get("dataset", Path(a.processed).name) if meta.exists() else Path(a.processed).name

@@ -8,9 +8,9 @@ failure: the flow does not retry it). Data Docs (reports/validation/) are writte
 
 from __future__ import annotations
 
-from multitab.datasets.config import load_dataset_config
+from multitab.config import Params
 from multitab.datasets.schema import get_schema
-from multitab.validation import Outcome, load_validation_config, validate_raw
+from multitab.validation import Outcome, validate_raw
 from stages._common import add_validation_args, parser, run_validation
 
 
@@ -21,13 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     add_validation_args(p)
     a = p.parse_args(argv)
 
-    def body() -> Outcome:
-        cfg = load_validation_config(a.params)
+    def body(params: Params) -> Outcome:
         return validate_raw(
             a.splits,
             get_schema(a.dataset),
-            load_dataset_config(a.dataset, a.params),
-            cfg,
+            params.dataset(a.dataset),
+            params.validation,
             context_dir=a.context,
             report_dir=a.report,
         )

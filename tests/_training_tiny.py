@@ -11,6 +11,8 @@ import pandas as pd
 import torch
 from torch import nn
 
+from multitab.config.train import OptimOverride
+
 FEATURES = [
     {"name": "n1", "kind": "numerical", "cardinality": None},
     {"name": "c1", "kind": "categorical", "cardinality": 5},
@@ -80,9 +82,25 @@ class TinyNet(nn.Module):
         return {name: self.heads[name](h).squeeze(-1) if k == 1 else self.heads[name](h) for name, k in self.tasks}
 
 
-def tiny_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any], extras: dict[str, Any]) -> nn.Module:
-    return TinyNet(meta, **overrides)
+class TinyModel(TinyNet):
+    """TinyNet as the model registry builds models: `cls(schema=..., **hyperparameters)`."""
+
+    def __init__(self, *, schema: Any, d: int = 8) -> None:
+        super().__init__(schema_meta(schema), d=d)
 
 
-def tiny_optim(dataset: str, model: str, protocol: str = "paper") -> dict[str, Any]:
-    return {"optimizer": "adamw", "lr": 1e-2, "weight_decay": 1e-5}
+def schema_meta(schema: Any) -> dict[str, Any]:
+    """The meta.json view of a DatasetSchema that TinyNet reads."""
+    return {"features": [{"name": f.name, "kind": f.kind, "cardinality": f.cardinality} for f in schema.features],
+            "tasks": [{"name": t.name, "n_classes": t.n_classes} for t in schema.tasks]}
+
+
+# The tiny runs' optimiser (params.yaml's train.optim): the registry has no authors' selection for them.
+TINY_OPTIM = {"tiny": OptimOverride(optimizer="adamw", lr=1e-2, weight_decay=1e-5)}
+
+
+def register_tiny(monkeypatch: Any, cls: type = TinyModel, name: str = "tiny") -> None:
+    """Put a tiny model in the model registry (multitab.models.MODELS) for one test."""
+    from multitab.models import MODELS
+
+    monkeypatch.setitem(MODELS, name, cls)

@@ -48,7 +48,8 @@ def make_inputs(root: Path) -> Path:
     (root / "complexity.csv").write_text("dataset,model,params,flops\nhiggs,multitab_net,698872,1897000\n"
                                          "higgs,mmoe,1049384,2110000\n")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["bench"] = {"configs": BENCH}
+    params["bench"]["configs"] = BENCH
+    params["study"]["configs"] = list(BENCH)  # study.configs must be keys of bench.configs
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
     return path

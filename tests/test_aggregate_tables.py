@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from _aggregate_fakes import published_runs, write_run
-from multitab.config import load_params
-from multitab.evaluation.config import AggregateConfig, load_aggregate_config, read_bench_configs
+from multitab.config import load_params, parse_params
+from multitab.config.aggregate import AggregateConfig, synthetic_configs
 from multitab.evaluation.paper_tables import table3, table8, table9
 from multitab.evaluation.published import load_published
 from multitab.evaluation.runs import RunError, RunSet, load_runs, split_model
@@ -21,7 +21,7 @@ TYPES = {"click": "binary", "conversion": "binary"}
 
 
 def config() -> AggregateConfig:
-    return load_aggregate_config(ROOT / "params.yaml")
+    return load_params(ROOT / "params.yaml").aggregate
 
 
 def _table(standin: list[str]) -> Table:
@@ -133,19 +133,25 @@ def test_significance_tables_from_runs(tmp_path: Path) -> None:
     assert t8.standin == ["aliexpress", "acs_income", "higgs"]
 
 
-def test_bench_configs_reader() -> None:
-    params = {"bench": {"configs": {
-        "p06_pd3_t3": {"groups": ["correlation", "complexity", "count"], "correlation": 0.6, "degrees": [3, 3, 3]},
-        "mix": {"group": "nonuniform", "correlation": 0.4, "degrees": [1, 3, 2]}}}}
-    got = read_bench_configs(params)
+def test_bench_configs_view() -> None:
+    from multitab.config import ConfigError, read_yaml
+
+    raw = read_yaml(ROOT / "params.yaml")
+    raw["bench"]["configs"] = {
+        "p06_pd3_t3": {"groups": ["correlation", "complexity", "count"], "correlation": 0.6, "degrees": [3, 3, 3],
+                       "seed": 0},
+        "mix": {"groups": ["nonuniform"], "correlation": 0.4, "degrees": [1, 3, 2], "seed": 0}}
+    raw["study"]["configs"] = ["mix"]
+    got = synthetic_configs(parse_params(raw).bench.configs)
     assert got["p06_pd3_t3"].level("count") == "t=3" and got["p06_pd3_t3"].level("correlation") == "p=0.6"
     assert got["mix"].groups == ("nonuniform",) and got["mix"].level("nonuniform") == "t=3, PD=[1, 3, 2], p=0.4"
-    assert read_bench_configs({}) == {}
-    from multitab.config import ConfigError
-    with pytest.raises(ConfigError, match="bench.configs.bad"):
-        read_bench_configs({"bench": {"configs": {"bad": {"group": "colour"}}}})
+    assert synthetic_configs({}) == {}
+    # one strict reader: the old tolerant `group` key fails like any unknown key, naming its path
+    raw["bench"]["configs"]["bad"] = {"group": "nonuniform", "correlation": 0.4, "degrees": [1], "seed": 0}
+    with pytest.raises(ConfigError, match=r"bench.configs.bad.group: unknown key"):
+        parse_params(raw)
     # The project's params.yaml loads strictly.
-    assert config().baseline == "stl_mlp" and load_params(ROOT / "params.yaml")["aggregate"]
+    assert config().baseline == "stl_mlp"
 
 
 def test_delta_m_on_mse_flips_the_sign(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from _toy_dvc import run_dvc  # tests/ is on sys.path (pytest's default import mode)
-from multitab.datasets.config import LocalConfig
+from multitab.config.data import LocalConfig
 from multitab.datasets.schema import get_schema
 from multitab.datasets.sources import SourceError, acquire_local, read_raw_file
 from multitab.exit_codes import BAD_INPUT

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multitab.datasets.bench import (
+from multitab.datasets.bench import generate
+from multitab.datasets.label_correlations import (
     expected_label_correlation,
-    generate,
     label_correlations,
     pairwise_correlations,
 )

@@ -15,14 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from multitab.config import ConfigError, load_params
-from multitab.datasets.bench import (
-    generate,
-    load_bench_data,
-    load_bench_dataset,
-    load_label_correlation_config,
-)
-from multitab.datasets.bench import main as bench_main
+from multitab.config import ConfigError, parse_params, read_yaml
+from multitab.datasets.bench import generate
 from multitab.datasets.schema import schema_from_meta
 from multitab.exit_codes import BAD_INPUT
 from stages import label_correlations as label_correlations_stage
@@ -33,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    return load_params(ROOT / "params.yaml")
+    return read_yaml(ROOT / "params.yaml")
 
 
 def _small_params(params: dict, tmp_path: Path, n_samples: int = 2000, targets: str | None = None) -> Path:
@@ -51,13 +45,14 @@ def _small_params(params: dict, tmp_path: Path, n_samples: int = 2000, targets: 
 # ---------------------------------------------------------------------------------------------------
 # Params: the paper's configurations.
 def test_configs_cover_table_11_and_figure_6(params: dict) -> None:
-    data = load_bench_data(params)
+    bench = parse_params(params).bench
+    data = bench.data
     assert (data.n_features, data.noise) == (32, 0.01)
     assert data.split.method == "shuffle" and (data.split.val_fraction, data.split.test_fraction) == (
         0.15,
         0.15,
     )
-    cfgs = {name: load_bench_dataset(params, name) for name in params["bench"]["configs"]}
+    cfgs = bench.configs
     by_group: dict[str, set] = {}
     for c in cfgs.values():
         for g in c.groups:
@@ -80,20 +75,23 @@ def test_bad_config_fails_at_load_naming_it(params: dict) -> None:
         "degrees": [3, 3, 3],
         "seed": 0,
     }
-    with pytest.raises(ConfigError, match=r"bench\.configs\.oops: correlation=-0\.9"):
-        load_bench_dataset(bad, "oops")
+    with pytest.raises(ConfigError, match=r"params.yaml: bench\.configs\.oops: correlation=-0\.9"):
+        parse_params(bad)
+    del bad["bench"]["configs"]["oops"]
     bad["bench"]["configs"]["typo"] = {"groups": ["count"], "corelation": 0.5, "degrees": [3], "seed": 0}
-    with pytest.raises(ConfigError, match="unknown key"):
-        load_bench_dataset(bad, "typo")
+    with pytest.raises(ConfigError, match=r"params.yaml: bench.configs.typo.corelation: unknown key; known: \["):
+        parse_params(bad)
+    del bad["bench"]["configs"]["typo"]
     bad["bench"]["configs"]["grp"] = {"groups": ["colour"], "correlation": 0.5, "degrees": [3], "seed": 0}
     with pytest.raises(ConfigError, match="colour"):
-        load_bench_dataset(bad, "grp")
+        parse_params(bad)
+    del bad["bench"]["configs"]["grp"]
     with pytest.raises(ConfigError, match="no MultiTab-Bench config 'nope'"):
-        load_bench_dataset(bad, "nope")
+        parse_params(bad).bench.dataset("nope")
     lc = json.loads(json.dumps(params))
     lc["bench"]["label_correlations"]["figure3_n_tasks"] = [1, 2]
     with pytest.raises(ConfigError, match="at least two tasks"):
-        load_label_correlation_config(lc)
+        parse_params(lc)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -137,8 +135,8 @@ def test_meta_json_format(synthesized: tuple[Path, Path]) -> None:
 
 def test_raw_targets_are_the_generated_labels() -> None:
     """bench.data.targets: raw (the authors' code): the generated y, target_stats the identity."""
+    from multitab.config.data import SplitConfig
     from multitab.datasets.bench import synthesize
-    from multitab.datasets.config import SplitConfig
 
     split = SplitConfig(method="shuffle", seed=0, val_fraction=0.2, test_fraction=0.2)
     frames, meta = synthesize("raw", n_samples=200, n_features=4, correlation=0.5, degrees=[1, 2], noise=0.01,
@@ -198,26 +196,6 @@ def test_synthesize_unknown_config_fails_cleanly(
     assert synthesize_stage.main(["--params", str(p), "--config", "nope", "--out", str(out)]) == BAD_INPUT
     assert "no MultiTab-Bench config 'nope'" in capsys.readouterr().err
     assert not out.exists()
-
-
-def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "mine"
-    base = ["--out", str(out), "--n-samples", "500", "--n-features", "6", "--degrees", "1", "2"]
-    assert bench_main([*base, "--correlation", "0.3", "--noise", "0.0", "0.5"]) == 0
-    meta = json.loads((out / "meta.json").read_text())
-    assert meta["dataset"] == "mine" and meta["generator"]["noise"] == [0.0, 0.5]
-    assert meta["generator"]["correlation"] == 0.3 and sum(meta["n_rows"].values()) == 500
-    with pytest.raises(SystemExit) as e:
-        bench_main([*base, "--correlation=-2"])
-    assert e.value.code == 2 and "correlation=-2.0 is outside" in capsys.readouterr().err
-
-
-def test_command_line_help_runs_as_a_module() -> None:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
-    res = subprocess.run(
-        [sys.executable, "-m", "multitab.datasets.bench", "--help"], env=env, capture_output=True, text=True
-    )
-    assert res.returncode == 0 and "--correlation" in res.stdout
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 
 from flows.pipeline import StagePlan, select
 from multitab.config import ConfigError
+from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation.bench_study import (
     StudyError,
     StudySettings,
@@ -27,9 +28,8 @@ from multitab.evaluation.bench_study import (
     write_study,
 )
 from multitab.evaluation.bench_study import main as bench_study_main
-from multitab.evaluation.config import SyntheticConfig
 from multitab.exit_codes import BAD_INPUT
-from multitab.profiles import profiled, study_settings
+from multitab.profiles import profiled
 
 CONFIGS = {
     "p02_pd3_t3": SyntheticConfig("p02_pd3_t3", ("correlation",), 0.2, (3, 3, 3)),
@@ -161,22 +161,29 @@ def test_write_study_with_no_runs_says_missing(tmp_path):
 
 
 def test_profiles_lay_their_sections_over_train_and_bench_data():
-    params = {"train": {"max_epochs": 2, "max_train_rows": 2048, "seeds": [0]},
-              "bench": {"data": {"n_samples": 20000}, "train": {"max_epochs": 10, "max_train_rows": None},
-                        "configs": {"a": {}}},
-              "study": {"configs": ["a"], "models": ["stl_mlp"], "seeds": [0, 1], "data": {"n_samples": 100000},
-                        "train": {"max_epochs": None}}}
+    from multitab.config import parse_params, read_yaml
+
+    raw = read_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
+    raw["train"].update(max_epochs=2, max_train_rows=2048, seeds=[0])
+    raw["bench"]["data"]["n_samples"] = 20000
+    raw["bench"]["train"] = {"max_epochs": 10, "max_train_rows": None}
+    raw["study"].update(seeds=[0, 1], data={"n_samples": 100000}, train={"max_epochs": None})
+    params = parse_params(raw)
     assert profiled(params, "default") == params
-    bench = profiled(params, "bench")
-    assert bench["train"] == {"max_epochs": 10, "max_train_rows": None, "seeds": [0]}
+    bench = profiled(params, "bench").train
+    assert (bench.max_epochs, bench.max_train_rows, bench.seeds) == (10, None, (0,))
     study = profiled(params, "study")
-    assert study["bench"]["data"]["n_samples"] == 100000 and study["train"]["max_epochs"] is None
-    assert study["train"]["max_train_rows"] == 2048 and params["train"]["max_epochs"] == 2  # copy, untouched
-    assert study_settings(params)["seeds"] == [0, 1]
+    assert study.bench.data.n_samples == 100000 and study.train.max_epochs is None
+    assert study.train.max_train_rows == 2048 and params.train.max_epochs == 2  # a copy, untouched
+    assert params.study.seeds == (0, 1)
     with pytest.raises(ConfigError, match="unknown profile"):
         profiled(params, "nope")
-    with pytest.raises(ConfigError, match=r"study\.configs: \['b'\] are not keys"):
-        study_settings({**params, "study": {**params["study"], "configs": ["b"]}})
+    with pytest.raises(ConfigError, match=r"params.yaml: study\.configs: \['b'\] are not keys"):
+        parse_params({**raw, "study": {**raw["study"], "configs": ["b"]}})
+    with pytest.raises(ConfigError, match=r"params.yaml: study\.train\.max_epoch: unknown key; known: \["):
+        parse_params({**raw, "study": {**raw["study"], "train": {"max_epoch": 3}}})
+    with pytest.raises(ConfigError, match=r"params.yaml \(profile bench\): train.max_epochs=0 must be >= 1"):
+        profiled(parse_params({**raw, "bench": {**raw["bench"], "train": {"max_epochs": 0}}}), "bench")
 
 
 def test_default_run_leaves_opt_in_stages_and_their_descendants_out():
@@ -192,10 +199,10 @@ def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
 
     root = Path(__file__).resolve().parents[1]
     params = load_params(root / "params.yaml")
-    study = study_settings(params)
-    assert len(study["configs"]) == 9 and set(study["configs"]) == set(params["bench"]["configs"])
-    assert profiled(params, "study")["train"]["max_train_rows"] is None
-    assert params["train"]["max_epochs"] == profiled(params, "default")["train"]["max_epochs"]
+    study = params.study
+    assert len(study.configs) == 9 and set(study.configs) == set(params.bench.configs)
+    assert profiled(params, "study").train.max_train_rows is None
+    assert params.train.max_epochs == profiled(params, "default").train.max_epochs
     import yaml
 
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]

@@ -20,11 +20,11 @@ import pytest
 import torch
 import yaml
 
-from _training_tiny import tiny_builder, tiny_optim, write_tiny_processed
+from _training_tiny import TINY_OPTIM, register_tiny, write_tiny_processed
 from multitab import io as mio
+from multitab.config.train import TrainConfig
 from multitab.training import checkpoint as ckpt
 from multitab.training import loop as loop_mod
-from multitab.training.config import TrainConfig
 from multitab.training.run import RunSpec, model_code_version, run_training
 
 torch.set_num_threads(1)
@@ -36,10 +36,15 @@ def make_config(**kw: object) -> TrainConfig:
     base: dict[str, object] = dict(
         datasets=("tiny",), models=("tiny",), seeds=(0,), device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None,
-        patience={"default": 5}, xgboost_early_stopping_rounds=5, progress=False,
+        patience={"default": 5}, xgboost_early_stopping_rounds=5, progress=False, optim=TINY_OPTIM,
     )
     base.update(kw)
     return TrainConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _tiny_in_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    register_tiny(monkeypatch)
 
 
 def _strip(d: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +60,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _train(tiny: Path, ck: Path, **config: object) -> tuple[dict[str, Any], list[dict[str, float]]]:
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=ck)
-    return run_training(spec, make_config(**config), builder=tiny_builder, optim_defaults=tiny_optim)
+    return run_training(spec, make_config(**config))
 
 
 # ------------------------------------------------------------------------------ nothing loaded runs code
@@ -182,7 +187,8 @@ def _stage_args(tiny: Path, tmp_path: Path, name: str) -> list[str]:
         "datasets": ["tiny"], "models": ["tiny"], "seeds": [0], "device": "cpu", "precision": "fp32",
         "compile": False, "deterministic": True, "num_threads": 1, "batch_size": 128, "max_epochs": 3,
         "max_train_rows": None, "patience": {"default": 5}, "xgboost_early_stopping_rounds": 5,
-        "progress": False}}))
+        "progress": False,
+        "optim": {"tiny": {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5}}}}))
     return ["--dataset", "tiny", "--model", "tiny", "--seed", "0", "--data", str(tiny), "--out",
             str(tmp_path / f"out_{name}"), "--checkpoints", str(tmp_path / f"ck_{name}"), "--params", str(params)]
 
@@ -192,8 +198,6 @@ def test_disk_full_gives_one_clear_line_and_the_rerun_resumes(
 ) -> None:
     from stages import train as stage
 
-    monkeypatch.setattr("multitab.training.run._default_builder", tiny_builder)
-    monkeypatch.setattr("multitab.training.run._default_optim", tiny_optim)
     assert stage.main(_stage_args(tiny, tmp_path, "full")) == 0
     capsys.readouterr()
     real_write = mio._write_chunks
@@ -245,12 +249,12 @@ def test_changing_num_threads_between_kill_and_resume_starts_fresh(
             raise Killed
 
     with pytest.raises(Killed):
-        run_training(spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim, on_step=kill_in_epoch_3)
+        run_training(spec, make_config(), on_step=kill_in_epoch_3)
     assert torch.load(tmp_path / "ck" / ckpt.LAST, weights_only=True)["epoch"] == 2
     shutil.copytree(tmp_path / "ck", tmp_path / "ck_same")
     try:
         with caplog.at_level(logging.WARNING):
-            two, _ = run_training(spec, make_config(num_threads=2), builder=tiny_builder, optim_defaults=tiny_optim)
+            two, _ = run_training(spec, make_config(num_threads=2))
     finally:
         torch.set_num_threads(1)
     assert "checkpoint of other settings (num_threads: 1 -> 2); starting from scratch" in caplog.text
@@ -258,7 +262,7 @@ def test_changing_num_threads_between_kill_and_resume_starts_fresh(
     caplog.clear()
     same_spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck_same")
     with caplog.at_level(logging.WARNING):  # the control: the same settings resume
-        same, _ = run_training(same_spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim)
+        same, _ = run_training(same_spec, make_config())
     assert same["resumed_from_epoch"] == 2 and "other settings" not in caplog.text
 
 
@@ -283,7 +287,7 @@ def test_fingerprint_holds_every_setting_that_changes_results(tiny: Path, tmp_pa
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=copy, checkpoint_dir=ck)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        record, _ = run_training(spec, make_config(max_epochs=1), builder=tiny_builder, optim_defaults=tiny_optim)
+        record, _ = run_training(spec, make_config(max_epochs=1))
     assert record["resumed_from_epoch"] == 0 and "data.meta.json:" in caplog.text
 
 

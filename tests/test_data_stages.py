@@ -78,7 +78,7 @@ def test_unknown_param_key_fails_the_stage(tmp_path: Path, capsys: pytest.Captur
     p.write_text(yaml.safe_dump(params))
     assert acquire.main(["--params", str(p), "--dataset", "higgs", "--out", str(tmp_path / "raw")]) == BAD_INPUT
     err = capsys.readouterr().err
-    assert "datasets.higgs.split: unknown key(s) ['val_fractoin']" in err
+    assert "bad.yaml: datasets.higgs.split.val_fractoin: unknown key; known: [" in err
     assert not (tmp_path / "raw").exists()
 
 

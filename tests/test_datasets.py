@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multitab.config import ConfigError, build, load_params, section
-from multitab.datasets.config import DatasetConfig, PreprocessConfig, SplitConfig, load_dataset_config
+from multitab.config import ConfigError, build, load_params
+from multitab.config.data import PreprocessConfig, SplitConfig
 from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import SCHEMAS, get_schema, schema_from_meta
 from multitab.datasets.split import SplitError, canonicalize, split_frames
@@ -55,15 +55,15 @@ def test_unknown_dataset_is_named() -> None:
 # ----------------------------------------------------------------------------------------------- config
 def test_params_file_loads_for_every_dataset() -> None:
     for name in SCHEMAS:
-        cfg = load_dataset_config(name, ROOT / "params.yaml")
+        cfg = load_params(ROOT / "params.yaml").dataset(name)
         assert cfg.source in {"standin", "local", "remote"}
 
 
 def test_config_rejects_unknown_and_missing_keys() -> None:
     good = {"method": "shuffle", "seed": 0, "val_fraction": 0.1, "test_fraction": 0.1}
     assert build(SplitConfig, good, "x").val_fraction == 0.1
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['val_fractoin'\]"):
-        build(SplitConfig, {**good, "val_fractoin": 0.2}, "datasets.higgs.split")
+    with pytest.raises(ConfigError, match=r"params.yaml: datasets.higgs.split.val_fractoin: unknown key; known: \["):
+        build(SplitConfig, {**good, "val_fractoin": 0.2}, "params.yaml: datasets.higgs.split")
     with pytest.raises(ConfigError, match="missing key 'seed'"):
         build(SplitConfig, {k: v for k, v in good.items() if k != "seed"}, "x")
     with pytest.raises(ConfigError, match="not one of"):
@@ -72,11 +72,16 @@ def test_config_rejects_unknown_and_missing_keys() -> None:
         build(SplitConfig, {**good, "seed": 0, "val_fraction": "a"}, "x")
 
 
-def test_section_names_missing_path(tmp_path: Path) -> None:
+def test_params_name_the_missing_dataset_the_missing_section_and_an_unknown_key(tmp_path: Path) -> None:
     p = tmp_path / "params.yaml"
     p.write_text("datasets: {}\n")
-    with pytest.raises(ConfigError, match="missing key 'datasets.higgs'"):
-        section(load_params(p), "datasets.higgs", DatasetConfig)
+    with pytest.raises(ConfigError, match="params.yaml: missing key 'datasets.higgs'"):
+        load_params(p).dataset("higgs")
+    with pytest.raises(ConfigError, match=r"params.yaml: no `train:` section"):
+        _ = load_params(p).train
+    p.write_text("datasets: {}\ntrian: {}\n")
+    with pytest.raises(ConfigError, match=r"params.yaml: trian: unknown key; known: \['protocol', 'datasets'"):
+        load_params(p)
 
 
 # --------------------------------------------------------------------------------------------- stand-ins

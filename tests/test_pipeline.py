@@ -218,7 +218,7 @@ def test_gpu_stages_take_turns_on_the_visible_devices(tmp_path, monkeypatch):
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.concurrency.sync import concurrency
 
-    from flows.orchestrate import gpu_limit_name
+    from flows.gpu import gpu_limit_name
 
     with get_client(sync_client=True) as client:
         try:
@@ -335,7 +335,7 @@ def test_failed_validation_publishes_a_table_of_its_failed_expectations(tmp_path
 
 
 def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_path):
-    from flows.orchestrate import summary_markdown
+    from flows.summary import summary_markdown
 
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "metrics.json").write_text(json.dumps({

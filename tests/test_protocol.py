@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
-from multitab.config import ConfigError, load_params
-from multitab.datasets.config import SplitConfig, load_dataset_config
+from multitab.config import ConfigError, load_params, read_yaml
+from multitab.config.data import SplitConfig
 from multitab.datasets.schema import get_schema
 from multitab.datasets.split import split_frames
 from multitab.models import build_model, model_defaults, training_defaults
@@ -22,10 +22,9 @@ from multitab.models.defaults import BENCH_KEY, TRANSLATORS
 from multitab.models.multitab_net import attention_mask
 from multitab.models.tokenizer import Init
 from multitab.protocol import PROTOCOLS, model_overrides
-from multitab.training.config import load_train_config
 
 ROOT = Path(__file__).parents[1]
-PARAMS = load_params(ROOT / "params.yaml")
+PARAMS = read_yaml(ROOT / "params.yaml")
 
 
 def params_with(tmp_path: Path, **top: Any) -> Path:
@@ -38,22 +37,20 @@ def test_the_default_is_paper_and_both_values_load(tmp_path: Path) -> None:
     assert PARAMS["protocol"] == "paper"
     for protocol in PROTOCOLS:
         path = params_with(tmp_path, protocol=protocol)
-        assert load_train_config(path).protocol == protocol
+        assert load_params(path).train.protocol == protocol
         for dataset in ("aliexpress", "acs_income", "higgs"):
-            load_dataset_config(dataset, path)
+            load_params(path).dataset(dataset)
 
 
 def test_an_unknown_protocol_is_a_clear_config_error(tmp_path: Path) -> None:
     path = params_with(tmp_path, protocol="papers")
     with pytest.raises(ConfigError, match=r"params.yaml: protocol='papers' must be one of \['paper', 'authors_code'\]"):
-        load_train_config(path)
-    with pytest.raises(ConfigError, match="protocol"):
-        load_dataset_config("higgs", path)
+        load_params(path)
 
 
 def test_higgs_split_follows_the_protocol_and_the_other_datasets_do_not_change(tmp_path: Path) -> None:
-    paper = {d: load_dataset_config(d, params_with(tmp_path, protocol="paper")) for d in ("aliexpress", "acs_income", "higgs")}
-    authors = {d: load_dataset_config(d, params_with(tmp_path, protocol="authors_code")) for d in paper}
+    paper = load_params(params_with(tmp_path, protocol="paper")).datasets
+    authors = load_params(params_with(tmp_path, protocol="authors_code")).datasets
     assert paper["higgs"].split == SplitConfig("ordered", 0, 0.05, 0.05)  # first 5 % val, last 5 % test
     assert authors["higgs"].split == SplitConfig("stratified", 42, 0.05, 0.05)  # their notebook's 90/5/5
     for d in ("aliexpress", "acs_income"):
@@ -145,7 +142,7 @@ _MASK_OF_LABEL = {"none": "none", "F-not-T": "f_t", "T-not-T": "t_t", "F-not-T &
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("dataset", ["aliexpress", "acs_income", "higgs"])
 def test_table2_rows_are_what_they_say(tmp_path: Path, protocol: str, dataset: str) -> None:
-    config = load_train_config(params_with(tmp_path, protocol=protocol))
+    config = load_params(params_with(tmp_path, protocol=protocol)).train
     schema = get_schema(dataset)
     init: Init = "authors"
     for row in PARAMS["aggregate"]["ablation"]:

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from _http_fixture import FixtureServer, Reply
-from multitab.datasets.config import LocalConfig, RemoteConfig
+from multitab.config.data import LocalConfig, RemoteConfig
 from multitab.datasets.schema import DatasetSchema, get_schema
 from multitab.datasets.sources import SourceError, acquire_local, acquire_remote, read_raw_file
 
@@ -372,7 +372,7 @@ def _valid_for_split(schema: DatasetSchema, n: int, seed: int) -> pd.DataFrame:
 def test_local_source_feeds_the_split_step(name: str, tmp_path: Path) -> None:
     import dataclasses
 
-    from multitab.datasets.config import load_dataset_config
+    from multitab.config import load_params
     from multitab.datasets.steps import acquire, split
 
     schema = get_schema(name)
@@ -389,7 +389,7 @@ def test_local_source_feeds_the_split_step(name: str, tmp_path: Path) -> None:
         src = tmp_path / "acs.parquet"
         _valid_for_split(schema, 400, 1).to_parquet(src)
         total = 400
-    cfg = dataclasses.replace(load_dataset_config(name), source="local", local=LocalConfig(path=str(src)))
+    cfg = dataclasses.replace(load_params(Path(__file__).parents[1] / "params.yaml").dataset(name), source="local", local=LocalConfig(path=str(src)))
     acquire(schema, cfg, tmp_path / "raw", tmp_path / "cache")
     info = split(schema, cfg, tmp_path / "raw", tmp_path / "splits")
     assert info["source"] == "local" and info["standin"] is False

@@ -12,12 +12,12 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from _training_tiny import TinyNet, tiny_builder, tiny_optim, write_tiny_processed
+from _training_tiny import TINY_OPTIM, TinyModel, TinyNet, register_tiny, write_tiny_processed
+from multitab.config.train import TrainConfig
 from multitab.datasets.schema import Task
 from multitab.evaluation import metrics as M
 from multitab.exit_codes import BAD_INPUT
 from multitab.training import loop as loop_mod
-from multitab.training.config import TrainConfig
 from multitab.training.data import DataError, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
 from multitab.training.losses import MultitaskLoss
@@ -30,10 +30,15 @@ def make_config(**kw: object) -> TrainConfig:
     base: dict[str, object] = dict(
         datasets=("tiny",), models=("tiny",), seeds=(0,), device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None, patience={"default": 5},
-        xgboost_early_stopping_rounds=5, progress=False,
+        xgboost_early_stopping_rounds=5, progress=False, optim=TINY_OPTIM,
     )
     base.update(kw)
     return TrainConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _tiny_in_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    register_tiny(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +191,7 @@ def test_one_adam_over_independent_submodels_equals_one_adam_each() -> None:
 # ------------------------------------------------------------------------------- runs and the record
 def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path: Path) -> None:
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, history = run_training(spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim)
+    record, history = run_training(spec, make_config())
     jsonschema.validate(record, METRICS_SCHEMA)
     assert record["standin"] is True and record["source"] == "standin"
     assert set(record["test"]) == {"click", "marital", "m_jj"} and set(record["test_mse"]) == {"m_jj"}
@@ -198,32 +203,31 @@ def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path:
     assert record["val_mean"] == pytest.approx(np.mean(list(record["val"].values())))
     assert (tmp_path / "ck" / "best.pt").is_file() and (tmp_path / "ck" / "last.pt").is_file()
     # a finished run re-run from its checkpoint trains nothing more and reports the same metrics
-    again, _ = run_training(spec, make_config(), builder=tiny_builder, optim_defaults=tiny_optim)
+    again, _ = run_training(spec, make_config())
     assert again["resumed_from_epoch"] == 4 and again["test"] == record["test"]
     # changed settings never resume a foreign checkpoint
-    other, _ = run_training(spec, make_config(max_epochs=2), builder=tiny_builder, optim_defaults=tiny_optim)
+    other, _ = run_training(spec, make_config(max_epochs=2))
     assert other["resumed_from_epoch"] == 0 and other["epochs"] == 2
 
 
 def test_real_data_is_not_labelled_standin(tmp_path: Path) -> None:
     write_tiny_processed(tmp_path / "real", standin=False, n={"train": 200, "val": 100, "test": 100})
     spec = RunSpec(dataset="real", model="tiny", seed=1, data_path=tmp_path / "real", checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, make_config(max_epochs=1), builder=tiny_builder, optim_defaults=tiny_optim)
+    record, _ = run_training(spec, make_config(max_epochs=1))
     assert record["standin"] is False and record["source"] == "local"
 
 
 def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from stages import train as stage
 
-    monkeypatch.setattr("multitab.training.run._default_builder", tiny_builder)
-    monkeypatch.setattr("multitab.training.run._default_optim", tiny_optim)
     params = tmp_path / "params.yaml"
     import yaml
 
     params.write_text(yaml.safe_dump({"train": {
         "datasets": ["tiny"], "models": ["tiny"], "seeds": [0], "device": "auto", "precision": "fp32",
         "compile": False, "deterministic": True, "num_threads": 1, "batch_size": 256, "max_epochs": 2, "max_train_rows": 300,
-        "patience": {"default": 5}, "xgboost_early_stopping_rounds": 5, "progress": False}}))
+        "patience": {"default": 5}, "xgboost_early_stopping_rounds": 5, "progress": False,
+        "optim": {"tiny": {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5}}}}))
     verdict = tmp_path / "verdict.json"
     verdict.write_text(json.dumps({"success": False}))
     args = ["--dataset", "tiny", "--model", "tiny", "--seed", "0", "--data", str(tiny), "--verdict", str(verdict),
@@ -240,7 +244,8 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     assert record["protocol"] == "paper" and record["profile"] == "default"
     # the top-level protocol reaches the run under every profile (bench lays bench.train over train)
     raw = yaml.safe_load(params.read_text())
-    params.write_text(yaml.safe_dump({**raw, "protocol": "authors_code", "bench": {"train": {"max_epochs": 1}}}))
+    bench = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())["bench"]
+    params.write_text(yaml.safe_dump({**raw, "protocol": "authors_code", "bench": {**bench, "train": {"max_epochs": 1}}}))
     assert stage.main([*args, "--profile", "bench"]) == 0
     record = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert record["protocol"] == "authors_code" and record["profile"] == "bench" and record["epochs"] == 1
@@ -278,10 +283,13 @@ def test_loop_honours_training_loss_and_fit_context(tiny: Path, tmp_path: Path) 
     assert row["train_loss"] == pytest.approx(2 * parts, rel=1e-5)
 
 
-def test_null_max_epochs_takes_the_authors_cap(tiny: Path, tmp_path: Path) -> None:
+def test_null_max_epochs_takes_the_authors_cap(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from multitab.models.defaults import BENCH_KEY, SELECTED_HPARAMS
+
+    # an authors' selection for the tiny model (datasets outside theirs use the MultiTab-Bench entries)
+    monkeypatch.setitem(SELECTED_HPARAMS[BENCH_KEY], "tiny", {"optimisation": {"epochs": 3}})
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, make_config(max_epochs=None, patience={"default": 1}), builder=tiny_builder,
-                             optim_defaults=lambda d, m: {**tiny_optim(d, m), "max_epochs": 3})
+    record, _ = run_training(spec, make_config(max_epochs=None, patience={"default": 1}))
     assert record["max_epochs"] == 3 and record["epochs"] <= 3
 
 
@@ -315,7 +323,7 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
     stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
     exempt = {"datasets", "models", "seeds", "progress", "variants", "protocol"}
     expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in exempt}
-    expected.add("protocol")  # top-level (multitab.protocol), read by load_train_config
+    expected.add("protocol")  # top-level (multitab.protocol), in TrainConfig.protocol
     assert param_keys(stages["train_ablation"]) == expected | {"train.variants"}
     assert set(stages["train_ablation"]["matrix"]) == {"dataset", "variant", "seed"}
     overlay = {"train": set(), "train_bench": {"bench.train"}, "train_study": {"study.train"}}  # multitab.profiles
@@ -332,20 +340,25 @@ def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
         assert set(stage["matrix"]) == {key, "model", "seed"}, name
 
 
-def test_variant_runs_build_the_base_model_with_the_variant_keywords(tiny: Path, tmp_path: Path) -> None:
+def test_variant_runs_build_the_base_model_with_the_variant_keywords(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from multitab.config import ConfigError
-    from multitab.training.config import Variant
+    from multitab.config.train import Variant
 
     seen: list[tuple[str, dict]] = []
 
-    def builder(name: str, meta: dict, overrides: dict, extras: dict) -> TinyNet:
-        seen.append((name, overrides))
-        return TinyNet(meta, d=overrides["d"])
+    class Recording(TinyModel):
+        def __init__(self, *, schema: object, d: int = 8) -> None:
+            seen.append(("tiny", {"d": d}))
+            super().__init__(schema=schema, d=d)
+
+    register_tiny(monkeypatch, Recording)
 
     config = make_config(max_epochs=1, variants={"wide": Variant(model="tiny", overrides={"d": 16})},
                          model_overrides={"tiny": {"d": 4}})
     spec = RunSpec(dataset="tiny", model="tiny@wide", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, config, builder=builder, optim_defaults=tiny_optim)
+    record, _ = run_training(spec, config)
     assert seen == [("tiny", {"d": 16})] and record["model"] == "tiny@wide"
     with pytest.raises(ConfigError, match="no variant 'narrow'"):
         config.resolve("tiny@narrow")
@@ -360,7 +373,7 @@ def test_cuda_run_with_bf16_and_compile(tiny: Path, tmp_path: Path, precision: s
         pytest.skip("no CUDA device")
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
     config = make_config(device="cuda", precision=precision, compile=compile_, max_epochs=3)
-    record, history = run_training(spec, config, builder=tiny_builder, optim_defaults=tiny_optim)
+    record, history = run_training(spec, config)
     assert record["device"].startswith("cuda")
     assert all(v is not None and math.isfinite(v) for v in record["test"].values())
     assert record["test"]["click"] > 0.7 and len(history) == 3

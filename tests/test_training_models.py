@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from _training_tiny import write_tiny_processed
+from multitab.config.train import TrainConfig
 from multitab.models import MODELS
-from multitab.training.config import TrainConfig
 from multitab.training.run import METRICS_SCHEMA, RunSpec, run_training
 
 torch.set_num_threads(1)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import validation_frames as vf  # tests/ is on sys.path (pytest's default import mode)
-from multitab.datasets.config import load_dataset_config
+from multitab.config import load_params
 from multitab.datasets.schema import get_schema
 from multitab.exit_codes import BAD_INPUT
 from multitab.validation import expected_rows
@@ -474,11 +474,11 @@ def test_missing_split_file_is_a_clear_error(env: dict, capsys: pytest.CaptureFi
 
 
 def test_expected_rows_exact_for_remote() -> None:
-    data = load_dataset_config("higgs", REPO / "params.yaml")
+    data = load_params(REPO / "params.yaml").dataset("higgs")
     data = type(data)(**{**data.__dict__, "source": "remote"})
     rows = expected_rows(get_schema("higgs"), data, 0, {"train": 0, "val": 0, "test": 0})
     assert rows == {"train": (9_900_000, 9_900_000), "val": (550_000, 550_000), "test": (550_000, 550_000)}
-    ali = load_dataset_config("aliexpress", REPO / "params.yaml")
+    ali = load_params(REPO / "params.yaml").dataset("aliexpress")
     ali = type(ali)(**{**ali.__dict__, "source": "remote"})
     rows = expected_rows(get_schema("aliexpress"), ali, 2, {"train": 0, "val": 0, "test": 0})
     assert rows["test"] == (5_559_299, 5_559_303)
@@ -547,10 +547,9 @@ def test_rare_task_all_zero_fails(env: dict, capsys: pytest.CaptureFixture) -> N
 
 
 def test_rare_class_balance_tolerance_is_relative() -> None:
-    from multitab.validation.config import load_validation_config
     from multitab.validation.suites import _class_balance
 
-    cfg = load_validation_config(REPO / "params.yaml").raw
+    cfg = load_params(REPO / "params.yaml").validation.raw
     conv = get_schema("aliexpress").task("conversion")
     (exp,) = _class_balance(conv, 1_000_000, cfg)
     assert exp.min_value > 0.0 and exp.max_value < 0.002  # around 0.07 %, not 0.07 % +- 2 %

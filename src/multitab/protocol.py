@@ -37,11 +37,6 @@ def check_protocol(protocol: str, where: str = "protocol") -> Protocol:
     return protocol  # type: ignore[return-value]
 
 
-def protocol_of(params: dict[str, Any], source: str = "params.yaml") -> Protocol:
-    """The top-level `protocol` of a params mapping (absent: the default, "paper")."""
-    return check_protocol(params.get("protocol", DEFAULT), f"{source}: protocol")
-
-
 def model_overrides(protocol: str, config_key: str, model: str, entry: dict[str, Any] | None) -> dict[str, Any]:
     """Constructor keywords that `protocol` puts over the authors' selected configuration `entry` of
     `model` (their keys; None: no entry) for the SELECTED_HPARAMS key `config_key`. Empty under

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from multitab.datasets.bench import LabelCorrelationConfig, expected_label_correlation, label_correlations
+from multitab.config.bench import LabelCorrelationConfig
+from multitab.datasets.label_correlations import expected_label_correlation, label_correlations
 from multitab.io import atomic_path
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from sklearn.preprocessing import OrdinalEncoder, QuantileTransformer, StandardScaler
 
-from multitab.datasets.config import PreprocessConfig
+from multitab.config.data import PreprocessConfig
 from multitab.datasets.schema import DatasetSchema
 
 log = logging.getLogger(__name__)

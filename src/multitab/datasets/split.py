@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from multitab.datasets.config import SplitConfig
+from multitab.config.data import SplitConfig
 from multitab.datasets.schema import DatasetSchema
 
 SPLITS = ("train", "val", "test")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from multitab.datasets.config import DatasetConfig
+from multitab.config.data import DatasetConfig
 from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.split import SPLITS, canonicalize, split_frames

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from multitab.evaluation.config import SyntheticConfig
+from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation.curves import read_curve
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
 from multitab.evaluation.significance import t_test_greater

@@ -9,9 +9,9 @@ from typing import Any
 
 import pandas as pd
 
+from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation import figures
 from multitab.evaluation.bench_study_numbers import FIGURE5_GROUPS, FIGURE6_GROUPS, StudySettings
-from multitab.evaluation.config import SyntheticConfig
 
 
 def _ordered(configs: Mapping[str, SyntheticConfig], groups: Sequence[str]) -> list[tuple[str, SyntheticConfig]]:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from multitab.config.aggregate import AggregateConfig, SyntheticConfig
 from multitab.evaluation import figures
 from multitab.evaluation import paper_tables as pt
 from multitab.evaluation import study as st
-from multitab.evaluation.config import AggregateConfig, SyntheticConfig
 from multitab.evaluation.curves import CURVES, seed_mean_curves
 from multitab.evaluation.published import Published
 from multitab.evaluation.report_markdown import bench_section, render_report

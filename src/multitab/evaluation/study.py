@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from multitab.config.aggregate import AggregateConfig, SyntheticConfig
 from multitab.datasets.schema import SCHEMAS
-from multitab.evaluation.config import AggregateConfig, SyntheticConfig
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m, delta_m_per_seed, task_gains_per_seed
 from multitab.evaluation.published import Published
 from multitab.evaluation.runs import RunSet

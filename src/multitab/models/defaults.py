@@ -1,6 +1,7 @@
 """The one place where the authors' selected configurations become our constructor keywords.
 
-``SELECTED_HPARAMS`` (their keys, verbatim) is keyed by dataset and model; datasets outside it (the
+``SELECTED_HPARAMS`` (their keys, verbatim; data: selected_hparams.yaml beside this module, shipped with
+the package) is keyed by dataset and model; datasets outside it (the
 MultiTab-Bench configurations) use its ``multitab_bench_example`` entries; a model without an entry
 there gets its constructor defaults (the paper's common settings: e = 16, FFN 256, 4 heads).
 
@@ -13,16 +14,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
-from multitab.models._selected_hparams import SELECTED_HPARAMS
+import yaml
+
 from multitab.protocol import model_overrides, optim_overrides
 
 log = logging.getLogger(__name__)
 
 BENCH_KEY = "multitab_bench_example"
-# Early-stopping patience from the paper's appendix (Implementation Details).
-PATIENCE = {"aliexpress": 3, "acs_income": 5, "higgs": 5, BENCH_KEY: 5}
+# dataset -> model -> {architecture, optimisation, trained_as}; yaml.safe_load: data, never code.
+SELECTED_HPARAMS: dict[str, dict[str, dict[str, Any]]] = yaml.safe_load(
+    resources.files("multitab.models").joinpath("selected_hparams.yaml").read_text(encoding="utf-8"))
 
 # mask_mode_if -> our mask names (rows = queries): T->T blocked, F->T blocked, both, none.
 _MASKS = {"none": "none", "TxT": "t_t", "FxT": "f_t", "FxT_TxT": "both", "both": "both"}
@@ -144,8 +148,9 @@ def model_defaults(dataset: str, model: str, protocol: str = "authors_code") -> 
 
 
 def training_defaults(dataset: str, model: str, protocol: str = "authors_code") -> dict[str, Any]:
-    """lr, weight_decay, optimizer, batch_size, max_epochs and patience for (dataset, model);
-    the paper's common settings (Adam, wd 1e-5, batch 2048, lr 1e-3) where no entry exists; protocol
+    """lr, weight_decay, optimizer and max_epochs for (dataset, model) (batch size and early-stopping
+    patience are params.yaml's `train`); the paper's common settings (Adam, wd 1e-5, lr 1e-3, 100 epochs)
+    where no entry exists; protocol
     "paper" puts the paper's optimizer and weight decay over their selection (multitab.protocol)."""
     key = config_key(dataset)
     entry = SELECTED_HPARAMS[key].get(model)
@@ -154,7 +159,5 @@ def training_defaults(dataset: str, model: str, protocol: str = "authors_code") 
         "lr": opt.get("lr", 1e-3),
         "weight_decay": opt.get("weight_decay", 1e-5),
         "optimizer": opt.get("optimizer", "adam"),
-        "batch_size": opt.get("batch_size", 2048),
         "max_epochs": opt.get("epochs", 100),
-        "patience": PATIENCE[key],
     } | optim_overrides(protocol)

@@ -2,7 +2,6 @@
 to end (run.py). Imports only torch, numpy, pandas/pyarrow and scikit-learn: runs where DVC, Prefect and
 Great Expectations are not installed."""
 
-from multitab.training.config import TrainConfig, load_train_config
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
 from multitab.training.loop import RunResult, RunSettings, train
@@ -11,6 +10,6 @@ from multitab.training.run import METRICS_SCHEMA, RunSpec, run_training
 
 __all__ = [
     "METRICS_SCHEMA", "EarlyStopping", "MultitaskLoss", "ProcessedData", "RunResult", "RunSettings", "RunSpec",
-    "TensorSplit", "TrainConfig", "iterate_batches", "load_processed", "load_train_config", "run_training",
+    "TensorSplit", "iterate_batches", "load_processed", "run_training",
     "task_loss", "train",
 ]

@@ -21,19 +21,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.io import remove_stale_temporaries, sha256_file
+from multitab.models import build_model, model_class, training_defaults
 from multitab.training import checkpoint as ckpt
-from multitab.training.config import TrainConfig
 from multitab.training.data import ProcessedData, load_processed
-from multitab.training.loop import (
-    RunResult,
-    RunSettings,
-    regression_mse,
-    resolve_device,
-    seed_everything,
-    train,
-)
+from multitab.training.device import resolve_device, seed_everything
+from multitab.training.evaluate import regression_mse
+from multitab.training.loop import RunResult, RunSettings, train
 
 log = logging.getLogger(__name__)
 
@@ -104,21 +100,16 @@ def _optim_settings(defaults: dict[str, Any], name: str, config: TrainConfig) ->
     return {k: defaults[k] for k in ("optimizer", "lr", "weight_decay")}
 
 
-def _default_builder(name: str, meta: dict[str, Any], overrides: dict[str, Any], extras: dict[str, Any]) -> Any:
-    """`build_model` with `overrides`, plus the run's `extras` (seed, early_stopping_rounds, device,
-    n_threads) for the models that take them as hyperparameters (XGBoost) unless overridden."""
-    from multitab.models import build_model, hyperparameters  # imported late so tests can inject models
-
-    accepted = set(hyperparameters(name))
-    kwargs = {k: v for k, v in extras.items() if k in accepted}
-    kwargs.update(overrides)
-    return build_model(name, meta, protocol=extras.get("protocol", "authors_code"), **kwargs)
-
-
-def _default_optim(dataset: str, name: str, protocol: str = "authors_code") -> dict[str, Any]:
-    from multitab.models import training_defaults  # the authors' selection per dataset and model
-
-    return training_defaults(dataset, name, protocol)
+def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: TrainConfig,
+                    overrides: dict[str, Any]) -> Any:
+    """`build_model(name, meta, protocol, **overrides)` of the model registry (multitab.models.MODELS: tests
+    register their tiny models there). Models that are not torch modules (XGBoost) do their own training
+    and take the run's seed, early stopping rounds, device and threads as constructor keywords."""
+    kwargs = dict(overrides)
+    if not issubclass(model_class(name), torch.nn.Module):
+        kwargs = {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
+                  "device": config.device, "n_threads": config.num_threads, **overrides}
+    return build_model(name, meta, protocol=config.protocol, **kwargs)
 
 
 def model_code_version(model: Any) -> str:
@@ -164,15 +155,11 @@ def run_training(
     spec: RunSpec,
     config: TrainConfig,
     *,
-    builder: Callable[[str, dict[str, Any], dict[str, Any], dict[str, Any]], Any] | None = None,
-    optim_defaults: Callable[[str, str], dict[str, Any]] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
-    """Train one run; returns (metrics record, per-epoch history). `builder(name, meta, overrides, extras)`
-    makes the model (default: `multitab.models.build_model`; extras: seed, early stopping rounds, device); `optim_defaults(dataset, model)` gives optimizer,
-    lr and weight_decay before params' `train.optim` overrides (default: `multitab.models.training_defaults`)."""
-    builder = builder or _default_builder
-    optim_defaults = optim_defaults or (lambda d, n: _default_optim(d, n, config.protocol))
+    """Train one run; returns (metrics record, per-epoch history). The model: `build_run_model`; the
+    optimiser: the authors' selection for the dataset and model (`multitab.models.training_defaults`, with
+    `protocol`) replaced key by key by params' `train.optim.<model>`."""
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_processed(spec.data_path)
@@ -183,12 +170,10 @@ def run_training(
     seed_everything(spec.seed, config.deterministic)
     base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> with the variant's keywords
     overrides = config.overrides_for(spec.model, spec.dataset)
-    extras = {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
-              "device": config.device, "n_threads": config.num_threads, "protocol": config.protocol}
-    model = builder(base_model, data.meta, overrides, extras)
+    model = build_run_model(base_model, data.meta, spec, config, overrides)
     patience = config.patience_for(spec.dataset)
     if isinstance(model, torch.nn.Module):
-        selected = optim_defaults(spec.dataset, base_model)
+        selected = training_defaults(spec.dataset, base_model, config.protocol)
         optim = _optim_settings(selected, base_model, config)
         max_epochs = config.max_epochs if config.max_epochs is not None else int(selected.get("max_epochs", 100))
         settings = RunSettings(

@@ -4,7 +4,6 @@ Only the validation stages import this package; the training path never does (it
 great_expectations installed).
 """
 
-from multitab.validation.config import ValidationConfig, load_validation_config
 from multitab.validation.failures import Failure, Outcome
 from multitab.validation.runner import open_context
 from multitab.validation.validate import expected_rows, validate_processed, validate_raw
@@ -12,9 +11,7 @@ from multitab.validation.validate import expected_rows, validate_processed, vali
 __all__ = [
     "Failure",
     "Outcome",
-    "ValidationConfig",
     "expected_rows",
-    "load_validation_config",
     "open_context",
     "validate_processed",
     "validate_raw",

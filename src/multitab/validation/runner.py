@@ -43,9 +43,9 @@ import pandas as pd
 from great_expectations.checkpoint import UpdateDataDocsAction
 from great_expectations.core.run_identifier import RunIdentifier
 
+from multitab.config.validation import ReportConfig
 from multitab.io import write_json
 from multitab.validation.assets import make_offline
-from multitab.validation.config import ReportConfig
 from multitab.validation.failures import Failure, Outcome, SplitResult, failure_from_result
 from multitab.validation.report_page import GX_SITE_DIR, page_record, write_index
 

@@ -19,8 +19,8 @@ from typing import Any
 import great_expectations.expectations as gxe
 import numpy as np
 
+from multitab.config.validation import ProcessedConfig, RawConfig
 from multitab.datasets.schema import DatasetSchema, Feature, Task
-from multitab.validation.config import ProcessedConfig, RawConfig
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 RAW_DTYPES = {"numerical": "float32", "categorical": "int64"}

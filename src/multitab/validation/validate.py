@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from multitab.datasets.config import DatasetConfig
+from multitab.config.data import DatasetConfig
+from multitab.config.validation import ValidationConfig
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.io import read_json, sha256_file
 from multitab.validation import suites
-from multitab.validation.config import ValidationConfig
 from multitab.validation.failures import Failure, Outcome
 from multitab.validation.runner import open_context, run_suites
 

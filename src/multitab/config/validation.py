@@ -1,12 +1,9 @@
-"""Typed configuration of the validation stages: `params.yaml` → `validation`."""
+"""params.yaml `validation`: the thresholds and per-dataset policy of validate_raw@D / validate_processed@D."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
-
-from multitab.config import load_params, section
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,3 @@ class ValidationConfig:
 
     def policy_for(self, dataset: str) -> PolicyConfig:
         return self.policy.get(dataset, PolicyConfig())
-
-
-def load_validation_config(params_path: str | Path = "params.yaml") -> ValidationConfig:
-    return section(load_params(params_path), "validation", ValidationConfig, source=str(params_path))

@@ -1,14 +1,10 @@
-"""Typed configuration of the data stages: `params.yaml` → `datasets.<name>`."""
+"""params.yaml `datasets.<name>`: where the raw data comes from, how it is split and preprocessed."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
-
-from multitab.config import ConfigError, load_params, section
-from multitab.protocol import protocol_of
 
 SplitMethod = Literal["official_test", "shuffle", "ordered", "stratified"]
 
@@ -92,14 +88,3 @@ class DatasetConfig:
     remote: RemoteConfig
     split: SplitConfig
     preprocess: PreprocessConfig
-
-
-def load_dataset_config(name: str, params_path: str | Path = "params.yaml") -> DatasetConfig:
-    """`datasets.<name>`, with the split in effect under the top-level `protocol` (multitab.protocol)."""
-    params = load_params(params_path)
-    cfg = section(params, f"datasets.{name}", DatasetConfig, source=str(params_path))
-    try:
-        protocol = protocol_of(params, str(params_path))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return dataclasses.replace(cfg, split=cfg.split.for_protocol(protocol))

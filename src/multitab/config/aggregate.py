@@ -1,5 +1,5 @@
-"""Typed configuration of the aggregate stage: params.yaml → `aggregate`, plus a tolerant view of the
-MultiTab-Bench configurations (`bench.configs`, owned by the bench stage) for the figures' labels.
+"""params.yaml `aggregate` (the paper's tables from the runs), and `SyntheticConfig`, the view of one
+`bench.configs` entry that the figures and tables label their axes with.
 
 Run naming: a run folder results/runs/<dataset>/<model>/seed<S> is named by a registry model
 (`multitab_net`) or by a variant `<model>@<variant>` (`multitab_net@single_none`); Table 2 lists its
@@ -9,11 +9,12 @@ rows in `aggregate.ablation`, each naming the run that holds it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from multitab.config import ConfigError, load_params, section
+from multitab.config._build import ConfigError
+from multitab.config.bench import BenchDatasetConfig
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,6 @@ class AggregateConfig:
         return f"{label}@{variant}" if variant else label
 
 
-def load_aggregate_config(params_path: str | Path = "params.yaml") -> AggregateConfig:
-    return section(load_params(params_path), "aggregate", AggregateConfig, source=str(params_path))
-
-
 # ------------------------------------------------------------------------------------------ MultiTab-Bench
 GROUPS = ("correlation", "complexity", "count", "nonuniform")
 
@@ -106,31 +103,7 @@ class SyntheticConfig:
         return (float(len(degrees)), *map(float, degrees), corr)
 
 
-def read_bench_configs(params: dict[str, Any], source: str = "params.yaml") -> dict[str, SyntheticConfig]:
-    """`bench.configs.<name>` → SyntheticConfig, reading only `group`/`groups`, `correlation` and `degrees`
-    (the bench stage owns and validates the rest). Absent section: no synthetic configurations."""
-    bench = params.get("bench")
-    if not isinstance(bench, dict) or not isinstance(bench.get("configs"), dict):
-        return {}
-    out = {}
-    for name, cfg in bench["configs"].items():
-        where = f"{source}:bench.configs.{name}"
-        if not isinstance(cfg, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {cfg!r}")
-        groups_raw = cfg.get("groups", cfg.get("group", "other"))
-        groups = (groups_raw,) if isinstance(groups_raw, str) else tuple(groups_raw or ("other",))
-        bad = [g for g in groups if not isinstance(g, str) or g not in (*GROUPS, "other")]
-        if bad:
-            raise ConfigError(f"{where}: group {bad} is not one of {[*GROUPS, 'other']}")
-        corr = cfg.get("correlation")
-        if corr is not None and (isinstance(corr, bool) or not isinstance(corr, int | float)):
-            raise ConfigError(f"{where}.correlation: expected a number, got {corr!r}")
-        degrees = cfg.get("degrees")
-        if degrees is not None and (not isinstance(degrees, list | tuple)
-                                    or not all(isinstance(d, int) and not isinstance(d, bool) for d in degrees)):
-            raise ConfigError(f"{where}.degrees: expected a list of integers, got {degrees!r}")
-        out[str(name)] = SyntheticConfig(
-            name=str(name), groups=groups, correlation=None if corr is None else float(corr),
-            degrees=None if degrees is None else tuple(degrees),
-        )
-    return out
+def synthetic_configs(configs: Mapping[str, BenchDatasetConfig]) -> dict[str, SyntheticConfig]:
+    """The figures' view of `bench.configs` (already checked by multitab.config.bench)."""
+    return {name: SyntheticConfig(name=name, groups=tuple(cfg.groups), correlation=float(cfg.correlation),
+                                  degrees=tuple(cfg.degrees)) for name, cfg in configs.items()}

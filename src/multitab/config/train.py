@@ -1,4 +1,4 @@
-"""Typed configuration of the training stages: params.yaml → `train`.
+"""params.yaml `train`: the run matrix, the trainer's settings and the per-model overrides.
 
 Defaults live in params.yaml; the per-model optimiser, learning rate, weight decay and dropout default
 to the authors' selected configuration that `multitab.models.build_model` carries for each dataset.
@@ -7,14 +7,11 @@ to the authors' selected configuration that `multitab.models.build_model` carrie
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from multitab.config import ConfigError, load_params, section
-from multitab.profiles import profiled
-from multitab.protocol import Protocol, protocol_of
+from multitab.config._build import ConfigError
+from multitab.protocol import Protocol
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,7 @@ class TrainConfig:
     # `<variant>: {model: <registry name>, overrides: {build_model keywords}}`.
     variants: dict[str, Variant] = field(default_factory=dict)
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
-    # load_train_config: it changes some models' settings where the paper and the authors' code differ.
+    # load_params: it changes some models' settings where the paper and the authors' code differ.
     protocol: Protocol = "paper"
 
     def __post_init__(self) -> None:
@@ -95,22 +92,3 @@ class TrainConfig:
             raise ConfigError(f"train.variants.{variant} is a variant of {self.variants[variant].model!r}, "
                               f"not of {base!r}")
         return base, variant
-
-
-def train_config(params: dict[str, Any], source: str = "params.yaml") -> TrainConfig:
-    """`train:` of already loaded (and profiled) params, with the top-level `protocol` filled in."""
-    if "protocol" in (params.get("train") or {}):
-        raise ConfigError(f"{source}: `protocol` is a top-level key, not train.protocol")
-    cfg = section(params, "train", TrainConfig, source=source)
-    try:
-        protocol = protocol_of(params, source)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return dataclasses.replace(cfg, protocol=protocol)
-
-
-def load_train_config(params_path: str | Path = "params.yaml", profile: str = "default") -> TrainConfig:
-    """The training settings of a run profile (multitab.profiles: `bench` and `study` lay their `train`
-    keys over `train`), with the protocol."""
-    source = str(params_path) if profile == "default" else f"{params_path} (profile {profile})"
-    return train_config(profiled(load_params(params_path), profile, str(params_path)), source)

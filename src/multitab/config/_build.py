@@ -1,8 +1,7 @@
-"""Typed, strict access to params.yaml.
+"""The strict converter behind multitab.config: a YAML mapping -> frozen dataclasses.
 
-params.yaml is read here and nowhere else. Each subsystem declares frozen dataclasses for its own section
-and builds them with `build(cls, mapping, where)`, which rejects unknown and missing keys and names the
-offending key path, so a misspelt `learning_rat` fails at load time.
+`build(cls, mapping, where)` rejects unknown and missing keys and wrong types and names the key path
+(`params.yaml: train.patinece: unknown key; known: [...]`), so a misspelt key fails at load time.
 """
 
 from __future__ import annotations
@@ -10,10 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from pathlib import Path
 from typing import Any, TypeVar
-
-import yaml
 
 T = TypeVar("T")
 
@@ -22,29 +18,26 @@ class ConfigError(ValueError):
     """A params file does not match the typed configuration."""
 
 
-def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """Read a params file as a mapping; errors name the file."""
-    path = Path(path)
-    try:
-        with path.open() as f:
-            data = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: params file not found (run from the repository root)") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
+def overlay(cls: type, value: Any, where: str) -> dict[str, Any]:
+    """Some keys of dataclass `cls` (a profile's overlay, e.g. `bench.train` over `train`), each converted
+    to its field's type; unknown keys fail like in `build`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+    hints = typing.get_type_hints(cls)
+    fields = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+    out = {}
+    for key, v in value.items():
+        if key not in fields:
+            raise ConfigError(f"{_join(where, key)}: unknown key; known: {fields}")
+        out[key] = _convert(hints[key], v, _join(where, key))
+    return out
 
 
-def section(params: dict[str, Any], dotted: str, cls: type[T], *, source: str = "params.yaml") -> T:
-    """Build dataclass `cls` from the sub-mapping at `dotted` (e.g. "datasets.higgs")."""
-    node: Any = params
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{source}: missing key '{dotted}' (no '{part}')")
-        node = node[part]
-    return build(cls, node, where=f"{source}:{dotted}")
+def _join(where: str, key: str) -> str:
+    """`params.yaml: train` + `patience` -> `params.yaml: train.patience`."""
+    return f"{where}.{key}" if not where.endswith(":") else f"{where} {key}"
 
 
 def build(cls: type[T], value: Any, where: str) -> T:
@@ -61,7 +54,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         fields = {f.name: f for f in dataclasses.fields(tp) if f.init}
         unknown = sorted(set(value) - set(fields))
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(fields)}")
+            raise ConfigError(f"{_join(where, unknown[0])}: unknown key; known: {sorted(fields)}")
         kwargs = {}
         for name, field in fields.items():
             if name in value:

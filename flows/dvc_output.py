@@ -1,0 +1,103 @@
+"""What `dvc repro` printed: each line's log level, the stage's exit code, the cause of a failure in one
+line, and whether DVC ran the stage, found it up to date or restored it from its run cache. Regexes over
+DVC's messages (dvc/stage/__init__.py, dvc/stage/cache.py, dvc/lock.py); no Prefect."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from typing import Any
+
+# DVC's messages for a stage that did not run its command (dvc/stage/__init__.py, dvc/stage/cache.py).
+_UP_TO_DATE = re.compile(r"'.*' didn't change, skipping")
+_RESTORED = re.compile(r"Stage '.*' is cached - skipping run")
+# DVC's lock failures (dvc/lock.py, dvc/rwlock.py): transient under parallel runs, never the stage's fault.
+_LOCK_ERROR = re.compile(r"Unable to acquire lock|is busy, it is being blocked by")
+# DVC's line for a stage command that failed: the stage's own exit status (dvc/stage/exceptions.py).
+_CMD_EXIT = re.compile(r"failed to run: .*, exited with (-?\d+)")
+# Lines that report an error: DVC's ERROR lines, a stage's `[stage] error: ...` (stages/_common.py) or
+# ERROR/CRITICAL log records, the last line of a traceback.
+_DVC_ERROR = re.compile(r"^ERROR:\s*(.*)")
+_STAGE_ERROR = re.compile(r"^\[[^\]]+\] error: (.*)")
+_STAGE_LOG_ERROR = re.compile(r"^\[[^\]]+\] (?:ERROR|CRITICAL) ")
+_STAGE_LOG_WARNING = re.compile(r"^\[[^\]]+\] WARNING ")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?\s*(.*)")
+_VALIDATION_HEAD = re.compile(r"expectations? failed")
+_DVC_CHATTER = re.compile(r"^(Running stage|> |Stage '|Updating lock|Generating lock|To track|To enable|Use `dvc|\s*git add|\s*dvc config)")
+_CAUSE_CHARS = 300
+
+
+class _Lines:
+    """Sorts a stage's output lines into log levels as they arrive (DVC's and the stage's errors at ERROR,
+    a traceback and a validation failure list with them)."""
+
+    def __init__(self) -> None:
+        self.block = False  # inside a traceback or a list of failed expectations
+
+    def level(self, line: str) -> int:
+        import logging
+
+        if line.startswith("Traceback (most recent call last)") or _VALIDATION_HEAD.search(line):
+            self.block = True
+            return logging.ERROR
+        if self.block:
+            if line[:1].isspace():
+                return logging.ERROR
+            self.block = False
+            if _EXCEPTION.match(line):
+                return logging.ERROR
+        if _DVC_ERROR.match(line) or _STAGE_ERROR.match(line) or _STAGE_LOG_ERROR.match(line):
+            return logging.ERROR
+        if _STAGE_LOG_WARNING.match(line) or line.startswith("WARNING:"):
+            return logging.WARNING
+        return logging.INFO
+
+
+def _stream(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str]]:
+    """Run `cmd`, sending each output line to the Prefect task log as it arrives, at its level."""
+    lines: list[str] = []
+    levels = _Lines()
+    with subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip()
+            if line:
+                lines.append(line)
+                log.log(levels.level(line), "%s", line)
+        return proc.wait(), lines
+
+
+def exit_code(lines: list[str], rc: int) -> int:
+    """The stage command's own exit status from DVC's message, else `dvc repro`'s (255 for any failure)."""
+    for line in reversed(lines):
+        if m := _CMD_EXIT.search(line):
+            return int(m.group(1))
+    return rc
+
+
+def cause(lines: list[str], code: int = 1) -> str:
+    """One line saying why a stage failed: the stage's own error line (`[stage] error: ...`; for a failed
+    validation, its first failed expectation), else an exception's last line, else the stage's last
+    output line, else the signal that killed it, else DVC's error."""
+    found = [m.group(1) for line in lines if (m := _STAGE_ERROR.match(line))]
+    if not found:
+        found = [line for line in lines if _EXCEPTION.match(line)]
+    if not found:
+        found = [line for line in lines if not (_DVC_ERROR.match(line) or _DVC_CHATTER.match(line))]
+    if not found and code < 0:
+        try:
+            found = [f"killed by {signal.Signals(-code).name} (out of memory, or stopped by hand)"]
+        except ValueError:
+            found = [f"killed by signal {-code}"]
+    if not found:
+        found = [m.group(1) for line in lines if (m := _DVC_ERROR.match(line))]
+    text = found[-1].strip() if found else "no output"
+    return text if len(text) <= _CAUSE_CHARS else text[: _CAUSE_CHARS - 3] + "..."
+
+
+def _outcome(lines: list[str]) -> str:
+    text = "\n".join(lines)
+    return "up_to_date" if _UP_TO_DATE.search(text) else "restored" if _RESTORED.search(text) else "ran"

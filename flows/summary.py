@@ -1,0 +1,204 @@
+"""The run's summary: per stage its outcome, attempts, time and cause (results/pipeline_summary.json and
+the console), and the Prefect artifacts that show it (`pipeline-summary`, the headline results, a table of
+each failed validation's expectations)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from flows.dag import StagePlan
+from multitab.io import read_json
+
+# Where the validation stages keep one record per stage, dataset and split (multitab.validation.report_page).
+VALIDATION_RESULTS = "reports/validation/results"
+# What `aggregate` writes that the summary artifact quotes (dvc.yaml).
+METRICS, REPORT = "results/metrics.json", "results/report.md"
+
+Status = Literal["ran", "up_to_date", "restored", "failed", "not_run"]
+
+
+@dataclass
+class StageResult:
+    stage: str
+    status: Status
+    attempts: int = 0
+    seconds: float = 0.0
+    lock_waits: int = 0
+    error: str | None = None
+    failed_attempts: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+
+
+
+def summarise(
+    plan: StagePlan, results: dict[str, StageResult], seconds: float, workers: int, retries: int
+) -> dict[str, Any]:
+    ordered = [results[s] for s in plan.order]
+
+    def names(status: str) -> list[str]:
+        return [r.stage for r in ordered if r.status == status]
+
+    return {
+        "ran": names("ran"),
+        "up_to_date": names("up_to_date"),
+        "restored": names("restored"),
+        "retried": [r.stage for r in ordered if r.attempts > 1],
+        "failed": names("failed"),
+        "not_run": names("not_run"),
+        "attempts": sum(r.attempts for r in ordered),
+        "lock_waits": sum(r.lock_waits for r in ordered),
+        "subprocesses": sum(1 for r in ordered if r.attempts > 0),
+        "wall_seconds": round(seconds, 2),
+        "workers": workers,
+        "retries": retries,
+        "stages": {
+            r.stage: {
+                "status": r.status,
+                "attempts": r.attempts,
+                "seconds": r.seconds,
+                "lock_waits": r.lock_waits,
+                "exit_code": r.exit_code,
+                "error": r.error,
+                "failed_attempts": r.failed_attempts,
+            }
+            for r in ordered
+        },
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    lines = [
+        f"pipeline: {len(summary['stages'])} stages in {summary['wall_seconds']:.1f} s "
+        f"({summary['workers']} at once, {summary['attempts']} attempts)"
+    ]
+    for key, label in [
+        ("ran", "ran"),
+        ("up_to_date", "up to date"),
+        ("restored", "restored from DVC's run cache"),
+        ("retried", "retried"),
+        ("failed", "FAILED"),
+        ("not_run", "not run (upstream failed)"),
+    ]:
+        if summary[key]:
+            lines.append(f"  {label} ({len(summary[key])}): {', '.join(summary[key])}")
+    for stage in summary["failed"]:
+        lines.append(f"  {summary['stages'][stage]['error']}")
+    return "\n".join(lines)
+
+
+
+# ------------------------------------------------------------------------------------------ artifacts
+
+OUTCOME_WORDS = {
+    "ran": "ran",
+    "up_to_date": "up to date",
+    "restored": "restored from run cache",
+    "failed": "**FAILED**",
+    "not_run": "not run",
+}
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
+    """The `pipeline-summary` artifact: counts, one row per stage, and the headline results when
+    `aggregate` ran."""
+    counts = ", ".join(
+        f"{len(summary[k])} {OUTCOME_WORDS[k].strip('*').lower()}"
+        for k in ("ran", "restored", "up_to_date", "failed", "not_run")
+        if summary[k]
+    )
+    out = [
+        f"# multitab pipeline: {len(summary['stages'])} stages in {summary['wall_seconds']:.1f} s",
+        "",
+        f"{counts}; {len(summary['retried'])} retried; {summary['subprocesses']} `dvc repro` subprocesses.",
+        "",
+        "| stage | outcome | attempts | time (s) | cause |",
+        "|---|---|---:|---:|---|",
+    ]
+    for stage, s in summary["stages"].items():
+        outcome = OUTCOME_WORDS[s["status"]] + (" (retried)" if s["attempts"] > 1 else "")
+        why = s["error"] or ""
+        if s["failed_attempts"] and s["status"] != "failed":
+            why = "earlier attempts: " + "; ".join(s["failed_attempts"])
+        out.append(f"| {_cell(stage)} | {outcome} | {s['attempts']} | {s['seconds']:.1f} | {_cell(why)} |")
+    if summary["stages"].get("aggregate", {}).get("status") in ("ran", "restored"):
+        out += ["", *headline_markdown(root)]
+    return "\n".join(out) + "\n"
+
+
+def headline_markdown(root: Path) -> list[str]:
+    """Table 3's Δm row (per dataset and model) and any MultiTab-Bench verdict from results/metrics.json."""
+    path = root / METRICS
+    if not path.exists():
+        return [f"`aggregate` ran but {METRICS} is missing."]
+    metrics = read_json(path)
+    out = ["## Headline results", "", f"Report: `{root / REPORT}` (metrics: `{path}`).", ""]
+    delta = metrics.get("delta_m") or {}
+    models = list(dict.fromkeys(m for per in delta.values() for m in per))
+    if delta and models:
+        out += ["Δm (%) against the single-task baseline (Table 3):", ""]
+        out += ["| dataset | " + " | ".join(models) + " |", "|---|" + "---:|" * len(models)]
+        for dataset, per in delta.items():
+            cells = [per.get(m, "") for m in models]
+            shown = [f"{c:+.2f}" if isinstance(c, int | float) else str(c) for c in cells]
+            standin = " (stand-in data)" if (metrics.get("standin") or {}).get(dataset) else ""
+            out.append(f"| {_cell(dataset)}{standin} | " + " | ".join(shown) + " |")
+    for key, value in metrics.items():
+        if "verdict" in key.lower():
+            out += ["", f"MultiTab-Bench verdict ({key}): {_cell(json.dumps(value))}"]
+    return out
+
+
+def validation_failures(root: Path, stage: str) -> list[dict[str, Any]]:
+    """Failed expectations of a failed validation stage (`validate_raw@higgs`), from the records the
+    validation writes beside its Data Docs: dataset, split, column, expectation, observed."""
+    base, _, dataset = stage.partition("@")
+    rows = []
+    for path in sorted((root / VALIDATION_RESULTS).glob(f"{base}-{dataset}-*.json")):
+        record = read_json(path)
+        if record.get("stage") != base or record.get("dataset") != dataset or record.get("success", True):
+            continue
+        for f in record.get("failed", []):
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "split": record.get("split"),
+                    "column": f.get("column") or "(table)",
+                    "expectation": f.get("expectation"),
+                    "check": f.get("check"),
+                    "observed": f.get("observed"),
+                }
+            )
+    return rows
+
+
+def _key(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:100]
+
+
+def publish_artifacts(root: Path, summary: dict[str, Any]) -> None:
+    """The run's summary (markdown) and one table per failed validation stage."""
+    create_markdown_artifact(
+        markdown=summary_markdown(root, summary),
+        key="pipeline-summary",
+        description="What every stage of this flow run did (DVC's outcome, attempts, time, cause).",
+    )
+    for stage in summary["failed"]:
+        if not stage.startswith("validate_"):
+            continue
+        rows = validation_failures(root, stage)
+        if rows:
+            create_table_artifact(
+                table=rows,
+                key=_key(f"validation-failures-{stage}"),
+                description=f"{stage}: {len(rows)} failed expectation(s); Data Docs in reports/validation/",
+            )

@@ -1,0 +1,175 @@
+"""The typed root config: params.yaml read once, strictly, into one frozen object.
+
+    params = load_params("params.yaml")          # every stage, flow and benchmark starts here
+    params.train.batch_size, params.datasets["higgs"].split, params.validation.raw.range_margin, ...
+
+One dataclass per section (`datasets`, `validation`, `bench`, `study`, `train`, `complexity`,
+`aggregate`, `orchestration`; the top-level `protocol`), in this package's modules. Unknown keys, missing
+keys and wrong types fail at load with the file and the key path (`params.yaml: train.patinece: unknown
+key; known: [...]`). A section a project leaves out (the tests' small DVC projects hold only
+`orchestration`) fails only when it is asked for. Run profiles (`bench`, `study`) are a function of this
+object: multitab.profiles.profiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from multitab.config._build import ConfigError, build, overlay
+from multitab.config.aggregate import AggregateConfig
+from multitab.config.bench import BenchConfig, BenchDataConfig, StudyConfig
+from multitab.config.data import DatasetConfig
+from multitab.config.orchestration import OrchestrationConfig
+from multitab.config.train import TrainConfig
+from multitab.config.validation import ValidationConfig
+from multitab.protocol import PROTOCOLS, Protocol
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ComplexityConfig:
+    batch_size: int  # samples per counted forward pass (Table 4: 1); matters for inter-sample attention
+
+
+_SECTIONS: dict[str, type] = {
+    "datasets": dict[str, DatasetConfig],
+    "validation": ValidationConfig,
+    "bench": BenchConfig,
+    "study": StudyConfig,
+    "train": TrainConfig,
+    "complexity": ComplexityConfig,
+    "aggregate": AggregateConfig,
+    "orchestration": OrchestrationConfig,
+}
+
+
+@dataclass(frozen=True)
+class Params:
+    """params.yaml. `source` names the file (and the profile) in errors."""
+
+    source: str
+    protocol: Protocol = "paper"
+    sections: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def _get(self, name: str, cls: type[T]) -> T:
+        if name not in self.sections:
+            raise ConfigError(f"{self.source}: no `{name}:` section")
+        return self.sections[name]  # type: ignore[no-any-return]
+
+    @property
+    def datasets(self) -> dict[str, DatasetConfig]:
+        """`datasets.<name>`, each with the split in effect under `protocol`."""
+        return self._get("datasets", dict)
+
+    def dataset(self, name: str) -> DatasetConfig:
+        """`datasets.<name>`; an unknown name fails naming the file and the known ones."""
+        datasets = self.datasets
+        if name not in datasets:
+            raise ConfigError(f"{self.source}: missing key 'datasets.{name}'; known: {sorted(datasets)}")
+        return datasets[name]
+
+    @property
+    def validation(self) -> ValidationConfig:
+        return self._get("validation", ValidationConfig)
+
+    @property
+    def bench(self) -> BenchConfig:
+        return self._get("bench", BenchConfig)
+
+    @property
+    def study(self) -> StudyConfig:
+        return self._get("study", StudyConfig)
+
+    @property
+    def train(self) -> TrainConfig:
+        """`train`, with the top-level `protocol` in `train.protocol`."""
+        return self._get("train", TrainConfig)
+
+    @property
+    def complexity(self) -> ComplexityConfig:
+        return self._get("complexity", ComplexityConfig)
+
+    @property
+    def aggregate(self) -> AggregateConfig:
+        return self._get("aggregate", AggregateConfig)
+
+    @property
+    def orchestration(self) -> OrchestrationConfig:
+        return self._get("orchestration", OrchestrationConfig)
+
+    def replace(self, **sections: Any) -> Params:
+        """A copy with some sections replaced (multitab.profiles)."""
+        return dataclasses.replace(self, sections={**self.sections, **sections})
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from disk (yaml.safe_load: nothing in it can run code); errors name the file."""
+    path = Path(path)
+    try:
+        with path.open() as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: params file not found (run from the repository root)") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """params.yaml as the typed root config (see the module docstring)."""
+    return parse_params(read_yaml(path), str(path))
+
+
+def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
+    """The typed root config of an already read params mapping."""
+    known = ["protocol", *_SECTIONS]
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{source}: {key}: unknown key; known: {known}")
+    protocol = raw.get("protocol", "paper")
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"{source}: protocol={protocol!r} must be one of {list(PROTOCOLS)} (see docs/deviations.md)")
+    if "protocol" in (raw.get("train") or {}):
+        raise ConfigError(f"{source}: `protocol` is a top-level key, not train.protocol")
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        if name in raw:
+            try:
+                sections[name] = build(cls, raw[name], where=f"{source}: {name}")
+            except ConfigError as e:  # checks in __post_init__ name the key path but not the file
+                msg = str(e)
+                raise ConfigError(msg if msg.startswith(source) else f"{source}: {msg}") from None
+    if "datasets" in sections:
+        sections["datasets"] = {
+            name: dataclasses.replace(cfg, split=cfg.split.for_protocol(protocol))
+            for name, cfg in sections["datasets"].items()
+        }
+    if "train" in sections:
+        sections["train"] = dataclasses.replace(sections["train"], protocol=protocol)
+    if "bench" in sections:
+        bench = sections["bench"]
+        sections["bench"] = dataclasses.replace(
+            bench, train=overlay(TrainConfig, raw["bench"].get("train"), f"{source}: bench.train"))
+    if "study" in sections:
+        study = sections["study"]
+        sections["study"] = dataclasses.replace(
+            study,
+            data=overlay(BenchDataConfig, raw["study"].get("data"), f"{source}: study.data"),
+            train=overlay(TrainConfig, raw["study"].get("train"), f"{source}: study.train"),
+        )
+        configs = sections["bench"].configs if "bench" in sections else {}
+        unknown = [c for c in study.configs if c not in configs]
+        if unknown:
+            raise ConfigError(f"{source}: study.configs: {unknown} are not keys of bench.configs ({sorted(configs)})")
+    return Params(source=source, protocol=protocol, sections=sections)
+
+
+__all__ = ["ConfigError", "Params", "build", "load_params", "parse_params", "read_yaml"]

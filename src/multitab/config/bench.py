@@ -1,0 +1,136 @@
+"""params.yaml `bench` (MultiTab-Bench: the synthetic datasets, their training overlay, Figures 3-4) and
+`study` (`make study`: Figures 5-6 to convergence over seeds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from multitab.config._build import ConfigError
+from multitab.config.data import SplitConfig
+from multitab.datasets.bench_checks import check_int, validate
+
+Group = Literal["correlation", "complexity", "count", "nonuniform"]
+
+
+@dataclass(frozen=True)
+class BenchDataConfig:
+    """Settings shared by every MultiTab-Bench dataset (paper: 1,000,000 samples, 32 features, noise 0.01)."""
+
+    n_samples: int
+    n_features: int
+    noise: float
+    split: SplitConfig
+    # Regression targets raw (default: the authors' code) or standardised with train statistics.
+    targets: Literal["raw", "standard"] = "raw"
+
+    def __post_init__(self) -> None:
+        try:
+            validate(self.n_samples, self.n_features, 0.0, [1], self.noise, 0)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"bench.data: {e}") from None
+
+
+@dataclass(frozen=True)
+class BenchDatasetConfig:
+    """One dataset. `groups`: the variations of the paper it belongs to (Figure 5: correlation, complexity,
+    count; Figure 6: nonuniform); the varied factor is read from its own fields: correlation (p), complexity
+    (degrees), count (len(degrees)). One dataset may serve several groups (p 0.6, PD [3,3,3], t 3)."""
+
+    groups: tuple[Group, ...]
+    correlation: float
+    degrees: tuple[int, ...]
+    seed: int
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.degrees)
+
+
+@dataclass(frozen=True)
+class LabelCorrelationConfig:
+    """Figures 3 and 4: `n_datasets` datasets of `n_samples` rows per p on a grid of `grid_points` points
+    from 0 to 1. Figure 3: PD = [k] * t for k in `figure3_degrees`, t in `figure3_n_tasks`; Figure 4: each
+    degree list of `figure4_degrees`."""
+
+    n_datasets: int
+    n_samples: int
+    n_features: int
+    noise: float
+    grid_points: int
+    seed: int
+    figure3_degrees: tuple[int, ...]
+    figure3_n_tasks: tuple[int, ...]
+    figure4_degrees: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        try:
+            check_int("n_datasets", self.n_datasets, 2)
+            check_int("grid_points", self.grid_points, 2)
+            all_degrees = [[k] * t for k in self.figure3_degrees for t in self.figure3_n_tasks] + [
+                list(d) for d in self.figure4_degrees
+            ]
+            for degrees in all_degrees:
+                if len(degrees) < 2:
+                    raise ValueError(f"degrees={degrees}: label correlations need at least two tasks")
+                validate(self.n_samples, self.n_features, 0.0, degrees, self.noise, self.seed)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"bench.label_correlations: {e}") from None
+
+    @property
+    def grid(self) -> np.ndarray:
+        return np.linspace(0.0, 1.0, check_int("grid_points", self.grid_points, 2))
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    data: BenchDataConfig
+    configs: dict[str, BenchDatasetConfig]
+    label_correlations: LabelCorrelationConfig
+    # Keys of `train` that the bench profile (train_bench@...) replaces, checked against TrainConfig's
+    # fields and types when params.yaml is loaded (multitab.profiles lays them over `train`).
+    train: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, cfg in self.configs.items():
+            try:
+                if not cfg.groups:
+                    raise ValueError("groups=[] must name at least one variation")
+                validate(self.data.n_samples, self.data.n_features, cfg.correlation, cfg.degrees,
+                         self.data.noise, cfg.seed)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"bench.configs.{name}: {e}") from None
+
+    def dataset(self, name: str) -> BenchDatasetConfig:
+        """`bench.configs.<name>`; an unknown name fails naming the known ones."""
+        if name not in self.configs:
+            raise ConfigError(f"no MultiTab-Bench config {name!r} under bench.configs; known: {sorted(self.configs)}")
+        return self.configs[name]
+
+
+@dataclass(frozen=True)
+class ClaimConfig:
+    """The paper's claim: `model`'s Δm above each rival's, per configuration (one-sided t-test over seeds)."""
+
+    model: str = "multitab_net"
+    rivals: tuple[str, ...] = ("mmoe", "ple", "stem")
+    alpha: float = 0.05
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    configs: tuple[str, ...]  # keys of bench.configs
+    models: tuple[str, ...]
+    seeds: tuple[int, ...]
+    # Keys of `bench.data` and of `train` that the study profile replaces (multitab.profiles), checked
+    # against BenchDataConfig's and TrainConfig's fields when params.yaml is loaded.
+    data: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    claim: ClaimConfig = field(default_factory=ClaimConfig)
+
+    def __post_init__(self) -> None:
+        for key in ("configs", "models", "seeds"):
+            if not getattr(self, key):
+                raise ConfigError(f"study.{key}: expected a non-empty list")
