@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED := 1
 # Stage commands in dvc.yaml call `python`: the venv's.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro study test lint ui benchmarks clean-venv assets
+.PHONY: repro study sweep test lint ui benchmarks clean-venv assets
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -62,3 +62,8 @@ clean-venv:
 # Outputs: results/study_report/ (report.md, figures, tables, metrics.csv).
 study: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline --targets aggregate_study
+
+# The hyperparameter sweeps (params `sweep`, docs/sweeps.md): every grid point, then the selection
+# (hparams/swept.yaml, which `train.hparams: swept` trains with) and results/sweeps/report.md.
+sweep: $(STAMP) $(ASSETS)
+	$(BIN)/python -m flows.pipeline --targets sweep_select

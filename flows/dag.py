@@ -32,8 +32,8 @@ class StagePlan:
     order: tuple[str, ...]
     upstream: dict[str, tuple[str, ...]]
     changed: frozenset[str] | None = None
-    # Stages with `meta: {opt_in: true}` in dvc.yaml (the study profile): run only when a target asks for
-    # them (or for a stage downstream of them), never by default.
+    # Stages with `meta: {opt_in: true}` in dvc.yaml (the study, the sweeps): run only when a target asks
+    # for them (or for a stage downstream of them), by default only when a stage that is not opt-in needs them.
     opt_in: frozenset[str] = frozenset()
 
     def descendants(self, stage: str) -> set[str]:
@@ -136,17 +136,17 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
     """Restrict the plan to `targets` and everything they depend on (like `dvc repro <targets>`).
 
     A target is a stage name (`split@higgs`), a foreach/matrix group (`split`: every `split@...`), or a
-    shell pattern (`train@higgs-*`). Without targets: every stage but the opt-in ones and their descendants.
+    shell pattern (`train@higgs-*`). Without targets: every stage but the opt-in ones, which run only when
+    a stage that is not opt-in depends on them.
     """
     if not targets:
         if not plan.opt_in:
             return plan
-        dropped = set(plan.opt_in)
-        for stage in plan.opt_in:
-            dropped |= plan.descendants(stage)
-        kept = tuple(s for s in plan.order if s not in dropped)
-        changed = None if plan.changed is None else plan.changed - dropped
-        return StagePlan(order=kept, upstream={s: plan.upstream[s] for s in kept}, changed=changed)
+        # every stage that is not opt-in, with everything it depends on: an opt-in stage runs by default
+        # only when a default stage needs it (the sweep that `train.hparams: swept` reads)
+        targets = [s for s in plan.order if s not in plan.opt_in]
+        if not targets:
+            return StagePlan(order=(), upstream={}, changed=None if plan.changed is None else frozenset())
     wanted: set[str] = set()
     for target in targets:
         matched = {

@@ -185,13 +185,34 @@ def _key(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:100]
 
 
+SWEEP_REPORT = Path("results/sweeps/report.md")
+SWEEP_POINTS = Path("results/sweeps/points.csv")
+
+
+def sweep_rows(root: Path) -> list[dict[str, str]]:
+    """results/sweeps/points.csv as table rows (every grid point, its rank, metrics and time)."""
+    import csv
+
+    with (root / SWEEP_POINTS).open(newline="") as f:
+        return [dict(row) for row in csv.DictReader(f)]
+
+
 def publish_artifacts(root: Path, summary: dict[str, Any]) -> None:
-    """The run's summary (markdown) and one table per failed validation stage."""
+    """The run's summary (markdown), one table per failed validation stage, and the sweep report (markdown
+    and a table of every grid point) when `sweep_select` ran."""
     create_markdown_artifact(
         markdown=summary_markdown(root, summary),
         key="pipeline-summary",
         description="What every stage of this flow run did (DVC's outcome, attempts, time, cause).",
     )
+    if summary["stages"].get("sweep_select", {}).get("status") in ("ran", "restored") and (root / SWEEP_REPORT).exists():
+        create_markdown_artifact(
+            markdown=(root / SWEEP_REPORT).read_text(encoding="utf-8"),
+            key="sweep-report",
+            description="Hyperparameter sweeps: the selection per dataset and model and every grid point.",
+        )
+        create_table_artifact(table=sweep_rows(root), key="sweep-points",
+                              description="Every grid point of the sweeps (results/sweeps/points.csv).")
     for stage in summary["failed"]:
         if not stage.startswith("validate_"):
             continue

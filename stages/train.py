@@ -8,7 +8,10 @@ Writes <out>/metrics.json, the per-epoch curves as a dvclive log in <out>/dvcliv
 (best.pt is the tested one; last.pt lets a killed run resume: just run the stage again). Every file is
 replaced atomically and durably, so a failed attempt leaves the previous results; a full disk ends the
 stage with one line, "no space left on <path> (needed ~N MB)", and exit status 1.
-`--profile bench|study` lays `bench.train` / `study.train` over `train` (multitab.profiles).
+`--profile bench|study|sweep` lays `bench.train` / `study.train` / `sweep.train` over `train`
+(multitab.profiles). `--hparams hparams/<train.hparams>.yaml` is the selections file of the switch
+`train.hparams` (read when it is `swept`; `authors` is the package's own copy). A sweep's grid point
+(stages sweep_<family>@...) passes its coordinates as `--point lr=0.001 dropout=0.1`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from multitab.config import load_params
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
@@ -32,6 +38,40 @@ def check_verdict(path: Path, dataset: str) -> None:
     ok = verdict.get("success")
     if ok is not True:
         raise ValueError(f"{path}: the data of {dataset} failed validation (success={ok!r}); see reports/validation/")
+
+
+def parse_point(items: list[str]) -> dict[str, Any]:
+    """`--point lr=0.001 rope=true max_depth=3` -> {"lr": 0.001, "rope": True, "max_depth": 3}."""
+    point: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--point {item!r}: expected KEY=VALUE (e.g. lr=0.001)")
+        low = text.lower()
+        value: Any
+        if low in ("true", "false"):
+            value = low == "true"
+        else:
+            try:
+                value = int(text)
+            except ValueError:
+                try:
+                    value = float(text)
+                except ValueError:
+                    raise ValueError(f"--point {item!r}: {text!r} is not a number or true/false") from None
+        point[key] = value
+    return point
+
+
+def read_selections(path: Path) -> dict[str, Any]:
+    """A selections file (dataset -> model -> entry, the authors' format; yaml.safe_load: data only)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: selections file not found; `make sweep` writes hparams/swept.yaml, "
+                                "or set train.hparams: authors")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"{path}: expected dataset -> model -> selection (as src/multitab/models/selected_hparams.yaml)")
+    return data
 
 
 def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
@@ -62,7 +102,13 @@ def train_one(a: argparse.Namespace) -> None:
     spec = RunSpec(dataset=a.dataset, model=a.model, seed=a.seed, data_path=a.data,
                    checkpoint_dir=a.checkpoints)
     config = profiled(load_params(a.params), a.profile).train
-    record, history = run_training(spec, config)
+    point = parse_point(a.point or [])
+    selections = None
+    if config.hparams == "swept" and not point:  # a grid point starts from the authors' selection
+        if a.hparams is None:
+            raise ValueError("train.hparams is `swept`: pass the selections file (--hparams hparams/swept.yaml)")
+        selections = read_selections(a.hparams)
+    record, history = run_training(spec, config, selections=selections, point=point or None)
     record["profile"] = a.profile
     write_dvclive(history, a.out / "dvclive")
     write_json(a.out / "metrics.json", record)
@@ -79,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--checkpoints", required=True, type=Path)
     p.add_argument("--profile", choices=PROFILES, default="default",
-                   help="bench: `bench.train` replaces keys of `train`; study: `study.train` does (see multitab.profiles)")
+                   help="bench | study | sweep: `<profile>.train` replaces keys of `train` (see multitab.profiles)")
+    p.add_argument("--hparams", type=Path, default=None,
+                   help="selections file of train.hparams (hparams/authors.yaml | hparams/swept.yaml)")
+    p.add_argument("--point", nargs="*", metavar="KEY=VALUE", help="a sweep's grid point (e.g. lr=0.001 dropout=0.1)")
     a = p.parse_args(argv)
     return run(f"train@{a.dataset}-{a.model}-{a.seed}", lambda: train_one(a))
 

@@ -186,12 +186,16 @@ def test_profiles_lay_their_sections_over_train_and_bench_data():
         profiled(parse_params({**raw, "bench": {**raw["bench"], "train": {"max_epochs": 0}}}), "bench")
 
 
-def test_default_run_leaves_opt_in_stages_and_their_descendants_out():
+def test_default_run_leaves_out_the_opt_in_stages_no_default_stage_needs():
     plan = StagePlan(order=("a", "s", "t", "u"), upstream={"a": (), "s": ("a",), "t": ("s",), "u": ("a",)},
                      opt_in=frozenset({"s", "t"}))
     assert select(plan, None).order == ("a", "u")
     assert select(plan, ["t"]).order == ("a", "s", "t")
     assert select(plan, ["u"]).order == ("a", "u")
+    # a default stage that needs an opt-in one (training with `train.hparams: swept`) brings it in
+    swept = StagePlan(order=("a", "s", "t", "v"), upstream={"a": (), "s": ("a",), "t": ("s",), "v": ("s",)},
+                      opt_in=frozenset({"s", "t"}))
+    assert select(swept, None).order == ("a", "s", "v")
 
 
 def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():

@@ -323,8 +323,8 @@ def test_dvc_train_stage_keeps_its_results_through_a_failed_rerun(tmp_path: Path
     repo = tmp_path / "repo"
     repo.mkdir()
     ignore = shutil.ignore_patterns("__pycache__")
-    for item in ("stages", "src"):
-        shutil.copytree(ROOT / item, repo / item, ignore=ignore)
+    for item in ("stages", "src", "hparams"):  # hparams/authors.yaml: a link into src (train.hparams)
+        shutil.copytree(ROOT / item, repo / item, ignore=ignore, symlinks=True)
     (repo / ".gitignore").write_text((ROOT / ".gitignore").read_text())
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["train"]
     (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": stage}}, sort_keys=False))

@@ -5,6 +5,8 @@
 - `study`: the Figure 5 + 6 study (`make study`: `synthesize_study@...`, `train_study@...`,
   `aggregate_study`). `study.data` replaces keys of `bench.data` (the study's sample count) and
   `study.train` replaces keys of `train` (the paper's protocol: every row, early stopping).
+- `sweep`: the grid points of a hyperparameter sweep (`make sweep`: `sweep_<family>@...`). `sweep.train`
+  replaces keys of `train` (e.g. the epochs a grid point trains).
 
 `profiled(params, profile)` is a function of the typed root config (multitab.config): the overlays were
 checked against their target's fields when params.yaml was loaded, and the replaced sections check their
@@ -17,7 +19,7 @@ import dataclasses
 
 from multitab.config import ConfigError, Params
 
-PROFILES = ("default", "bench", "study")
+PROFILES = ("default", "bench", "study", "sweep")
 
 
 def profiled(params: Params, profile: str) -> Params:
@@ -31,6 +33,8 @@ def profiled(params: Params, profile: str) -> Params:
     try:
         if profile == "bench":
             return params.replace(train=dataclasses.replace(params.train, **params.bench.train))
+        if profile == "sweep":
+            return params.replace(train=dataclasses.replace(params.train, **params.sweep.train))
         study = params.study
         return params.replace(
             bench=dataclasses.replace(params.bench, data=dataclasses.replace(params.bench.data, **study.data)),

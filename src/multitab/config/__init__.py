@@ -3,7 +3,7 @@
     params = load_params("params.yaml")          # every stage, flow and benchmark starts here
     params.train.batch_size, params.datasets["higgs"].split, params.validation.raw.range_margin, ...
 
-One dataclass per section (`datasets`, `validation`, `bench`, `study`, `train`, `complexity`,
+One dataclass per section (`datasets`, `validation`, `bench`, `study`, `sweep`, `train`, `complexity`,
 `aggregate`, `orchestration`; the top-level `protocol`), in this package's modules. Unknown keys, missing
 keys and wrong types fail at load with the file and the key path (`params.yaml: train.patinece: unknown
 key; known: [...]`). A section a project leaves out (the tests' small DVC projects hold only
@@ -25,6 +25,7 @@ from multitab.config.aggregate import AggregateConfig
 from multitab.config.bench import BenchConfig, BenchDataConfig, StudyConfig
 from multitab.config.data import DatasetConfig
 from multitab.config.orchestration import OrchestrationConfig
+from multitab.config.sweep import SweepConfig
 from multitab.config.train import TrainConfig
 from multitab.config.validation import ValidationConfig
 from multitab.protocol import PROTOCOLS, Protocol
@@ -42,6 +43,7 @@ _SECTIONS: dict[str, type] = {
     "validation": ValidationConfig,
     "bench": BenchConfig,
     "study": StudyConfig,
+    "sweep": SweepConfig,
     "train": TrainConfig,
     "complexity": ComplexityConfig,
     "aggregate": AggregateConfig,
@@ -85,6 +87,10 @@ class Params:
     @property
     def study(self) -> StudyConfig:
         return self._get("study", StudyConfig)
+
+    @property
+    def sweep(self) -> SweepConfig:
+        return self._get("sweep", SweepConfig)
 
     @property
     def train(self) -> TrainConfig:
@@ -139,6 +145,10 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
         raise ConfigError(f"{source}: protocol={protocol!r} must be one of {list(PROTOCOLS)} (see docs/deviations.md)")
     if "protocol" in (raw.get("train") or {}):
         raise ConfigError(f"{source}: `protocol` is a top-level key, not train.protocol")
+    for overlay_key in ("bench", "study", "sweep"):
+        if "hparams" in ((raw.get(overlay_key) or {}).get("train") or {}):
+            raise ConfigError(f"{source}: {overlay_key}.train.hparams: set train.hparams instead (the training "
+                              "stages' dependency on hparams/<authors|swept>.yaml follows it)")
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
         if name in raw:
@@ -169,6 +179,10 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
         unknown = [c for c in study.configs if c not in configs]
         if unknown:
             raise ConfigError(f"{source}: study.configs: {unknown} are not keys of bench.configs ({sorted(configs)})")
+    if "sweep" in sections:
+        sweep = sections["sweep"]
+        sections["sweep"] = dataclasses.replace(
+            sweep, train=overlay(TrainConfig, raw["sweep"].get("train"), f"{source}: sweep.train"))
     return Params(source=source, protocol=protocol, sections=sections)
 
 

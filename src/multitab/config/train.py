@@ -53,6 +53,10 @@ class TrainConfig:
     # Named variants of a registry model, run as model `<model>@<variant>` (Table 2's ablation runs):
     # `<variant>: {model: <registry name>, overrides: {build_model keywords}}`.
     variants: dict[str, Variant] = field(default_factory=dict)
+    # Whose hyperparameter selections the runs use: `authors` (their published selections, the package's
+    # multitab/models/selected_hparams.yaml, linked as hparams/authors.yaml) or `swept` (hparams/swept.yaml,
+    # written by the sweep_select stage; a dataset and model it has no entry for keep the authors').
+    hparams: Literal["authors", "swept"] = "authors"
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
     # load_params: it changes some models' settings where the paper and the authors' code differ.
     protocol: Protocol = "paper"

@@ -70,17 +70,19 @@ def model_class(name: str) -> type[Any]:
 
 
 def build_model(
-    name: str, schema: DatasetSchema | Mapping[str, Any], *, protocol: str = "authors_code", **overrides: Any
+    name: str, schema: DatasetSchema | Mapping[str, Any], *, protocol: str = "authors_code",
+    entry: dict[str, Any] | None | str = "authors", **overrides: Any
 ) -> Any:
-    """Model `name` for `schema` at the authors' selected configuration, changed as `protocol` says
-    (multitab.protocol: "paper" | "authors_code"), `overrides` applied on top."""
+    """Model `name` for `schema` at a selected configuration (`entry`, their format; by default the
+    authors' selection for the dataset), changed as `protocol` says (multitab.protocol: "paper" |
+    "authors_code"), `overrides` applied on top."""
     cls = model_class(name)
     schema = as_schema(schema)
     allowed = set(hyperparameters(name))
     unknown = sorted(set(overrides) - allowed)
     if unknown:
         raise ValueError(f"model {name!r} has no hyperparameter(s) {unknown}; it takes {sorted(allowed)}")
-    config = {**model_defaults(schema.name, name, protocol), **overrides}
+    config = {**model_defaults(schema.name, name, protocol, entry), **overrides}
     return cls(schema=schema, **config)
 
 

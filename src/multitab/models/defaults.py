@@ -12,8 +12,9 @@ there gets its constructor defaults (the paper's common settings: e = 16, FFN 25
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -118,6 +119,20 @@ def _ple_stem(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _xgboost(entry: dict[str, Any]) -> dict[str, Any]:
+    """A swept XGBoost selection (the authors publish none): max depth, one learning rate for every
+    booster (the paper's grid has one learning-rate axis) and the number of rounds."""
+    arch, opt = entry.get("architecture", {}), entry.get("optimisation", {})
+    out: dict[str, Any] = {}
+    if "max_depth" in arch:
+        out["max_depth"] = int(arch["max_depth"])
+    if "learning_rate" in opt:
+        out["learning_rate"] = out["binary_learning_rate"] = float(opt["learning_rate"])
+    if "n_rounds" in opt:
+        out["n_rounds"] = int(opt["n_rounds"])
+    return out
+
+
 TRANSLATORS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "multitab_net": _multitab_net,
     "saint": _saint,
@@ -128,7 +143,14 @@ TRANSLATORS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "mmoe": _mmoe,
     "ple": _ple_stem,
     "stem": _ple_stem,
+    "xgboost": _xgboost,
 }
+# Where a grid point's coordinate goes in a selection entry (their keys; multitab.config.sweep's axes).
+POINT_SECTIONS = {
+    "lr": "optimisation", "dropout": "optimisation", "att_dropout": "optimisation", "ff_dropout": "optimisation",
+    "rope": "architecture", "max_depth": "architecture", "learning_rate": "optimisation", "n_rounds": "optimisation",
+}
+Selections = Mapping[str, Mapping[str, dict[str, Any]]]  # dataset -> model -> entry (their format)
 
 
 def config_key(dataset: str) -> str:
@@ -136,25 +158,53 @@ def config_key(dataset: str) -> str:
     return dataset if dataset in SELECTED_HPARAMS else BENCH_KEY
 
 
-def model_defaults(dataset: str, model: str, protocol: str = "authors_code") -> dict[str, Any]:
-    """Constructor keywords of `model` at the authors' selected configuration for `dataset`, with what
-    `protocol` changes on top (multitab.protocol; "authors_code": their configuration verbatim)."""
+def selected_entry(dataset: str, model: str, selections: Selections | None = None) -> dict[str, Any] | None:
+    """The selection entry of `model` on `dataset`: `selections[dataset][model]` (a sweep's, see
+    multitab.evaluation.sweep) where it has one, else the authors' (None: they published none)."""
+    if selections is not None and model in (selections.get(dataset) or {}):
+        return selections[dataset][model]
+    return SELECTED_HPARAMS[config_key(dataset)].get(model)
+
+
+def apply_point(entry: dict[str, Any] | None, point: Mapping[str, Any], *, model: str, dataset: str) -> dict[str, Any]:
+    """A copy of selection `entry` with a grid point's coordinates (multitab.config.sweep axes) put in
+    their places: lr / dropouts / XGBoost's learning rate and rounds in `optimisation`, rope and max depth
+    in `architecture`. The rest of the entry (architecture, optimizer, weight decay) stays the selection's."""
+    unknown = sorted(set(point) - set(POINT_SECTIONS))
+    if unknown:
+        raise ValueError(f"grid point {dict(point)}: unknown key(s) {unknown}; known: {sorted(POINT_SECTIONS)}")
+    if entry is None and model != "xgboost":
+        raise ValueError(f"{model} on {dataset}: no selection to sweep from (the authors published none for this "
+                         f"dataset or the MultiTab-Bench example); sweep a model that has one")
+    out = copy.deepcopy(entry) if entry is not None else {}
+    for key, value in point.items():
+        out.setdefault(POINT_SECTIONS[key], {})[key] = value
+    return out
+
+
+def model_defaults(dataset: str, model: str, protocol: str = "authors_code",
+                   entry: dict[str, Any] | None | str = "authors") -> dict[str, Any]:
+    """Constructor keywords of `model` at a selected configuration for `dataset` (`entry`; by default the
+    authors'), with what `protocol` changes on top (multitab.protocol; "authors_code": the configuration
+    verbatim)."""
     key = config_key(dataset)
-    entry = SELECTED_HPARAMS[key].get(model)
+    if isinstance(entry, str):
+        entry = SELECTED_HPARAMS[key].get(model)
     if entry is None or model not in TRANSLATORS:
         log.info("no selected configuration for %s on %s: constructor defaults", model, dataset)
         return {}
     return {**TRANSLATORS[model](entry), **model_overrides(protocol, key, model, entry)}
 
 
-def training_defaults(dataset: str, model: str, protocol: str = "authors_code") -> dict[str, Any]:
+def training_defaults(dataset: str, model: str, protocol: str = "authors_code",
+                      entry: dict[str, Any] | None | str = "authors") -> dict[str, Any]:
     """lr, weight_decay, optimizer and max_epochs for (dataset, model) (batch size and early-stopping
     patience are params.yaml's `train`); the paper's common settings (Adam, wd 1e-5, lr 1e-3, 100 epochs)
     where no entry exists; protocol
     "paper" puts the paper's optimizer and weight decay over their selection (multitab.protocol)."""
-    key = config_key(dataset)
-    entry = SELECTED_HPARAMS[key].get(model)
-    opt = entry["optimisation"] if entry else {}
+    if isinstance(entry, str):
+        entry = SELECTED_HPARAMS[config_key(dataset)].get(model)
+    opt = entry.get("optimisation", {}) if entry else {}
     return {
         "lr": opt.get("lr", 1e-3),
         "weight_decay": opt.get("weight_decay", 1e-5),

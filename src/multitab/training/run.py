@@ -13,7 +13,7 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.io import remove_stale_temporaries, sha256_file
 from multitab.models import build_model, model_class, training_defaults
+from multitab.models.defaults import Selections, apply_point, selected_entry
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.device import resolve_device, seed_everything
@@ -101,7 +102,7 @@ def _optim_settings(defaults: dict[str, Any], name: str, config: TrainConfig) ->
 
 
 def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: TrainConfig,
-                    overrides: dict[str, Any]) -> Any:
+                    overrides: dict[str, Any], entry: dict[str, Any] | None | str = "authors") -> Any:
     """`build_model(name, meta, protocol, **overrides)` of the model registry (multitab.models.MODELS: tests
     register their tiny models there). Models that are not torch modules (XGBoost) do their own training
     and take the run's seed, early stopping rounds, device and threads as constructor keywords."""
@@ -109,7 +110,7 @@ def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: Trai
     if not issubclass(model_class(name), torch.nn.Module):
         kwargs = {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
                   "device": config.device, "n_threads": config.num_threads, **overrides}
-    return build_model(name, meta, protocol=config.protocol, **kwargs)
+    return build_model(name, meta, protocol=config.protocol, entry=entry, **kwargs)
 
 
 def model_code_version(model: Any) -> str:
@@ -132,14 +133,14 @@ def model_code_version(model: Any) -> str:
 
 def resume_settings(
     spec: RunSpec, config: TrainConfig, data: ProcessedData, model: torch.nn.Module, *, overrides: dict[str, Any],
-    optim: dict[str, Any], max_epochs: int, patience: int,
+    optim: dict[str, Any], max_epochs: int, patience: int, entry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every setting that changes a run's numbers; a checkpoint is resumed only when all are equal (its
     fingerprint is their hash). Threads, determinism, device and dtype change float results in the last
     bits; the data are identified by the sha256 of the processed files, the code by `model_code_version`."""
     device = resolve_device(config.device)
     return {
-        "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
+        "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides, "hparams": entry,
         "optim": optim, "max_epochs": max_epochs, "patience": patience, "batch_size": config.batch_size,
         "precision": config.precision, "max_train_rows": config.max_train_rows, "meta": data.meta,
         "num_threads": torch.get_num_threads(), "deterministic": config.deterministic,
@@ -156,10 +157,13 @@ def run_training(
     config: TrainConfig,
     *,
     on_step: Callable[[int, int], None] | None = None,
+    selections: Selections | None = None,
+    point: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
-    """Train one run; returns (metrics record, per-epoch history). The model: `build_run_model`; the
-    optimiser: the authors' selection for the dataset and model (`multitab.models.training_defaults`, with
-    `protocol`) replaced key by key by params' `train.optim.<model>`."""
+    """Train one run; returns (metrics record, per-epoch history). The model: `build_run_model` at the
+    selection for the dataset and model (`selections`, a sweep's, where it has an entry; the authors'
+    otherwise), with a sweep's grid `point` put over it; the optimiser: that selection's
+    (`multitab.models.training_defaults`, with `protocol`) replaced key by key by params' `train.optim.<model>`."""
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_processed(spec.data_path)
@@ -170,10 +174,14 @@ def run_training(
     seed_everything(spec.seed, config.deterministic)
     base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> with the variant's keywords
     overrides = config.overrides_for(spec.model, spec.dataset)
-    model = build_run_model(base_model, data.meta, spec, config, overrides)
+    entry = selected_entry(spec.dataset, base_model, selections)
+    swept = selections is not None and base_model in (selections.get(spec.dataset) or {})
+    if point:
+        entry = apply_point(entry, point, model=base_model, dataset=spec.dataset)
+    model = build_run_model(base_model, data.meta, spec, config, overrides, entry)
     patience = config.patience_for(spec.dataset)
     if isinstance(model, torch.nn.Module):
-        selected = training_defaults(spec.dataset, base_model, config.protocol)
+        selected = training_defaults(spec.dataset, base_model, config.protocol, entry)
         optim = _optim_settings(selected, base_model, config)
         max_epochs = config.max_epochs if config.max_epochs is not None else int(selected.get("max_epochs", 100))
         settings = RunSettings(
@@ -183,7 +191,7 @@ def run_training(
             progress=config.progress, on_step=on_step,
         )
         run_settings = resume_settings(spec, config, data, model, overrides=overrides, optim=optim,
-                                       max_epochs=max_epochs, patience=patience)
+                                       max_epochs=max_epochs, patience=patience, entry=entry)
         result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir,
                        run_fingerprint=ckpt.fingerprint(run_settings), run_settings=run_settings)
         n_params: int | None = sum(p.numel() for p in model.parameters())
@@ -199,6 +207,9 @@ def run_training(
     record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
     record["max_train_rows"] = config.max_train_rows
     record["protocol"] = config.protocol
+    # whose selection the run used (and the grid point, for a sweep's run): the entry in their format
+    record["hparams"] = {"source": "grid point" if point else ("swept" if swept else "authors"),
+                         "point": dict(point) if point else None, "entry": entry}
     return record, result.history
 
 
