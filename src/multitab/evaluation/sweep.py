@@ -246,22 +246,36 @@ def report_markdown(sweeps: Sequence[Sweep], figures: Mapping[tuple[str, str], s
     return "\n".join(lines)
 
 
+def _floor(values: Sequence[float]) -> float:
+    """The plot's lower limit: wide enough for the useful points, above diverged ones (a diverged
+    regression's explained variance can be -40, which would flatten every other point)."""
+    ordered = sorted(values)
+    best, median = ordered[-1], ordered[len(ordered) // 2]
+    return min(median, best - 0.02) - max(best - median, 0.02)
+
+
 def plot(sweep: Sweep, folder: Path, dpi: int = 120) -> str:
     """One panel per hyperparameter: every point's validation metric at its value (dots), the best per
-    value (line), the selected point (star). Returns the PNG's file name."""
+    value (line), the selected point (star); points far below the rest (diverged runs) sit on the lower
+    edge as triangles, and the title counts them. Returns the PNG's file name."""
     from multitab.evaluation.figures import plt, save_figure
 
     axes_names = list(sweep.grid)
     fig, axs = plt.subplots(1, len(axes_names), figsize=(3.2 * len(axes_names), 3.0), sharey=True, squeeze=False)
     best = sweep.selected
+    vals = [p.val for p in sweep.points if p.val is not None]
+    floor = _floor(vals) if vals else 0.0
     for ax, axis in zip(axs[0], axes_names):
         values = list(sweep.grid[axis])
-        xs, ys = [], []
+        shown: dict[bool, tuple[list[float], list[float]]] = {True: ([], []), False: ([], [])}
         for p in sweep.points:
             if p.val is not None:
-                xs.append(values.index(p.coords[axis]) + 0.12 * ((p.order % 7) - 3) / 3)
-                ys.append(p.val)
-        ax.scatter(xs, ys, s=10, alpha=0.5, color="tab:blue")
+                inside = p.val >= floor
+                shown[inside][0].append(values.index(p.coords[axis]) + 0.12 * ((p.order % 7) - 3) / 3)
+                shown[inside][1].append(p.val if inside else floor)
+        ax.scatter(*shown[True], s=10, alpha=0.5, color="tab:blue")
+        if shown[False][0]:
+            ax.scatter(*shown[False], s=14, marker="v", alpha=0.5, color="tab:gray", clip_on=False)
         tops = [max((p.val for p in sweep.points if p.val is not None and _same(p.coords[axis], v)), default=math.nan)
                 for v in values]
         ax.plot(range(len(values)), tops, color="tab:blue", lw=1.2, label="best at this value")
@@ -270,14 +284,18 @@ def plot(sweep: Sweep, folder: Path, dpi: int = 120) -> str:
                        zorder=3, label="selected")
         ax.set_xticks(range(len(values)), [str(v) for v in values])
         ax.set_xlabel(axis)
+        ax.set_ylim(floor, max(vals) + 0.1 * (max(vals) - floor) if vals else 1.0)
         ax.grid(alpha=0.3)
     axs[0][0].set_ylabel("validation metric (mean over seeds)")
     axs[0][-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{sweep.model} on {sweep.dataset}: {len(sweep.points)} grid points", fontsize=10)
+    below = sum(v < floor for v in vals)
+    undefined = len(sweep.points) - len(vals)
+    extra = "".join([f"; {below} below the axis (▼)" if below else "",
+                     f"; {undefined} undefined" if undefined else ""])
+    fig.suptitle(f"{sweep.model} on {sweep.dataset}: {len(sweep.points)} grid points{extra}", fontsize=10)
     fig.tight_layout()
     name = f"{sweep.dataset}-{sweep.model}"
     save_figure(fig, folder, name, dpi)
-    plt.close(fig)
     return f"{name}.png"
 
 
@@ -288,7 +306,7 @@ def write_sweep_outputs(sweeps: Sequence[Sweep], *, selected_path: Path, out: Pa
     text = ("# Written by stage sweep_select (stages/sweep_select.py) from the grid points under results/sweep_runs:\n"
             "# the selected configuration per dataset and model, in the authors' format\n"
             "# (src/multitab/models/selected_hparams.yaml) plus `selected_by`. `train.hparams: swept` trains with it.\n"
-            + yaml.safe_dump(chosen, sort_keys=True, default_flow_style=None, width=110))
+            + yaml.safe_dump(chosen, sort_keys=False, default_flow_style=None, width=110))
     with atomic_path(selected_path) as tmp:
         tmp.write_text(text)
     figures = {(s.dataset, s.model): f"figures/{plot(s, out / 'figures')}" for s in sweeps}
