@@ -355,3 +355,19 @@ def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_pat
     # not quoted when aggregate did not run
     summary["stages"]["aggregate"]["status"] = "up_to_date"
     assert "Headline" not in summary_markdown(tmp_path, summary)
+
+
+def test_sweep_select_publishes_the_sweep_report_and_every_point_as_artifacts(tmp_path):
+    select = write_stage("sweep_select", extra="""
+        d = pathlib.Path('results/sweeps'); d.mkdir(parents=True, exist_ok=True)
+        (d / 'report.md').write_text('# Hyperparameter sweeps\\n\\n- **Selected**: lr0.001-dropout0.0\\n')
+        (d / 'points.csv').write_text('dataset,model,rank,selected,lr,dropout,val_mean\\n'
+                                      'tiny,mmoe,1,True,0.001,0.0,0.9\\ntiny,mmoe,2,False,0.01,0.0,0.8\\n')""")
+    root = make_project(tmp_path / "p", {"sweep_select": select})
+    _, _, artifacts = run_recorded(root, retries=0)
+    assert "**Selected**: lr0.001-dropout0.0" in artifacts["sweep-report"]
+    rows = json.loads(artifacts["sweep-points"]) if isinstance(artifacts["sweep-points"], str) else artifacts["sweep-points"]
+    assert [(r["rank"], r["lr"], r["val_mean"]) for r in rows] == [("1", "0.001", "0.9"), ("2", "0.01", "0.8")]
+    # not published when sweep_select did not run (up to date)
+    _, _, again = run_recorded(root, retries=0)
+    assert "sweep-report" not in again
