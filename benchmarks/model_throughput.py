@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from multitab.datasets.schema import SCHEMAS, DatasetSchema
 from multitab.models import MODELS, build_model, training_defaults
 from multitab.models.accelerate import accelerate_cpu
+from multitab.provenance import cpu_model
 from multitab.runtime import tune_cpu_runtime
 
 AUTHORS_HIGGS = {"per_sample_mixing": 5918.0, "attention": 3443.0}
@@ -367,13 +368,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bench_shapes(args: argparse.Namespace) -> int:
-    import platform
-
     torch.set_num_threads(1)  # the study runs one training per core
     tune_cpu_runtime()
     models = args.models or BENCH_MODELS
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    cpu = cpu_model()
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     results: dict[str, Any] = {
         "mode": "bench-shapes", "device": "cpu", "threads": 1, "batch_size": args.batch_size, "cpu": cpu,

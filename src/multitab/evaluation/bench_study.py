@@ -22,7 +22,6 @@ mean at or above MultiTab-Net's), `missing`.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -168,9 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     --note "..."`: copy a study's metrics.csv and curves.csv into a record folder, write its header.md and
     regenerate its figures and tables from them. `regenerate FOLDER`: only the last step."""
     import argparse
-    import platform
     import shutil
-    import subprocess
+
+    from multitab.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench_study")
     sub = p.add_subparsers(dest="command", required=True)
@@ -191,10 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not (a.source / name).is_file():
                 raise StudyError(f"{a.source / name}: not found; run `make study` (aggregate_study) first")
             shutil.copy(a.source / name, a.target / name)
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=a.source).stdout.strip() or "unknown"
-        machine = f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, {platform.system()}"
-        header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=commit, machine=machine,
+        header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=git_commit(a.source), machine=machine(),
                                note=a.note, flow_wall_seconds=a.flow_wall_seconds)
         write_text("\n".join(header) + "\n", a.target / "header.md")
         regenerate(a.target)

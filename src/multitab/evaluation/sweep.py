@@ -33,7 +33,7 @@ import yaml
 
 from multitab.config.sweep import FAMILIES, SweepConfig
 from multitab.io import atomic_path, read_json, write_json, write_text
-from multitab.models.defaults import SELECTED_HPARAMS, apply_point, config_key, selected_entry
+from multitab.models.defaults import apply_point, config_key, selected_entry
 
 TIE_DECIMALS = 6
 TIE_RULE = (f"highest mean validation metric over seeds; means equal to {TIE_DECIMALS} decimals are a tie, won by "
@@ -111,7 +111,7 @@ class Sweep:
 
     def authors_point(self) -> dict[str, Any] | None:
         """The authors' selection in this grid's coordinates (None: they published none)."""
-        entry = SELECTED_HPARAMS[config_key(self.dataset)].get(self.model)
+        entry = selected_entry(self.dataset, self.model)
         if entry is None:
             return None
         merged = {**entry.get("architecture", {}), **entry.get("optimisation", {})}
@@ -325,10 +325,9 @@ def record(root: Path, target: Path, note: str) -> None:
     """A committed record of a real sweep: `make sweep`'s outputs (results/sweeps/: report.md, points.csv,
     selection.json, figures/; hparams/swept.yaml) copied into `target`, with RECORD.md saying what ran,
     where, at which commit, and how long the flow run took (results/pipeline_summary.json)."""
-    import os
-    import platform
     import shutil
-    import subprocess
+
+    from multitab.provenance import git_commit, machine
 
     src = root / "results" / "sweeps"
     for name in ("report.md", "points.csv", "selection.json", "figures"):
@@ -339,15 +338,12 @@ def record(root: Path, target: Path, note: str) -> None:
         shutil.copy(src / name, target / name)
     shutil.copytree(src / "figures", target / "figures", dirs_exist_ok=True)
     shutil.copy(root / "hparams" / "swept.yaml", target / "swept.yaml")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
     summary_path = root / "results" / "pipeline_summary.json"
     summary = read_json(summary_path) if summary_path.is_file() else {}
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
     sweep_params = yaml.safe_load((root / "params.yaml").read_text()).get("sweep", {})
     lines = [
         "# Sweep record", "", f"> {note}", "",
-        f"- Commit: `{commit or 'unknown'}`; machine: {cpu}, {os.cpu_count()} CPUs, {platform.system()}; no GPU.",
+        f"- Commit: `{git_commit(root)}`; machine: {machine()}; no GPU.",
         f"- Wall time of the `flows.pipeline` run that trained the points and selected: "
         f"{summary.get('wall_seconds', float('nan')):.0f} s ({len(summary.get('ran', []))} stages ran).",
         "- Command: `make sweep` (python -m flows.pipeline --targets sweep_select) with params.yaml's `sweep`:",
