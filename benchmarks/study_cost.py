@@ -21,8 +21,21 @@ With `--measure-samples M` the datasets are synthesised at M samples and the per
 seconds scaled by n_samples / M (an epoch's cost is linear in the training rows at a fixed batch size),
 so that the projection is cheap to take; the output says so.
 
+The compute floor: the same study's arithmetic at this machine's best matrix-product rate, i.e. what no
+software could beat at this precision. Training FLOPs per run = E x (3 F x training rows + F x validation
+rows) + F x test rows, with F the forward FLOPs per sample of the model at the study's batch size
+(multitab.evaluation.complexity, the paper's Table 4 convention; backward ~ 2 x forward) and E the epochs
+above; the rate is the best of a few matrix products of the models' own shapes (median of repeats) at
+`train.num_threads` threads in the measured precision, and `workers` of them at once. So
+`floor_wall_seconds` > `goal_seconds` says the goal cannot be met on this machine at that precision, and
+`fraction_of_peak` per model says how close the training code already is.
+
+`--precision bf16` measures the study with `train.precision: bf16` (autocast; opt-in, not the paper's
+fp32) and writes `study_cost_cpu_bf16.json` by default.
+
 Run:  flock /tmp/multitab-bench.lock python benchmarks/study_cost.py [--n-samples 100000] [--seeds 5]
-      [--epochs 20 | --record results/study/<name>] [--out results/benchmarks/study_cost_cpu.json]
+      [--epochs 20 | --record results/study/<name>] [--precision fp32|bf16]
+      [--out results/benchmarks/study_cost_cpu.json]
 Timings taken while other jobs share the CPU are high: say so when quoting them (the output records the
 load average).
 """
@@ -47,7 +60,11 @@ import pandas as pd
 from multitab.config import Params, load_params
 from multitab.config.train import TrainConfig
 from multitab.datasets.bench import synthesize_config, write_dataset
+from multitab.datasets.schema import DatasetSchema, schema_from_meta
+from multitab.evaluation.complexity import complexity
+from multitab.models import build_model
 from multitab.profiles import profiled
+from multitab.provenance import cpu_model
 from multitab.training.run import RunSpec, run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,10 +78,44 @@ def process_start_seconds() -> float:
     return time.perf_counter() - t0
 
 
+# (rows, inner, columns) of matrix products the study's models run at batch 2048: an MLP layer, a batched
+# expert layer's single product, MultiTab-Net's inter-sample q/k/v projection (t = 7) and its token FFN.
+PEAK_SHAPES: tuple[tuple[int, int, int], ...] = ((2048, 512, 512), (2048, 256, 128), (2048, 624, 1872),
+                                                 (79872, 16, 256))
+
+
+def matmul_peak(precision: str, threads: int, repeats: int = 5) -> dict[str, float]:
+    """FLOP/s of torch.mm per shape of PEAK_SHAPES in `precision` (median of `repeats` timings), and the best."""
+    import torch
+
+    torch.set_num_threads(max(threads, 1))
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    rates = {}
+    for m, k, n in PEAK_SHAPES:
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        for _ in range(3):
+            a @ b
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(5):
+                a @ b
+            times.append((time.perf_counter() - t0) / 5)
+        rates[f"{m}x{k}x{n}"] = 2.0 * m * k * n / statistics.median(times)
+    return {**rates, "best": max(rates.values())}
+
+
+def forward_flops(schema: DatasetSchema, model: str, protocol: str, batch_size: int) -> float:
+    """Forward FLOPs per sample of `model` as the study builds it (at its batch: inter-sample attention
+    grows with the batch)."""
+    return float(complexity(build_model(model, schema, protocol=protocol), schema, batch_size=batch_size)["flops"])
+
+
 def measure(params: Params, config: TrainConfig, name: str, models: list[str], epochs: int,
             folder: Path) -> dict[str, dict[str, float]]:
     frames, meta = synthesize_config(name, params.bench)
     write_dataset(folder / name, frames, meta)
+    schema = schema_from_meta(meta)
     out = {}
     for model in models:
         cfg = replace(config, max_epochs=epochs, progress=False)
@@ -76,7 +127,9 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
         per_epoch = statistics.median(steady)
         out[model] = {"wall": wall, "epochs": record["epochs"], "seconds_per_epoch": per_epoch,
                       "startup": max(0.0, wall - per_epoch * record["epochs"]), "samples_per_second": record["samples_per_second"],
-                      "n_train": record["n_rows"]["train"]}
+                      "n_train": record["n_rows"]["train"], "n_val": record["n_rows"]["val"],
+                      "n_test": record["n_rows"]["test"],
+                      "forward_flops_per_sample": forward_flops(schema, model, params.protocol, config.batch_size)}
         print(f"  {name} {model}: {per_epoch:.1f} s/epoch ({record['samples_per_second']:.0f} samples/s), "
               f"start-up + test evaluation + warm-up {wall - per_epoch * record['epochs']:.1f} s", flush=True)
     return out
@@ -94,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure on datasets of this size and scale seconds per epoch by the training rows "
                         "(default: --n-samples, no scaling)")
     p.add_argument("--workers", type=int, default=None, help="stages at once (default: orchestration.workers)")
-    p.add_argument("--out", type=Path, default=ROOT / "results/benchmarks/study_cost_cpu.json")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+                   help="train.precision for the measured runs (default: the study's, fp32)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="default results/benchmarks/study_cost_cpu.json (fp32), study_cost_cpu_bf16.json (bf16)")
     a = p.parse_args(argv)
 
     raw = load_params(a.params)
@@ -105,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     scale = a.n_samples / measure_samples
     params = profiled(raw, "study")
     config = params.train
+    if a.precision is not None:
+        config = replace(config, precision=a.precision)
+    out_path = a.out or ROOT / "results/benchmarks" / (
+        "study_cost_cpu.json" if config.precision == "fp32" else f"study_cost_cpu_{config.precision}.json")
     if config.num_threads > 0:
         import torch
 
@@ -141,6 +201,22 @@ def main(argv: list[str] | None = None) -> int:
     per_model = {m: sum(run_seconds(m, n_tasks[c], epochs_by_model[m]) for c in configs) * a.seeds for m in models}
     total = sum(per_model.values())
     worst = sum(run_seconds(m, n_tasks[c], 100.0) for c in configs for m in models) * a.seeds
+
+    # the compute floor: the study's training arithmetic at this machine's best matrix-product rate
+    peak = matmul_peak(config.precision, config.num_threads)
+
+    def run_flops(model: str, t: int, epochs: float) -> float:
+        m = measured[t][model]
+        f, rows = m["forward_flops_per_sample"], scale
+        return f * rows * (epochs * (3 * m["n_train"] + m["n_val"]) + m["n_test"])
+
+    flops_per_model = {m: sum(run_flops(m, n_tasks[c], epochs_by_model[m]) for c in configs) * a.seeds for m in models}
+    floor = sum(flops_per_model.values()) / (peak["best"] * workers)
+    # how close the training code runs to that rate: training FLOP/s in the measured steady-state epochs
+    fraction_of_peak = {
+        str(t): {m: round(v["forward_flops_per_sample"] * (3 * v["n_train"] + v["n_val"]) / v["seconds_per_epoch"]
+                          / peak["best"], 3) for m, v in per_t.items()}
+        for t, per_t in measured.items()}
     result = {
         "what": "PROJECTION of the Figure 5+6 study's wall time from a measured subset (see docstring)",
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
@@ -148,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples": a.n_samples, "measured_at_samples": measure_samples,
         "scaling": "seconds per epoch and start-up x n_samples / measured_at_samples" if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
+        "cpu": cpu_model(), "precision": config.precision,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
         "measured": {str(t): v for t, v in measured.items()}, "epochs_per_run": epochs_by_model,
@@ -157,9 +234,15 @@ def main(argv: list[str] | None = None) -> int:
         "projected_wall_seconds_at_100_epochs": round(worst / workers, 1),
         "goal_seconds": GOAL_SECONDS,
         "ratio_to_goal": round(total / workers / GOAL_SECONDS, 3),
+        "matmul_flops_per_second": {k: round(v / 1e9, 1) for k, v in peak.items()},
+        "matmul_units": "GFLOP/s per run (threads_per_run threads)",
+        "training_pflop_per_model": {m: round(v / 1e15, 3) for m, v in flops_per_model.items()},
+        "fraction_of_peak": fraction_of_peak,
+        "floor_wall_seconds": round(floor, 1),
+        "floor_ratio_to_goal": round(floor / GOAL_SECONDS, 3),
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2) + "\n")
     hours = total / workers / 3600
     print(f"PROJECTED study wall time ({len(configs)} configs x {len(models)} models x {a.seeds} seeds, "
           f"{a.n_samples:,} samples, {epochs_source}, {workers} workers): {hours:.2f} h "
@@ -167,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{worst / workers / 3600:.2f} h. Per model (core-hours): "
           + ", ".join(f"{m} {v / 3600:.2f}" for m, v in per_model.items())
           + f". Load average {load0:.1f} at start (2 cores shared: timings high).")
-    print(f"wrote {a.out}")
+    print(f"COMPUTE FLOOR ({config.precision}): {sum(flops_per_model.values()) / 1e15:.2f} PFLOP of training at "
+          f"{peak['best'] / 1e9:.0f} GFLOP/s per run x {workers} = {floor / 3600:.2f} h "
+          f"(ratio to the goal {result['floor_ratio_to_goal']}); share of that rate reached per model (t = 7): "
+          + ", ".join(f"{m} {v:.2f}" for m, v in fraction_of_peak[str(max(measured))].items()))
+    print(f"wrote {out_path}")
     return 0
 
 
