@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED := 1
 # Stage commands in dvc.yaml call `python`: the venv's.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro study sweep test lint ui benchmarks clean-venv assets
+.PHONY: repro study study-interim sweep test lint ui benchmarks clean-venv assets
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -62,6 +62,12 @@ clean-venv:
 # Outputs: results/study_report/ (report.md, figures, tables, metrics.csv).
 study: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline --targets aggregate_study
+
+# Where a study that is still training stands: the aggregate_study stage's script over the runs finished so
+# far (absent runs read `missing`), written to results/study_interim/, outside DVC; safe while `make study`
+# runs (it only reads finished runs' metrics.json and curves).
+study-interim: $(STAMP)
+	$(BIN)/python -m stages.aggregate_study --params params.yaml --runs results/study_runs --out results/study_interim
 
 # The hyperparameter sweeps (params `sweep`, docs/sweeps.md): every grid point, then the selection
 # (hparams/swept.yaml, which `train.hparams: swept` trains with) and results/sweeps/report.md.

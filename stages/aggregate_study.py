@@ -31,6 +31,9 @@ def aggregate_study(a: argparse.Namespace) -> None:
                              labels={**StudySettings().labels, **labels})
     models = list(study.models)
     metrics, curves = collect(a.runs, configs, models, list(study.seeds))
+    if metrics.empty:  # nothing to report (e.g. `make study-interim` before any run finished): write nothing
+        raise FileNotFoundError(f"{a.runs}: no finished study run (<config>/<model>/seed<S>/metrics.json) of "
+                                f"study.configs x study.models x study.seeds; `make study` trains them")
     out = Path(a.out)
     write_csv(metrics, out / "metrics.csv")
     write_csv(curves, out / "curves.csv")

@@ -260,6 +260,37 @@ def test_aggregate_study_stage_writes_the_report_from_the_runs(tmp_path):
     assert aggregate_study.main(["--params", str(path), "--runs", str(tmp_path / "runs"), "--out", str(out)]) == BAD_INPUT  # a config error: not retried
 
 
+def test_interim_report_over_a_study_still_training(tmp_path):
+    """`make study-interim`: the stage's script over the runs finished so far. A configuration whose runs are
+    not all there reads `missing` (never a number); before any run finished it fails clearly, writing nothing."""
+    import shutil
+
+    import yaml
+
+    from stages import aggregate_study
+
+    root = Path(__file__).resolve().parents[1]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["bench"]["configs"] = {
+        "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
+        "p06_pd234_t3": {"groups": ["nonuniform"], "correlation": 0.6, "degrees": [2, 3, 4], "seed": 0}}
+    params["study"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    runs, out = tmp_path / "runs", tmp_path / "interim"
+    args = ["--params", str(path), "--runs", str(runs), "--out", str(out)]
+    runs.mkdir()
+    assert aggregate_study.main(args) == BAD_INPUT and not out.exists()
+    _write_runs(runs)
+    shutil.rmtree(runs / "p06_pd234_t3" / "multitab_net")  # still training: no metrics.json yet
+    (runs / "p06_pd234_t3" / "multitab_net" / "seed0").mkdir(parents=True)
+    assert aggregate_study.main(args) == 0
+    claims = (out / "claims.md").read_text()
+    assert "| p02_pd3_t3 | **holds** |" in claims and "| p06_pd234_t3 | **missing** |" in claims
+    assert set(pd.read_csv(out / "metrics.csv").query("config == 'p06_pd234_t3'").model) == {
+        "stl_mlp", "mmoe", "ple", "stem"}
+
+
 def test_committed_records_regenerate_from_their_own_metrics():
     """Every record under results/study/ is what the aggregate code makes of its own metrics.csv and
     curves.csv (and header.md): regenerated in a temporary copy, every committed output is byte-identical."""
