@@ -235,10 +235,10 @@ def test_explained_variance_and_mse_equal_sklearn_exactly():
         explained_variance(np.ones(3), np.ones(2))
 
 
-def test_aggregate_study_stage_writes_the_report_from_the_runs(tmp_path):
+def _study_params(tmp_path: Path) -> tuple[dict, Path]:
+    """The repo's params.yaml with a two-configuration study (one of Figure 5, one of Figure 6), written to
+    tmp_path: (the params, their path)."""
     import yaml
-
-    from stages import aggregate_study
 
     root = Path(__file__).resolve().parents[1]
     params = yaml.safe_load((root / "params.yaml").read_text())
@@ -248,6 +248,15 @@ def test_aggregate_study_stage_writes_the_report_from_the_runs(tmp_path):
     params["study"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    return params, path
+
+
+def test_aggregate_study_stage_writes_the_report_from_the_runs(tmp_path):
+    import yaml
+
+    from stages import aggregate_study
+
+    params, path = _study_params(tmp_path)
     _write_runs(tmp_path / "runs")
     out = tmp_path / "report"
     assert aggregate_study.main(["--params", str(path), "--runs", str(tmp_path / "runs"), "--out", str(out)]) == 0
@@ -265,18 +274,9 @@ def test_interim_report_over_a_study_still_training(tmp_path):
     not all there reads `missing` (never a number); before any run finished it fails clearly, writing nothing."""
     import shutil
 
-    import yaml
-
     from stages import aggregate_study
 
-    root = Path(__file__).resolve().parents[1]
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["bench"]["configs"] = {
-        "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
-        "p06_pd234_t3": {"groups": ["nonuniform"], "correlation": 0.6, "degrees": [2, 3, 4], "seed": 0}}
-    params["study"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    _, path = _study_params(tmp_path)
     runs, out = tmp_path / "runs", tmp_path / "interim"
     args = ["--params", str(path), "--runs", str(runs), "--out", str(out)]
     runs.mkdir()
