@@ -210,6 +210,29 @@ def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path:
     assert other["resumed_from_epoch"] == 0 and other["epochs"] == 2
 
 
+def test_raising_the_epoch_budget_continues_from_the_checkpoint(tiny: Path, tmp_path: Path) -> None:
+    """max_epochs is a budget: a run checkpointed under a smaller one continues under a larger one, and ends
+    exactly where a run under the larger budget from the start ends (weights, curve, metrics)."""
+    spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
+    run_training(spec, make_config(max_epochs=2))
+    extended, history = run_training(spec, make_config(max_epochs=4))
+    assert extended["resumed_from_epoch"] == 2 and extended["epochs"] == 4 and extended["max_epochs"] == 4
+    fresh_spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "fresh")
+    fresh, fresh_history = run_training(fresh_spec, make_config(max_epochs=4))
+    assert fresh["resumed_from_epoch"] == 0
+    assert (extended["test"], extended["val"], extended["best_epoch"]) == (fresh["test"], fresh["val"], fresh["best_epoch"])
+    assert [h["val_mean"] for h in history] == [h["val_mean"] for h in fresh_history]
+    for name in ("last.pt", "best.pt"):
+        a, b = (torch.load(d / name, weights_only=True)["model"] for d in (tmp_path / "ck", tmp_path / "fresh"))
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    # a checkpoint past a smaller budget cannot stand for a run under it: that run starts over
+    shorter, _ = run_training(spec, make_config(max_epochs=3))
+    assert shorter["resumed_from_epoch"] == 0 and shorter["epochs"] == 3
+    # any other change still starts over, budget or not
+    other, _ = run_training(spec, make_config(max_epochs=5, batch_size=64))
+    assert other["resumed_from_epoch"] == 0
+
+
 def test_real_data_is_not_labelled_standin(tmp_path: Path) -> None:
     write_tiny_processed(tmp_path / "real", standin=False, n={"train": 200, "val": 100, "test": 100})
     spec = RunSpec(dataset="real", model="tiny", seed=1, data_path=tmp_path / "real", checkpoint_dir=tmp_path / "ck")

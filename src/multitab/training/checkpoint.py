@@ -7,6 +7,10 @@ epochs, the early-stopping state, the per-epoch history, the last epoch's valida
 spent so far. `best.pt` holds the weights of the best epoch (the ones tested). Both carry a fingerprint
 of every setting that changes the numbers (see `multitab.training.run`) and those settings as JSON: a
 checkpoint of other settings is never resumed (a warning names what changed; training starts over).
+The one exception is the epoch budget (`max_epochs`): nothing in an epoch depends on it, so a checkpoint
+that differs from the run's settings in `max_epochs` alone, and has not gone past the new budget, continues
+under it (`budget_only`). Raising the cap then trains on only the runs that reached it; a run that stopped
+early stays stopped, as it would have under the new cap.
 
 Safety: checkpoints travel between machines (DVC remotes), so a checkpoint is untrusted input. Only
 tensors, numbers, strings, lists, tuples and dicts are stored (`save` checks), and `torch.load` runs with
@@ -147,10 +151,26 @@ def _diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[st
     return out
 
 
+BUDGET = "max_epochs"
+
+
+def budget_only(payload: dict[str, Any], settings: dict[str, Any]) -> bool:
+    """Whether a checkpoint of other settings may continue under `settings`: its stored settings are the ones
+    its fingerprint hashes, they differ from `settings` in the epoch budget alone, and the checkpoint's epoch
+    is within the new budget (so the run is where a run under the new budget would be)."""
+    stored = payload.get("settings")
+    if not isinstance(stored, str) or hashlib.sha256(stored.encode()).hexdigest() != payload.get("fingerprint"):
+        return False
+    old, new = json.loads(stored), json.loads(json.dumps(settings, sort_keys=True, default=str))
+    changed = {k for k in set(old) | set(new) if old.get(k, "<absent>") != new.get(k, "<absent>")}
+    epoch, budget = payload.get("epoch"), new.get(BUDGET)
+    return changed == {BUDGET} and isinstance(epoch, int) and isinstance(budget, int) and epoch <= budget
+
+
 def read(path: Path, expected_fingerprint: str, settings: dict[str, Any] | None = None
          ) -> tuple[dict[str, Any] | None, str]:
     """(payload, "") when the checkpoint at `path` exists, loads as plain data and belongs to this run's
-    settings; else (None, why not)."""
+    settings (or differs from them in the epoch budget alone, see `budget_only`); else (None, why not)."""
     if not path.is_file():
         return None, "missing"
     try:
@@ -160,6 +180,10 @@ def read(path: Path, expected_fingerprint: str, settings: dict[str, Any] | None 
     if not isinstance(payload, dict):
         return None, f"unreadable (a {type(payload).__name__}, not a checkpoint)"
     if payload.get("fingerprint") != expected_fingerprint:
+        if settings is not None and budget_only(payload, settings):
+            log.info("%s: continuing under a new epoch budget (%s %s -> %s)", path, BUDGET,
+                     json.loads(payload["settings"]).get(BUDGET), settings[BUDGET])
+            return payload, ""
         stored = payload.get("settings")
         if isinstance(stored, str) and settings is not None:
             current = json.loads(json.dumps(settings, sort_keys=True, default=str))
