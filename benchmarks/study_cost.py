@@ -205,18 +205,19 @@ def main(argv: list[str] | None = None) -> int:
     # the compute floor: the study's training arithmetic at this machine's best matrix-product rate
     peak = matmul_peak(config.precision, config.num_threads)
 
+    def epoch_flops(m: dict[str, float]) -> float:
+        """One measured epoch's arithmetic: forward + backward (~3 F) on the training rows, F on validation."""
+        return m["forward_flops_per_sample"] * (3 * m["n_train"] + m["n_val"])
+
     def run_flops(model: str, t: int, epochs: float) -> float:
         m = measured[t][model]
-        f, rows = m["forward_flops_per_sample"], scale
-        return f * rows * (epochs * (3 * m["n_train"] + m["n_val"]) + m["n_test"])
+        return scale * (epochs * epoch_flops(m) + m["forward_flops_per_sample"] * m["n_test"])
 
     flops_per_model = {m: sum(run_flops(m, n_tasks[c], epochs_by_model[m]) for c in configs) * a.seeds for m in models}
     floor = sum(flops_per_model.values()) / (peak["best"] * workers)
     # how close the training code runs to that rate: training FLOP/s in the measured steady-state epochs
-    fraction_of_peak = {
-        str(t): {m: round(v["forward_flops_per_sample"] * (3 * v["n_train"] + v["n_val"]) / v["seconds_per_epoch"]
-                          / peak["best"], 3) for m, v in per_t.items()}
-        for t, per_t in measured.items()}
+    fraction_of_peak = {str(t): {m: round(epoch_flops(v) / v["seconds_per_epoch"] / peak["best"], 3)
+                                 for m, v in per_t.items()} for t, per_t in measured.items()}
     result = {
         "what": "PROJECTION of the Figure 5+6 study's wall time from a measured subset (see docstring)",
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
