@@ -115,15 +115,22 @@ def curves_figure(curves: pd.DataFrame, configs: Sequence[str], models: Sequence
 
 def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[str]:
     """A warning ahead of the verdicts when runs of the compared models were still improving at their epoch
-    cap: a verdict on them compares under-trained models, not the models the paper compares."""
+    cap: a verdict on such a configuration compares under-trained models, not the models the paper compares.
+    It names those configurations; the verdicts of the others stand."""
     compared = conv[conv["model"].isin([settings.model, *settings.rivals]) & (conv["best_at_cap"] > 0)]
     if compared.empty:
         return []
     where = "; ".join(f"{settings.label(m)} on {', '.join(part['config'])}"
                       for m, part in compared.groupby("model", sort=False))
+    configs = list(dict.fromkeys(compared["config"]))
+    others = sorted(set(conv["config"]) - set(configs))
+    many = len(configs) > 1
+    scope = (f"the verdict{'s' if many else ''} on {', '.join(configs)} {'compare' if many else 'compares'} "
+             f"under-trained models and {'say' if many else 'says'} nothing yet about the paper's claim there")
+    rest = "; the other configurations' verdicts stand" if others else ""
     return [f"> **NOT CONVERGED**: {int(compared['best_at_cap'].sum())} run(s) of the compared models were still "
-            f"improving at their epoch cap ({where}); the verdicts below compare under-trained models and say "
-            "nothing yet about the paper's claim. Train longer (`make study`) before reading them.", ""]
+            f"improving at their epoch cap ({where}): {scope}{rest}. Raise `study.train.max_epochs` and run "
+            "`make study` again: the runs at the cap continue from their checkpoints (docs/study.md).", ""]
 
 
 def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFrame, dm_md: str, claims_md: str,
