@@ -129,8 +129,9 @@ def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[
              f"under-trained models and {'say' if many else 'says'} nothing yet about the paper's claim there")
     rest = "; the other configurations' verdicts stand" if others else ""
     return [f"> **NOT CONVERGED**: {int(compared['best_at_cap'].sum())} run(s) of the compared models were still "
-            f"improving at their epoch cap ({where}): {scope}{rest}. Raise `study.train.max_epochs` and run "
-            "`make study` again: the runs at the cap continue from their checkpoints (docs/study.md).", ""]
+            f"improving at their epoch cap ({where}): {scope}{rest}. Train longer before reading "
+            "them: `make study` trains to convergence, and raising `study.train.max_epochs` continues the runs at "
+            "the cap from their checkpoints (docs/study.md).", ""]
 
 
 def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFrame, dm_md: str, claims_md: str,
