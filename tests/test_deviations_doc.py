@@ -24,6 +24,33 @@ def test_cited_lines_exist_and_are_not_blank() -> None:
         assert lines[int(line) - 1].strip(), f"{path}:{line} is a blank line"
 
 
+def stale_params_cites(doc: str, params: str) -> list[str]:
+    """params.yaml citations whose first cited line does not define a key the same doc line names: a cite
+    `params.yaml:N` (or N-M) next to a backticked dotted key such as `train.patience` must land on `patience:`.
+    Lines are what go stale when params.yaml grows, and a blank-line check does not see that."""
+    lines = params.split("\n")
+    stale = []
+    for text in doc.split("\n"):
+        cites = re.findall(r"params\.yaml:(\d+)", text)
+        if not cites:
+            continue
+        keys = {k.rsplit(".", 1)[-1] for k in re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)`", text)}
+        for n in cites:
+            line = lines[int(n) - 1] if int(n) <= len(lines) else ""
+            if not any(re.match(rf"\s*{re.escape(k)}:", line) for k in keys):
+                stale.append(f"params.yaml:{n} is `{line.strip()}`, none of {sorted(keys)}")
+    return stale
+
+
+def test_params_citations_land_on_the_key_they_name() -> None:
+    doc, params = DOC.read_text(), (ROOT / "params.yaml").read_text()
+    assert re.findall(r"params\.yaml:\d+", doc), "no params.yaml citation left to check"
+    assert stale_params_cites(doc, params) == []
+    # the check bites: a citation one line off is caught
+    shifted = re.sub(r"params\.yaml:(\d+)", lambda m: f"params.yaml:{int(m.group(1)) + 1}", doc)
+    assert stale_params_cites(shifted, params)
+
+
 def test_note_diff_comments_point_at_entries_of_the_page() -> None:
     ids = doc_ids()
     assert {"P1", "P2", "P3", "P4", "P5", "S1", "S2", "S3"} <= ids
