@@ -123,11 +123,10 @@ def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[
     where = "; ".join(f"{settings.label(m)} on {', '.join(part['config'])}"
                       for m, part in compared.groupby("model", sort=False))
     configs = list(dict.fromkeys(compared["config"]))
-    others = sorted(set(conv["config"]) - set(configs))
     many = len(configs) > 1
     scope = (f"the verdict{'s' if many else ''} on {', '.join(configs)} {'compare' if many else 'compares'} "
              f"under-trained models and {'say' if many else 'says'} nothing yet about the paper's claim there")
-    rest = "; the other configurations' verdicts stand" if others else ""
+    rest = "; the other configurations' verdicts stand" if set(conv["config"]) - set(configs) else ""
     return [f"> **NOT CONVERGED**: {int(compared['best_at_cap'].sum())} run(s) of the compared models were still "
             f"improving at their epoch cap ({where}): {scope}{rest}. Train longer before reading "
             "them: `make study` trains to convergence, and raising `study.train.max_epochs` continues the runs at "

@@ -154,17 +154,14 @@ def _diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[st
 BUDGET = "max_epochs"
 
 
-def budget_only(payload: dict[str, Any], settings: dict[str, Any]) -> bool:
-    """Whether a checkpoint of other settings may continue under `settings`: its stored settings are the ones
-    its fingerprint hashes, they differ from `settings` in the epoch budget alone, and the checkpoint's epoch
-    is within the new budget (so the run is where a run under the new budget would be)."""
-    stored = payload.get("settings")
-    if not isinstance(stored, str) or hashlib.sha256(stored.encode()).hexdigest() != payload.get("fingerprint"):
-        return False
-    old, new = json.loads(stored), json.loads(json.dumps(settings, sort_keys=True, default=str))
-    changed = {k for k in set(old) | set(new) if old.get(k, "<absent>") != new.get(k, "<absent>")}
-    epoch, budget = payload.get("epoch"), new.get(BUDGET)
-    return changed == {BUDGET} and isinstance(epoch, int) and isinstance(budget, int) and epoch <= budget
+def budget_only(payload: dict[str, Any], stored: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Whether a checkpoint of other settings may continue under the run's: its `stored` settings are the ones
+    its fingerprint hashes, they differ from `current` (the run's, as JSON) in the epoch budget alone, and the
+    checkpoint's epoch is within the new budget (so the run is where a run under the new budget would be)."""
+    epoch, budget = payload.get("epoch"), current.get(BUDGET)
+    return (fingerprint(stored) == payload.get("fingerprint") and stored != current
+            and {**stored, BUDGET: budget} == current
+            and isinstance(epoch, int) and isinstance(budget, int) and epoch <= budget)
 
 
 def read(path: Path, expected_fingerprint: str, settings: dict[str, Any] | None = None
@@ -180,16 +177,16 @@ def read(path: Path, expected_fingerprint: str, settings: dict[str, Any] | None 
     if not isinstance(payload, dict):
         return None, f"unreadable (a {type(payload).__name__}, not a checkpoint)"
     if payload.get("fingerprint") != expected_fingerprint:
-        if settings is not None and budget_only(payload, settings):
-            log.info("%s: continuing under a new epoch budget (%s %s -> %s)", path, BUDGET,
-                     json.loads(payload["settings"]).get(BUDGET), settings[BUDGET])
-            return payload, ""
         stored = payload.get("settings")
-        if isinstance(stored, str) and settings is not None:
-            current = json.loads(json.dumps(settings, sort_keys=True, default=str))
-            changes = _diff(json.loads(stored), current) or ["the fingerprint's definition"]
-            return None, "of other settings (" + "; ".join(changes) + ")"
-        return None, "of other settings or data"
+        if not isinstance(stored, str) or settings is None:
+            return None, "of other settings or data"
+        old, current = json.loads(stored), json.loads(json.dumps(settings, sort_keys=True, default=str))
+        if budget_only(payload, old, current):
+            log.info("%s: continuing under a new epoch budget (%s %s -> %s)", path, BUDGET, old.get(BUDGET),
+                     current[BUDGET])
+            return payload, ""
+        changes = _diff(old, current) or ["the fingerprint's definition"]
+        return None, "of other settings (" + "; ".join(changes) + ")"
     return payload, ""
 
 
