@@ -26,6 +26,7 @@ from _models_tiny import (
     loss_and_outputs,
     make_schema,
     predict,
+    task_loss,
 )
 from multitab.models import MODELS, hyperparameters
 
@@ -60,22 +61,46 @@ def test_shapes_types_and_gradients(name: str, overrides: dict[str, Any]) -> Non
 
 @pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
 def test_overfits_a_batch_of_64(name: str, overrides: dict[str, Any]) -> None:
+    """Every task's training loss on one batch of 64 random rows falls below half of what the best
+    input-blind prediction scores (label entropy, target variance): each task's path learns.
+
+    Margin (measured on an AMD EPYC over 6 init seeds x every case, 400 steps): the worst task reached
+    0.20 of its input-blind loss, most 0.01 or less. The linear decay to 0 ends every run at rest, so the
+    final loss does not depend on where an oscillating trajectory stops, which differs between CPUs' kernels
+    (300 steps at a constant rate left MAYA mid-descent: 0.02-0.28 of its first loss over seeds)."""
     if "init" in hyperparameters(name):  # rtdl's init (larger than the authors' N(0, 0.01^2)) keeps this short
         overrides = {**overrides, "d_embedding": 16, "ffn_d_hidden": 32, "head_d_hidden": (64,), "init": "rtdl"}
     model = build(name, overrides)
     x_num, x_cat, y = batch(SCHEMA, 64)
-    opt = torch.optim.Adam(model.parameters(), lr=5e-3 if "init" in overrides else 3e-3)
+    steps = 400
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1 - k / steps)
     model.train()
-    first = loss_and_outputs(model, x_num, x_cat, y)[0].item()
-    for _ in range(300):
+    for _ in range(steps):
         loss, _ = loss_and_outputs(model, x_num, x_cat, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        schedule.step()
     # The training loss (batch statistics; eval-mode BatchNorm lags behind weights that move this fast).
     with torch.no_grad():
-        last = loss_and_outputs(model, x_num, x_cat, y)[0].item()
-    assert last < 0.1 * first, f"{name}: loss {first:.3f} -> {last:.3f}"
+        _, out = loss_and_outputs(model, x_num, x_cat, y)
+    blind = input_blind_losses(y)
+    ratios = {k: task_loss(k, v, y[k]).item() / blind[k] for k, v in out.items()}
+    assert max(ratios.values()) < 0.5, f"{name}: task loss / input-blind loss {ratios}"
+
+
+def input_blind_losses(y: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The loss of the best prediction that ignores the inputs: the label entropy (binary, multiclass)
+    and the target variance (regression)."""
+    p = y["b"].float().mean()
+    shares = torch.bincount(y["m"], minlength=3).float() / len(y["m"])
+    shares = shares[shares > 0]
+    return {
+        "b": float(-(p * p.log() + (1 - p) * (1 - p).log())),
+        "m": float(-(shares * shares.log()).sum()),
+        "r": float(y["r"].var(unbiased=False)),
+    }
 
 
 @pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)

@@ -512,15 +512,91 @@ def test_duplicated_rows_fail(env: dict, capsys: pytest.CaptureFixture) -> None:
     assert "repeat an earlier row" in line
 
 
-def test_val_rows_also_in_train_fail(env: dict, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("dataset", ["higgs", "aliexpress"])
+def test_val_rows_also_in_train_fail(env: dict, capsys: pytest.CaptureFixture, dataset: str) -> None:
     def leak(frames: Frames) -> None:
-        n = len(frames["val"]) // 4
+        n = len(frames["val"]) // 20  # 5 %: physics events and search logs do not repeat
         frames["val"].iloc[:n] = frames["train"].iloc[:n].to_numpy()
 
-    rc, text, _ = run_raw(env, capsys, "acs_income", leak)
+    rc, text, _ = run_raw(env, capsys, dataset, leak)
     assert rc == BAD_INPUT
     (line,) = failed(text, "val", None, "overlap")
     assert "identical to a train row" in line
+
+
+def test_survey_records_repeat_by_nature(env: dict, capsys: pytest.CaptureFixture) -> None:
+    """ACS (census microdata) holds different people with identical answers: repeats at a natural rate pass,
+    a file concatenated with itself (50 %) does not."""
+    assert get_schema("acs_income").records_repeat and not get_schema("higgs").records_repeat
+
+    def people(frames: Frames) -> None:  # 8 % of train repeat earlier people, 10 % of val equal a train row
+        train, val = frames["train"], frames["val"]
+        n = len(train) // 12
+        train.iloc[-n:] = train.iloc[:n].to_numpy()
+        m = len(val) // 10
+        val.iloc[:m] = train.iloc[:m].to_numpy()
+
+    rc, text, out = run_raw(env, capsys, "acs_income", people)
+    assert rc == 0 and out.exists(), text
+    assert not [w for w in json.loads(out.read_text())["warnings"] if "duplicates" in w or "overlap" in w]
+
+    def copied(frames: Frames) -> None:
+        frames["train"] = pd.concat([frames["train"], frames["train"]], ignore_index=True)
+
+    rc, text, out = run_raw(env, capsys, "acs_income", copied)
+    assert rc == BAD_INPUT and not out.exists()
+    (line,) = failed(text, "train", None, "duplicates")
+    assert "tolerated 30%" in line and "repeat by nature (survey microdata), but not this often" in line
+
+
+def test_unseen_ids_are_judged_against_the_rate_train_predicts(
+    env: dict, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """AliExpress' id columns: ids unseen in train are normal (index 0 takes them). Beyond the rate train
+    predicts they are a warning (policy unseen_ids: warn), an error only where the policy says so; a
+    long-tailed train column (many ids seen once) predicts many unseen ids and tolerates them."""
+    import yaml
+
+    def new_ids(frames: Frames) -> None:  # 10 % of test rows hold an id train never had
+        for f in frames.values():  # (a positive of the 0.07 % task in every split of a few hundred rows)
+            f.loc[len(f) - 1, "conversion"] = 1
+        test = frames["test"]
+        test.loc[: len(test) // 10 - 1, "categorical_3"] = int(frames["train"]["categorical_3"].max()) + 1000
+
+    rc, text, out = run_raw(env, capsys, "aliexpress", new_ids)
+    assert rc == 0 and out.exists(), text
+    warnings = json.loads(out.read_text())["warnings"]
+    assert any("categorical_3" in w and "(unseen_id)" in w for w in warnings), warnings
+    assert any("categorical_3" in w and "(code_range)" in w for w in warnings), warnings
+
+    params = yaml.safe_load((env["root"] / "params.yaml").read_text())
+    params["validation"]["policy"]["aliexpress"]["unseen_ids"] = "error"
+    strict = tmp_path / "params.yaml"
+    strict.write_text(yaml.safe_dump(params, sort_keys=False))
+    assert_fails(run_raw(env, capsys, "aliexpress", new_ids, "--params", str(strict)), "test", "categorical_3",
+                 "unseen_id")
+
+    def long_tail(frames: Frames) -> None:  # a third of train's ids occur once: ~2/3 of new rows may be new
+        new_ids(frames)
+        train = frames["train"]
+        k = len(train) // 3
+        train.loc[: k - 1, "categorical_3"] = np.arange(10_000, 10_000 + k)
+
+    rc, text, out = run_raw(env, capsys, "aliexpress", long_tail, "--params", str(strict))
+    assert rc == 0, text
+    warnings = json.loads(out.read_text())["warnings"]
+    assert not [w for w in warnings if "categorical_3" in w and ("(unseen_id)" in w or "(code_range)" in w)]
+
+
+def test_class_absent_from_every_split_fails(env: dict, capsys: pytest.CaptureFixture) -> None:
+    def drop(frames: Frames) -> None:  # marital class 3 nowhere (its rows relabelled 0)
+        for f in frames.values():
+            f.loc[f["marital"] == 3, "marital"] = 0
+
+    rc, text, out = run_raw(env, capsys, "acs_income", drop)
+    assert rc == BAD_INPUT and not out.exists()
+    (line,) = failed(text, "train", "marital", "class_absent")
+    assert "[3]" in line and "occur in no split" in line
 
 
 def test_scaled_regression_target_fails(env: dict, capsys: pytest.CaptureFixture) -> None:

@@ -39,6 +39,14 @@ class RawConfig:
     # and labels): at most this fraction of the split's rows (a file copied twice gives 50 %).
     duplicates_max_fraction: float = 0.01
     overlap_max_fraction: float = 0.01
+    # ... for a dataset whose records repeat by nature (the schema's `records_repeat`: survey microdata),
+    # both at most this fraction instead: far above the natural repeats, below a copied file's 50 %.
+    repeated_records_max_fraction: float = 0.3
+    # Id-like categorical columns (the schema's estimated cardinalities): val/test rows with an id unseen in
+    # train (or outside train's code range) are tolerated up to this factor times the rate train predicts
+    # (the Good-Turing estimate: the share of train rows whose value occurs once), and at least
+    # `unseen_max_fraction`.
+    unseen_ids_factor: float = 2.0
     # Regression targets: every value within [q01 - k * (q99 - q01), q99 + k * (q99 - q01)] of train
     # (robust: a handful of rows cannot move the bounds) and the published bounds where there are some.
     target_spread_factor: float = 50.0
@@ -68,7 +76,9 @@ CHECK_GROUPS = {
     "range": "ranges",
     "target_range": "ranges",
     "unseen": "categories",
-    "code_range": "categories",
+    "unseen_id": "unseen_ids",
+    "code_range": "unseen_ids",
+    "class_absent": "class_balance",
     "cardinality": "estimates",
     "duplicates": "duplicates",
     "overlap": "duplicates",
@@ -81,9 +91,12 @@ class PolicyConfig:
     """What a failed check of each group does for one dataset: `error` fails validate_raw (no verdict, the
     branch stops), `warn` lets it pass and reports it (verdict, Data Docs index, the report's banner)."""
 
-    class_balance: Level = "error"  # Table 1's class shares (an estimate for samples and subsets)
+    class_balance: Level = "error"  # Table 1's class shares, a class absent from every split (samples differ)
     ranges: Level = "error"  # plausible ranges of numerical features and regression targets
-    categories: Level = "error"  # val/test codes against train's (values unseen in train, code range)
+    categories: Level = "error"  # val/test values of a categorical column with published codes unseen in train
+    # val/test ids of an id-like column (estimated cardinality) unseen in train or outside train's code range,
+    # beyond the rate train predicts: a warning by default (they map to the reserved index 0)
+    unseen_ids: Level = "warn"
     duplicates: Level = "error"  # duplicate rows within a split, val/test rows also in train
     rows: Level = "error"  # row counts against the release's published counts (remote) or params
     estimates: Level = "warn"  # the schema's guessed cardinalities (AliExpress): never a hard limit

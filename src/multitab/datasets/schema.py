@@ -59,7 +59,9 @@ class Feature:
     # A fact: acquire rejects a missing value or a value at none of the levels (file, column, line).
     levels: tuple[float, ...] | None = None
     # The cardinality (and code range) is a guess, not published: validation compares val/test codes
-    # with train's range instead of enforcing it (AliExpress).
+    # with train's range instead of enforcing it (AliExpress). Such columns hold long-tailed ids: values
+    # unseen in train are expected in val/test (preprocessing maps them to the reserved index 0), and are
+    # judged against the rate train itself predicts (validation's `unseen_ids` policy group).
     cardinality_is_estimate: bool = False
 
     def level_code(self, values: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -107,6 +109,11 @@ class DatasetSchema:
     # Expected real row counts per raw file (for validation of `remote`).
     real_rows: Mapping[str, int] = field(default_factory=dict)
     headerless: bool = False  # Higgs' CSV has no header row
+    # Identical records are part of the data's nature: survey microdata (ACS) holds different people who
+    # gave the same coarse answers, so rows that repeat within a split, and val/test rows equal to a train
+    # row, are expected there (validation.raw.repeated_records_max_fraction). Physics events (Higgs) and
+    # search logs (AliExpress, with their continuous features) do not repeat: a repeat is a copied row.
+    records_repeat: bool = False
 
     @property
     def n_num(self) -> int:
@@ -217,6 +224,7 @@ ACS_INCOME = DatasetSchema(
         ),
     ),
     real_rows={"data": 1_664_500},
+    records_repeat=True,  # one state's real extract: 1.7 % of rows repeat an earlier one (ten coarse columns)
 )
 
 # --------------------------------------------------------------------------------------------------

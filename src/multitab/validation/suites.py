@@ -124,6 +124,7 @@ def _raw_feature(
     cfg: RawConfig,
     train_values: Sequence[int] | None,
     train_range: tuple[int, int] | None = None,
+    unseen_id_rate: float | None = None,
 ) -> list[gxe.Expectation]:
     out = _column_basics(f.name, RAW_DTYPES[f.kind])
     if f.kind == "numerical":
@@ -136,9 +137,12 @@ def _raw_feature(
         return out
     # Categorical: the schema's known codes (or non-negative codes), at most its cardinality in train;
     # in val/test, values unseen in train up to the tolerated fraction of rows.
+    # Id-like columns (guessed cardinality) tolerate unseen ids up to the rate train predicts
+    # (`unseen_ids`, see validate.unseen_id_rates); columns with published codes `unseen_max_fraction`.
+    unseen = cfg.unseen_max_fraction if unseen_id_rate is None else unseen_id_rate
     if f.cardinality_is_estimate:
         # A guessed cardinality is no limit: codes are non-negative, val/test codes within train's range
-        # (group categories); more distinct values in train than the guess is only a warning (estimates).
+        # (group unseen_ids); more distinct values in train than the guess is only a warning (estimates).
         out += _bounded("code_range", f.name, 0, FLOAT32_MAX)
         if split != "train" and train_range is not None:
             lo, hi = train_range
@@ -147,10 +151,10 @@ def _raw_feature(
                     column=f.name,
                     min_value=lo,
                     max_value=hi,
-                    mostly=1.0 - cfg.unseen_max_fraction,
+                    mostly=1.0 - unseen,
                     meta=_meta("code_range", f.name, low=lo, high=hi),
-                    notes=f"codes within train's range [{lo}, {hi}]: at most "
-                    f"{100 * cfg.unseen_max_fraction:g}% of rows outside",
+                    notes=f"ids within train's range [{lo}, {hi}]: at most {100 * unseen:.3g}% of rows "
+                    "outside (ids unseen in train map to the reserved index 0)",
                 )
             )
     else:
@@ -176,9 +180,10 @@ def _raw_feature(
             gxe.ExpectColumnValuesToBeInSet(
                 column=f.name,
                 value_set=list(train_values),
-                mostly=1.0 - cfg.unseen_max_fraction,
-                meta=_meta("unseen", f.name),
-                notes=f"values never seen in train: at most {100 * cfg.unseen_max_fraction:g}% of rows",
+                mostly=1.0 - unseen,
+                meta=_meta("unseen_id" if f.cardinality_is_estimate else "unseen", f.name),
+                notes=f"values never seen in train: at most {100 * unseen:.3g}% of rows"
+                + (" (ids: the rate train predicts)" if f.cardinality_is_estimate else ""),
             )
         )
     return out
@@ -194,16 +199,18 @@ def raw_suite(
     train_columns: Sequence[str] | None = None,
     train_values: Mapping[str, Sequence[int]] | None = None,
     train_ranges: Mapping[str, tuple[int, int]] | None = None,
+    unseen_id_rates: Mapping[str, float] | None = None,
 ) -> list[gxe.Expectation]:
     """Expectations for a canonical split file (data/splits/<D>/<split>.parquet).
 
     rows: allowed row count range; n_rows: the split's actual rows (sets the class-balance tolerance);
     train_columns / train_values / train_ranges: train's column list, categorical values and code ranges
-    (for val and test)."""
+    (for val and test); unseen_id_rates: the tolerated share of unseen ids per id-like column."""
     out = _table(schema.canonical_columns, rows, train_columns)
     for f in schema.features:
         out += _raw_feature(
-            f, split, cfg, (train_values or {}).get(f.name), (train_ranges or {}).get(f.name)
+            f, split, cfg, (train_values or {}).get(f.name), (train_ranges or {}).get(f.name),
+            (unseen_id_rates or {}).get(f.name),
         )
     for t in schema.tasks:
         out += _column_basics(t.name, TASK_DTYPES[t.type])

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from multitab.config.data import DatasetConfig
-from multitab.config.validation import ValidationConfig
+from multitab.config.validation import RawConfig, ValidationConfig
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.io import read_json, sha256_file
 from multitab.validation import suites
@@ -107,6 +107,21 @@ def _train_ranges(
     return out
 
 
+def unseen_id_rates(schema: DatasetSchema, train: pd.DataFrame, raw: RawConfig) -> dict[str, float]:
+    """The share of val/test rows tolerated with an id unseen in train, per id-like column (the schema's
+    estimated cardinalities): `unseen_ids_factor` times the Good-Turing estimate of the chance that a new
+    row holds an unseen id (the share of train rows whose id occurs once in train), at least
+    `unseen_max_fraction`, at most 1."""
+    out = {}
+    for f in schema.features:
+        if not f.cardinality_is_estimate or f.name not in train.columns or not len(train):
+            continue
+        counts = train[f.name].value_counts(dropna=True)
+        once = float((counts == 1).sum()) / len(train)
+        out[f.name] = min(1.0, max(raw.unseen_max_fraction, raw.unseen_ids_factor * once))
+    return out
+
+
 def _row_hashes(frame: pd.DataFrame) -> np.ndarray:
     return pd.util.hash_pandas_object(frame, index=False).to_numpy()
 
@@ -114,6 +129,25 @@ def _row_hashes(frame: pd.DataFrame) -> np.ndarray:
 def _rows_text(frame: pd.DataFrame, idx: np.ndarray, k: int) -> tuple[tuple[int, object], ...]:
     col = frame.columns[0] if len(frame.columns) else None
     return tuple((int(i), frame[col].iloc[int(i)] if col is not None else None) for i in idx[:k])
+
+
+def _absent_classes(schema: DatasetSchema, frames: Mapping[str, pd.DataFrame]) -> dict[str, list[int]]:
+    """Multiclass task -> the classes (0..n-1) that occur in no split (integer label columns only: the
+    dtype expectation reports others)."""
+    out = {}
+    for t in schema.tasks:
+        if t.type != "multiclass" or not t.n_classes:
+            continue
+        seen: set[int] = set()
+        for frame in frames.values():
+            if t.name in frame.columns and pd.api.types.is_integer_dtype(frame[t.name]):
+                seen.update(int(v) for v in np.unique(frame[t.name].to_numpy()))
+            else:
+                return {}
+        missing = [c for c in range(t.n_classes) if c not in seen]
+        if missing:
+            out[t.name] = missing
+    return out
 
 
 def extra_checks(
@@ -141,18 +175,31 @@ def extra_checks(
         lo = max(lo, t.low) if t.low is not None else lo
         hi = min(hi, t.high) if t.high is not None else hi
         bounds[t.name] = (lo, hi)
+    # Survey microdata repeats people by nature (schema.records_repeat): judge repeats against its own rate.
+    dup_max, overlap_max = (
+        (raw.repeated_records_max_fraction,) * 2
+        if schema.records_repeat
+        else (raw.duplicates_max_fraction, raw.overlap_max_fraction)
+    )
+    nature = (
+        f"{schema.name}'s records repeat by nature (survey microdata), but not this often"
+        if schema.records_repeat
+        else None
+    )
+    absent = _absent_classes(schema, frames)
     for split, frame in frames.items():
         fails: list[Failure] = []
         n = len(frame)
         h = hashes[split]
         dup = pd.Series(h).duplicated().to_numpy()
-        if n and dup.sum() > raw.duplicates_max_fraction * n:
+        if n and dup.sum() > dup_max * n:
             fails.append(
                 Failure(
                     split, None, "duplicates", "duplicate rows (multitab)",
                     f"{int(dup.sum())} of {n} rows repeat an earlier row of the split "
-                    f"({100 * dup.mean():.3g}%, tolerated {100 * raw.duplicates_max_fraction:g}%): the file holds "
-                    "copied rows (or is concatenated with itself)",
+                    f"({100 * dup.mean():.3g}%, tolerated {100 * dup_max:g}%): "
+                    + (nature or "the file holds copied rows")
+                    + " (or is it concatenated with itself?)",
                     _rows_text(frame, np.flatnonzero(dup), k),
                 )
             )
@@ -160,14 +207,26 @@ def extra_checks(
         if split != "train":
             n_checks += 1
             inside = np.isin(h, train_set)
-            if n and inside.sum() > raw.overlap_max_fraction * n:
+            if n and inside.sum() > overlap_max * n:
                 fails.append(
                     Failure(
                         split, None, "overlap", "rows also in train (multitab)",
                         f"{int(inside.sum())} of {n} rows are identical to a train row "
-                        f"({100 * inside.mean():.3g}%, tolerated {100 * raw.overlap_max_fraction:g}%): they leak "
-                        "between the splits; remove duplicate rows from the source file",
+                        f"({100 * inside.mean():.3g}%, tolerated {100 * overlap_max:g}%): they leak "
+                        "between the splits; "
+                        + (f"{nature}; " if nature else "")
+                        + "remove duplicate rows from the source file",
                         _rows_text(frame, np.flatnonzero(inside), k),
+                    )
+                )
+        if split == "train":
+            for task, missing in absent.items():
+                n_checks += 1
+                fails.append(
+                    Failure(
+                        split, task, "class_absent", "every class present (multitab)",
+                        f"class(es) {missing} of '{task}' occur in no split (train, val or test): the model "
+                        "cannot learn them and their one-vs-rest AUC is undefined; use a larger sample",
                     )
                 )
         for name, (lo, hi) in bounds.items():
@@ -211,6 +270,7 @@ def validate_raw(
     train = frames["train"]
     values = _train_values(schema, train, cfg.raw.unseen_min_rows_per_value)
     ranges = _train_ranges(schema, train, cfg.raw.unseen_min_rows_per_value)
+    id_rates = unseen_id_rates(schema, train, cfg.raw)
     built = {
         split: suites.raw_suite(
             schema,
@@ -221,6 +281,7 @@ def validate_raw(
             train_columns=None if split == "train" else list(train.columns),
             train_values=None if split == "train" else values,
             train_ranges=None if split == "train" else ranges,
+            unseen_id_rates=None if split == "train" else id_rates,
         )
         for split, frame in frames.items()
     }
