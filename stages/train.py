@@ -21,10 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from multitab.config import load_params
-from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
+from multitab.io import atomic_dir, read_json, read_yaml_file, remove_stale_temporaries, write_json
 from multitab.profiles import PROFILES, profiled
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
@@ -68,7 +66,7 @@ def read_selections(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: selections file not found; `make sweep` writes hparams/swept.yaml, "
                                 "or set train.hparams: authors")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = read_yaml_file(path) or {}
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"{path}: expected dataset -> model -> selection (as src/multitab/models/selected_hparams.yaml)")
     return data

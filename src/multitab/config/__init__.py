@@ -24,10 +24,12 @@ from multitab.config._build import ConfigError, build, overlay
 from multitab.config.aggregate import AggregateConfig
 from multitab.config.bench import BenchConfig, BenchDataConfig, StudyConfig
 from multitab.config.data import DatasetConfig
+from multitab.config.names import check_names
 from multitab.config.orchestration import OrchestrationConfig
 from multitab.config.sweep import SweepConfig
 from multitab.config.train import TrainConfig
 from multitab.config.validation import ValidationConfig
+from multitab.io import load_yaml, yaml_problem
 from multitab.protocol import PROTOCOLS, Protocol
 
 T = TypeVar("T")
@@ -115,15 +117,15 @@ class Params:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from disk (yaml.safe_load: nothing in it can run code); errors name the file."""
+    """A YAML mapping from disk (plain data: nothing in it can run code; a key given twice is an error);
+    errors name the file and line."""
     path = Path(path)
     try:
-        with path.open() as f:
-            data = yaml.safe_load(f)
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: params file not found (run from the repository root)") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -183,6 +185,7 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
         sweep = sections["sweep"]
         sections["sweep"] = dataclasses.replace(
             sweep, train=overlay(TrainConfig, raw["sweep"].get("train"), f"{source}: sweep.train"))
+    check_names(sections, source)
     return Params(source=source, protocol=protocol, sections=sections)
 
 

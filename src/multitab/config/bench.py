@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from multitab.config._build import ConfigError
+from multitab.config._build import ConfigError, bounded
 from multitab.config.data import SplitConfig
 from multitab.datasets.bench_checks import check_int, validate
 
@@ -116,14 +116,14 @@ class ClaimConfig:
 
     model: str = "multitab_net"
     rivals: tuple[str, ...] = ("mmoe", "ple", "stem")
-    alpha: float = 0.05
+    alpha: float = field(default=0.05, metadata=bounded(gt=0.0, lt=1.0))
 
 
 @dataclass(frozen=True)
 class StudyConfig:
-    configs: tuple[str, ...]  # keys of bench.configs
-    models: tuple[str, ...]
-    seeds: tuple[int, ...]
+    configs: tuple[str, ...] = field(metadata=bounded(unique=True))  # keys of bench.configs
+    models: tuple[str, ...] = field(metadata=bounded(unique=True))
+    seeds: tuple[int, ...] = field(metadata=bounded(ge=0, unique=True))
     # Keys of `bench.data` and of `train` that the study profile replaces (multitab.profiles), checked
     # against BenchDataConfig's and TrainConfig's fields when params.yaml is loaded.
     data: dict[str, Any] = field(default_factory=dict)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from multitab.config._build import ConfigError
+from multitab.config._build import ConfigError, bounded
 
 # The paper's grids (appendix "Implementation Details"), per family: axis -> values.
 PAPER_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
@@ -53,7 +53,7 @@ class SweepFamily:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    seeds: tuple[int, ...]  # every grid point is trained with each; selection on the mean over them
+    seeds: tuple[int, ...] = field(metadata=bounded(ge=0, unique=True))  # every grid point is trained with each; selection on the mean over them
     mlp: SweepFamily
     transformer: SweepFamily
     inter_sample: SweepFamily

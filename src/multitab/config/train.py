@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from multitab.config._build import ConfigError
+from multitab.config._build import ConfigError, bounded
 from multitab.protocol import Protocol
 
 
@@ -19,8 +19,8 @@ class OptimOverride:
     """Replaces the authors' selection for one model; null keeps it."""
 
     optimizer: Literal["adam", "adamw"] | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
+    lr: float | None = field(default=None, metadata=bounded(gt=0.0))
+    weight_decay: float | None = field(default=None, metadata=bounded(ge=0.0))
 
 
 @dataclass(frozen=True)
@@ -33,18 +33,18 @@ class Variant:
 class TrainConfig:
     datasets: tuple[str, ...]  # the real datasets of the train matrix (data/processed/<dataset>)
     models: tuple[str, ...]  # registry names (multitab.models.MODELS)
-    seeds: tuple[int, ...]
+    seeds: tuple[int, ...] = field(metadata=bounded(ge=0, unique=True))
     device: Literal["auto", "cpu", "cuda"]
     precision: Literal["fp32", "bf16"]  # bf16 = torch.autocast(bfloat16) on CUDA or CPU; fp32 = none
     compile: bool  # torch.compile the model (CUDA only)
     deterministic: bool  # torch.use_deterministic_algorithms: bit-identical CPU reruns and resumes
-    num_threads: int  # torch intra-op threads; 0 = torch's default
+    num_threads: int = field(metadata=bounded(ge=0))  # torch intra-op threads; 0 = torch's default
     batch_size: int  # 2048 in the paper; also the evaluation batch (inter-sample attention, see data.py)
     max_epochs: int | None  # cap on epochs; null = the authors' selection (100; 50 for AliExpress)
     # Train on the first `max_train_rows` rows of the (shuffled) training split; null = all (the paper).
     max_train_rows: int | None
     patience: dict[str, int]  # per dataset; key `default` for the others (MultiTab-Bench)
-    xgboost_early_stopping_rounds: int  # XGBoost's early stopping on the validation split
+    xgboost_early_stopping_rounds: int = field(metadata=bounded(ge=1))  # XGBoost's early stopping on the validation split
     progress: bool  # a tqdm bar per epoch (samples/s)
     optim: dict[str, OptimOverride] = field(default_factory=dict)  # model -> override
     # model -> build_model keyword overrides, applied to every dataset; `<model>@<dataset>` keys apply to

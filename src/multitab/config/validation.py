@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from multitab.config._build import bounded
+
 
 @dataclass(frozen=True)
 class ClassBalanceConfig:
@@ -12,44 +14,44 @@ class ClassBalanceConfig:
     # of a share estimated on the split's n rows): tight on large splits, no false alarms on small ones.
     # For a rare class the tolerance is relative: at most `relative` times the rarer share (conversion's
     # 0.07 % gets +-0.035 % plus the sampling term, not +-2 %).
-    tolerance: float
-    z: float
+    tolerance: float = field(metadata=bounded(ge=0.0, le=1.0))
+    z: float = field(metadata=bounded(ge=0.0))
     # Multiclass labels: KL divergence of the observed class shares from Table 1's at most this.
-    multiclass_max_kl: float
-    relative: float = 0.5
+    multiclass_max_kl: float = field(metadata=bounded(ge=0.0))
+    relative: float = field(default=0.5, metadata=bounded(ge=0.0))
 
 
 @dataclass(frozen=True)
 class RawConfig:
     # Split sizes are fractions of a row count: allow this many rows either way for rounding.
-    row_count_slack: int
+    row_count_slack: int = field(metadata=bounded(ge=0))
     # Numerical features: plausible range = the schema's [low, high] widened by this fraction of its
     # width on each side (real data has tails the schema's round numbers do not quite cover).
-    range_margin: float
+    range_margin: float = field(metadata=bounded(ge=0.0))
     # Categorical features may take at most cardinality * this many distinct values in train
     # (the schema's cardinalities of AliExpress are guesses: raise this for real AliExpress files).
-    max_cardinality_factor: float
+    max_cardinality_factor: float = field(metadata=bounded(gt=0.0))
     # val/test values of a categorical feature never seen in train: at most this fraction of rows.
-    unseen_max_fraction: float
+    unseen_max_fraction: float = field(metadata=bounded(ge=0.0, le=1.0))
     # ... checked only where train holds at least this many rows per distinct value: with fewer, values
     # unseen in train are what sampling gives (a 5,000-value column on a few thousand stand-in rows).
-    unseen_min_rows_per_value: float
+    unseen_min_rows_per_value: float = field(metadata=bounded(ge=0.0))
     class_balance: ClassBalanceConfig
     # Rows that occur more than once within a split, and val/test rows identical to a train row (features
     # and labels): at most this fraction of the split's rows (a file copied twice gives 50 %).
-    duplicates_max_fraction: float = 0.01
-    overlap_max_fraction: float = 0.01
+    duplicates_max_fraction: float = field(default=0.01, metadata=bounded(ge=0.0, le=1.0))
+    overlap_max_fraction: float = field(default=0.01, metadata=bounded(ge=0.0, le=1.0))
     # ... for a dataset whose records repeat by nature (the schema's `records_repeat`: survey microdata),
     # both at most this fraction instead: far above the natural repeats, below a copied file's 50 %.
-    repeated_records_max_fraction: float = 0.3
+    repeated_records_max_fraction: float = field(default=0.3, metadata=bounded(ge=0.0, le=1.0))
     # Id-like categorical columns (the schema's estimated cardinalities): val/test rows with an id unseen in
     # train (or outside train's code range) are tolerated up to this factor times the rate train predicts
     # (the Good-Turing estimate: the share of train rows whose value occurs once), and at least
     # `unseen_max_fraction`.
-    unseen_ids_factor: float = 2.0
+    unseen_ids_factor: float = field(default=2.0, metadata=bounded(ge=0.0))
     # Regression targets: every value within [q01 - k * (q99 - q01), q99 + k * (q99 - q01)] of train
     # (robust: a handful of rows cannot move the bounds) and the published bounds where there are some.
-    target_spread_factor: float = 50.0
+    target_spread_factor: float = field(default=50.0, metadata=bounded(gt=0.0))
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,8 @@ class ProcessedConfig:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    offending_rows: int  # rows shown per failed expectation (summary and Data Docs)
-    max_failures: int  # failed expectations listed in the printed summary (all are in Data Docs)
+    offending_rows: int = field(metadata=bounded(ge=0))  # rows shown per failed expectation (summary and Data Docs)
+    max_failures: int = field(metadata=bounded(ge=1))  # failed expectations listed in the printed summary (all are in Data Docs)
 
 
 Level = Literal["error", "warn"]

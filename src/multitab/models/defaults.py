@@ -18,15 +18,14 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from multitab.io import load_yaml
 from multitab.protocol import model_overrides, optim_overrides
 
 log = logging.getLogger(__name__)
 
 BENCH_KEY = "multitab_bench_example"
 # dataset -> model -> {architecture, optimisation, trained_as}; yaml.safe_load: data, never code.
-SELECTED_HPARAMS: dict[str, dict[str, dict[str, Any]]] = yaml.safe_load(
+SELECTED_HPARAMS: dict[str, dict[str, dict[str, Any]]] = load_yaml(
     resources.files("multitab.models").joinpath("selected_hparams.yaml").read_text(encoding="utf-8"))
 
 # mask_mode_if -> our mask names (rows = queries): T->T blocked, F->T blocked, both, none.

@@ -1,0 +1,110 @@
+"""params.yaml is read strictly: a name that names nothing in a per-model or per-dataset map, a number out
+of its range, a list with a repeated seed and a key given twice are errors at load, each naming the key
+(and for YAML the line), instead of being ignored, clamped or deduplicated without a word."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from multitab.config import ConfigError, parse_params, read_yaml
+from multitab.exit_codes import BAD_INPUT
+from multitab.names import MODEL_NAMES
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = read_yaml(ROOT / "params.yaml")
+
+
+def _set(*path: Any) -> Callable[[dict[str, Any]], None]:
+    *keys, last, value = path
+
+    def mutate(raw: dict[str, Any]) -> None:
+        node = raw
+        for k in keys:
+            node = node[k]
+        node[last] = value
+
+    return mutate
+
+
+# (mutation, what the message must say)
+CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+    "optim_model_typo": (_set("train", "optim", {"stl_mpl": {"lr": 0.5}}),
+                         "train.optim: 'stl_mpl' is not a registered model; did you mean 'stl_mlp'?"),
+    "patience_dataset_typo": (_set("train", "patience", {"acs_incme": 1, "default": 5}),
+                              "train.patience: 'acs_incme' is not `default` or a dataset"),
+    "policy_dataset_typo": (_set("validation", "policy", "acs_incme", {}), "validation.policy: 'acs_incme'"),
+    "overrides_dataset_typo": (_set("train", "model_overrides", {"saint@higs": {"n_blocks": 2}}),
+                               "train.model_overrides: 'higs' is not a dataset"),
+    "overrides_model_typo": (_set("train", "model_overrides", {"sant": {"n_blocks": 2}}),
+                             "train.model_overrides: 'sant' is not a registered model"),
+    "train_model_typo": (_set("train", "models", ["stl_mlp", "mmoee"]), "train.models: 'mmoee'"),
+    "study_model_typo": (_set("study", "models", ["stl_mlp", "mmoe", "ple", "stem", "multitab-net"]),
+                         "study.models: 'multitab-net'"),
+    "aggregate_dataset_typo": (_set("aggregate", "datasets", ["higs"]), "aggregate.datasets: 'higs'"),
+    "negative_noise": (_set("datasets", "higgs", "preprocess", "noise", -1),
+                       "datasets.higgs.preprocess.noise=-1.0: must be >= 0"),
+    "zero_quantiles": (_set("datasets", "higgs", "preprocess", "max_quantiles", 0),
+                       "datasets.higgs.preprocess.max_quantiles=0: must be >= 10"),
+    "zero_subsample": (_set("datasets", "higgs", "preprocess", "subsample", 0),
+                       "datasets.higgs.preprocess.subsample=0: must be >= 1"),
+    "negative_threads": (_set("train", "num_threads", -1), "train.num_threads=-1: must be >= 0"),
+    "negative_val_fraction": (_set("datasets", "acs_income", "split", "val_fraction", -0.1),
+                              "datasets.acs_income.split.val_fraction=-0.1: must be >= 0"),
+    "percent_val_fraction": (_set("datasets", "acs_income", "split", "val_fraction", 15),
+                             "datasets.acs_income.split.val_fraction=15.0: must be < 1"),
+    "no_training_rows": (_set("datasets", "acs_income", "split", "test_fraction", 0.9),
+                         "datasets.acs_income.split: val_fraction 0.15 + test_fraction 0.9"),
+    "repeated_seed": (_set("train", "seeds", [0, 0]), "train.seeds=[0, 0]: lists 0 more than once"),
+    "negative_retries": (_set("datasets", "higgs", "remote", "retries", -1),
+                         "datasets.higgs.remote.retries=-1: must be >= 0"),
+    "fraction_above_one": (_set("validation", "raw", "duplicates_max_fraction", 2),
+                           "validation.raw.duplicates_max_fraction=2.0: must be <= 1"),
+}
+
+
+def test_the_repository_params_load() -> None:
+    parse_params(copy.deepcopy(BASE))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_wrong_params_fail_at_load_naming_the_key(case: str) -> None:
+    mutate, expected = CASES[case]
+    raw = copy.deepcopy(BASE)
+    mutate(raw)
+    with pytest.raises(ConfigError) as e:
+        parse_params(raw)
+    assert str(e.value).startswith("params.yaml: ") and expected in str(e.value), str(e.value)
+
+
+def test_a_key_given_twice_is_an_error_for_every_reader(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from stages import split
+    from stages.train import read_selections
+
+    text = (ROOT / "params.yaml").read_text()
+    twice = text.replace("  seeds: [0]\n", "  seeds: [0]\n  seeds: [0, 1]\n", 1)
+    assert twice != text
+    params = tmp_path / "params.yaml"
+    params.write_text(twice)
+    line = twice[: twice.index("  seeds: [0, 1]\n")].count("\n") + 1
+    with pytest.raises(ConfigError, match=rf"line {line}, column 3: key 'seeds' appears twice in one mapping \(first at line {line - 1}\)"):
+        read_yaml(params)
+    # a stage: one line naming the file, exit 3 (the cause is the input), no traceback
+    rc = split.main(["--params", str(params), "--dataset", "higgs", "--raw", str(tmp_path), "--out",
+                     str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == BAD_INPUT and str(params) in err and "appears twice" in err and "Traceback" not in err
+    selections = tmp_path / "swept.yaml"
+    selections.write_text("higgs:\n  mmoe: {lr: 0.1}\n  mmoe: {lr: 0.2}\n")
+    with pytest.raises(ValueError, match="key 'mmoe' appears twice"):
+        read_selections(selections)
+
+
+def test_model_names_match_the_registry() -> None:
+    from multitab.models import MODELS
+
+    assert tuple(MODELS) == MODEL_NAMES
