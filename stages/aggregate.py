@@ -1,7 +1,8 @@
 """aggregate: the paper's tables, significance tests, figures and results/report.md from the runs.
 
-Reads results/runs/<dataset>/<model>/seed<S>/metrics.json and the complexity table (when present); never
-trains. Every path comes from dvc.yaml's command line (params: aggregate, bench.configs).
+Reads results/runs/<dataset>/<model>/seed<S>/metrics.json of the runs params.yaml declares (a run folder
+left from an earlier matrix is listed and left out; a run trained under other settings is refused) and the
+complexity table (when present); never trains. Every path comes from dvc.yaml's command line (params: aggregate, bench.configs).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from multitab.config import load_params
 from multitab.config.aggregate import synthetic_configs
 from multitab.evaluation.published import load_published
 from multitab.evaluation.report import Outputs, build_results
-from multitab.evaluation.runs import RunSet, load_runs
+from multitab.evaluation.runs import RunSet, load_runs, select_declared
 from stages._common import parser, run
 
 
@@ -21,7 +22,8 @@ def aggregate(a: argparse.Namespace) -> None:
     params = load_params(a.params)
     config = params.aggregate
     synthetic = synthetic_configs(params.bench.configs if "bench" in params.sections else {})
-    runs = RunSet(load_runs(a.runs), seeds=config.seeds)
+    # exactly the runs params.yaml declares, each trained under the settings it declares now
+    runs = RunSet(select_declared(load_runs(a.runs), params), seeds=config.seeds)
     outputs = Outputs(tables=a.tables, figures=a.figures, plots=a.plots, report=a.report, metrics=a.metrics)
     build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs)
 

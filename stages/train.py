@@ -23,7 +23,7 @@ from typing import Any
 
 from multitab.config import load_params
 from multitab.io import atomic_dir, read_json, read_yaml_file, remove_stale_temporaries, write_json
-from multitab.profiles import PROFILES, profiled
+from multitab.profiles import PROFILES, profiled, run_params
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
 
@@ -99,7 +99,8 @@ def train_one(a: argparse.Namespace) -> None:
     remove_stale_temporaries(a.out)  # of a save killed in an earlier attempt (the checkpoints: by `resume`)
     spec = RunSpec(dataset=a.dataset, model=a.model, seed=a.seed, data_path=a.data,
                    checkpoint_dir=a.checkpoints)
-    config = profiled(load_params(a.params), a.profile).train
+    params = load_params(a.params)
+    config = profiled(params, a.profile).train
     point = parse_point(a.point or [])
     selections = None
     if config.hparams == "swept" and not point:  # a grid point starts from the authors' selection
@@ -108,6 +109,8 @@ def train_one(a: argparse.Namespace) -> None:
         selections = read_selections(a.hparams)
     record, history = run_training(spec, config, selections=selections, point=point or None)
     record["profile"] = a.profile
+    # what params.yaml said about this run (the aggregate stage compares it with the params of its time)
+    record["params"] = run_params(params, a.profile, a.dataset, a.model)
     write_dvclive(history, a.out / "dvclive")
     write_json(a.out / "metrics.json", record)
     print(json.dumps({k: record[k] for k in ("dataset", "model", "seed", "test", "best_epoch", "epochs")}))

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from _aggregate_fakes import published_runs, write_run
+from _aggregate_fakes import published_runs, stamp_params, write_run
 from multitab.evaluation.delta_m import delta_m
 from multitab.exit_codes import BAD_INPUT
 from stages import aggregate
@@ -50,8 +50,12 @@ def make_inputs(root: Path) -> Path:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["bench"]["configs"] = BENCH
     params["study"]["configs"] = list(BENCH)  # study.configs must be keys of bench.configs
+    # the run matrix of the fakes: three seeds, and a variant that no table shows
+    params["train"]["seeds"] = [0, 1, 2]
+    params["train"]["variants"]["rope_off"] = {"model": "multitab_net", "overrides": {"rope": False}}
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    stamp_params(root / "runs", path)
     return path
 
 
@@ -223,3 +227,41 @@ def test_single_seed_prints_t_test_as_undefined(tmp_path: Path) -> None:
     assert run_stage(tmp_path, params) == 0
     table8 = (tmp_path / "results/tables/table8_t_test.csv").read_text()
     assert "n/a" in table8
+
+
+def _with(params: Path, **train: object) -> None:
+    raw = yaml.safe_load(params.read_text())
+    raw["train"].update(train)
+    params.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+
+
+def test_stage_reads_exactly_the_declared_runs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """After train.seeds shrinks from [0, 1, 2] to [0], the folders of seeds 1 and 2 stay on disk (DVC
+    leaves them) but enter no table: Table 3 is seed 0's numbers alone, and a warning lists the others."""
+    params = make_inputs(tmp_path)
+    _with(params, seeds=[0])
+    stamp_params(tmp_path / "runs", params)  # seed 0 trained under the new params (1 and 2 stay on disk)
+    assert run_stage(tmp_path, params) == 0
+    metrics = json.loads((tmp_path / "results/metrics.json").read_text())
+    stl, mtn = (json.loads((tmp_path / f"runs/aliexpress/{m}/seed0/metrics.json").read_text())["test"]
+                for m in ("stl_mlp", "multitab_net"))
+    assert metrics["delta_m"]["aliexpress"]["MultiTab-Net"] == pytest.approx(delta_m(mtn, stl), abs=1e-6)
+    assert "not in the run matrix" in caplog.text and "seed1/metrics.json" in caplog.text
+
+
+def test_stage_refuses_a_run_trained_under_other_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = make_inputs(tmp_path)
+    _with(params, batch_size=512)  # params changed, the runs were not re-trained
+    assert run_stage(tmp_path, params) == BAD_INPUT
+    err = capsys.readouterr().err
+    assert "trained under other settings" in err and "train.batch_size: 2048 -> 512" in err
+    assert "metrics.json" in err and "Traceback" not in err
+    assert not (tmp_path / "results/report.md").exists()
+    # a record from before runs recorded their settings is refused too
+    stamp_params(tmp_path / "runs", params)
+    path = next((tmp_path / "runs").glob("higgs/mmoe/seed0/metrics.json"))
+    record = json.loads(path.read_text())
+    del record["params"]
+    path.write_text(json.dumps(record))
+    assert run_stage(tmp_path, params) == BAD_INPUT
+    assert "records no `params`" in capsys.readouterr().err

@@ -137,6 +137,56 @@ def load_runs(runs_dir: str | Path) -> list[Run]:
     return runs
 
 
+def _differences(recorded: Any, expected: Any, where: str = "") -> list[str]:
+    """`key: recorded -> expected` for every leaf where two plain-JSON values differ."""
+    if isinstance(recorded, dict) and isinstance(expected, dict):
+        out = []
+        for key in sorted(set(recorded) | set(expected)):
+            path = f"{where}.{key}" if where else str(key)
+            if key not in recorded or key not in expected:
+                out.append(f"{path}: {recorded.get(key, '(absent)')!r} -> {expected.get(key, '(absent)')!r}")
+            else:
+                out += _differences(recorded[key], expected[key], path)
+        return out
+    return [] if recorded == expected else [f"{where or 'value'}: {recorded!r} -> {expected!r}"]
+
+
+def select_declared(runs: Iterable[Run], params: Any) -> list[Run]:
+    """The runs of the run matrix the current params declare (multitab.profiles.declared_runs), each
+    checked against what those params say about it (`run_params`, which metrics.json records as `params`).
+
+    A run folder the matrix no longer holds (after `train.seeds` shrank, a model left `train.models` ...)
+    stays on disk, as DVC leaves it, but enters no table: it is listed in a warning. A declared run trained
+    under other settings (its stage not re-run since params.yaml changed, or a metrics.json from before
+    runs recorded them) is refused: RunError naming its path and the settings that differ."""
+    from multitab.profiles import declared_runs, run_params
+
+    declared = declared_runs(params)
+    kept, undeclared = [], []
+    for run in runs:
+        profile = declared.get((run.dataset, run.model, run.seed))
+        if profile is None:
+            undeclared.append(run.path)
+            continue
+        expected = run_params(params, profile, run.dataset, run.model)
+        recorded = run.extra.get("params")
+        if recorded is None:
+            raise RunError(f"{run.path}: records no `params` (written before runs recorded their settings), so "
+                           "whether it matches params.yaml is unknown; re-run its train stage (`make repro`)")
+        diff = _differences(recorded, expected)
+        if diff:
+            shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+            raise RunError(f"{run.path}: trained under other settings than {params.source} declares now "
+                           f"(recorded -> now: {shown}); re-run its train stage (`make repro`) or restore "
+                           "the params it was trained with")
+        kept.append(run)
+    if undeclared:
+        log.warning("%d run(s) on disk are not in the run matrix %s declares (train.datasets, models, seeds, "
+                    "variants, bench.configs) and enter no table: %s", len(undeclared), params.source,
+                    ", ".join(undeclared[:5]) + (" ..." if len(undeclared) > 5 else ""))
+    return kept
+
+
 class RunSet:
     """Runs indexed by (dataset, model, seed), with the expected seeds per dataset.
 

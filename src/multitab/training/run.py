@@ -195,6 +195,8 @@ def run_training(
         result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir,
                        run_fingerprint=ckpt.fingerprint(run_settings), run_settings=run_settings)
         n_params: int | None = sum(p.numel() for p in model.parameters())
+        # every resolved setting of the run (its checkpoint's identity), the processed meta.json aside
+        resolved = {k: v for k, v in run_settings.items() if k != "meta"}
     else:
         optim = {"optimizer": "none (gradient boosting)"}
         max_epochs = int(getattr(model, "n_rounds", 1))
@@ -204,9 +206,15 @@ def run_training(
         remove_stale_temporaries(spec.checkpoint_dir.parent, spec.checkpoint_dir.name)
         model.save(spec.checkpoint_dir)
         n_params = None
+        resolved = {"dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
+                    "hparams": entry, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
+                    "num_threads": config.num_threads, "device": config.device, "protocol": config.protocol,
+                    "max_train_rows": config.max_train_rows,
+                    "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()}}
     record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
     record["max_train_rows"] = config.max_train_rows
     record["protocol"] = config.protocol
+    record["settings"] = resolved
     # whose selection the run used (and the grid point, for a sweep's run): the entry in their format
     record["hparams"] = {"source": "grid point" if point else ("swept" if swept else "authors"),
                          "point": dict(point) if point else None, "entry": entry}
