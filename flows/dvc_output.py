@@ -16,6 +16,13 @@ _RESTORED = re.compile(r"Stage '.*' is cached - skipping run")
 _LOCK_ERROR = re.compile(r"Unable to acquire lock|is busy, it is being blocked by")
 # DVC's line for a stage command that failed: the stage's own exit status (dvc/stage/exceptions.py).
 _CMD_EXIT = re.compile(r"failed to run: .*, exited with (-?\d+)")
+# DVC's errors before a stage's command runs that no retry can change: a dependency that is not there, a
+# path it may not read or that loops, a malformed dvc.yaml / params.yaml (dvc/stage, dvc/dependency).
+_DVC_BAD_INPUT = re.compile(
+    r"does not exist|missing data 'source'|No such file or directory|Permission denied|Too many levels of "
+    r"symbolic links|[Cc]yclic|[Cc]ircular|already specified|overlaps with|duplicate key|while parsing|"
+    r"failed to parse|is outside of|is not a valid"
+)
 # Lines that report an error: DVC's ERROR lines, a stage's `[stage] error: ...` (stages/_common.py) or
 # ERROR/CRITICAL log records, the last line of a traceback.
 _DVC_ERROR = re.compile(r"^ERROR:\s*(.*)")
@@ -71,10 +78,16 @@ def _stream(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[in
 
 
 def exit_code(lines: list[str], rc: int) -> int:
-    """The stage command's own exit status from DVC's message, else `dvc repro`'s (255 for any failure)."""
+    """The stage command's own exit status from DVC's message; BAD_INPUT when DVC failed before running it
+    for a reason in the project's files (a missing dependency, a malformed dvc.yaml: a retry cannot help);
+    else `dvc repro`'s (255 for any other failure)."""
+    from multitab.exit_codes import BAD_INPUT
+
     for line in reversed(lines):
         if m := _CMD_EXIT.search(line):
             return int(m.group(1))
+    if rc != 0 and any(_DVC_BAD_INPUT.search(m.group(1)) for line in lines if (m := _DVC_ERROR.match(line))):
+        return BAD_INPUT
     return rc
 
 

@@ -26,7 +26,7 @@ from prefect import flow, get_run_logger, runtime, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 from prefect.futures import PrefectFuture, as_completed
-from prefect.states import Cancelled, Completed, State
+from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import Task
 
 from flows.dag import load_config, read_stage_graph, select
@@ -282,13 +282,34 @@ def pipeline(
 
     summary = summarise(plan, results, time.monotonic() - started_at, n_workers, n_retries)
     summary_path = Path(root) / cfg.summary
-    write_json(summary_path, summary)
+    try:
+        write_json(summary_path, summary)
+        log.info("summary written to %s", summary_path)
+    except OSError as e:  # a read-only results/ (nothing to retry): the summary is still printed
+        log.error("summary not written: %s: %s", summary_path, e.strerror or e)
     print(format_summary(summary))
-    log.info("summary written to %s", summary_path)
     publish_artifacts(Path(root), summary)
     if summary["failed"]:
-        raise PipelineFailed(f"{len(summary['failed'])} stage(s) failed: {', '.join(summary['failed'])}")
+        # A Failed state, not a raised exception: the stage's own line is the message, with no traceback
+        # of the flow around it (calling the flow without return_state still raises PipelineFailed).
+        error = PipelineFailed(failure_line(summary))
+        return Failed(message=str(error), data=error)  # type: ignore[return-value]
     return summary
+
+
+def failure_line(summary: dict[str, Any]) -> str:
+    """One line for a run with failed stages: how many, and the first one's own error line."""
+    failed = summary["failed"]
+    first = summary["stages"][failed[0]]
+    more = f" (and {len(failed) - 1} more: {', '.join(failed[1:])})" if len(failed) > 1 else ""
+    return f"{len(failed)} stage(s) failed; {failed[0]}: {first.get('error') or 'failed'}{more}"
+
+
+def exit_status(summary: dict[str, Any]) -> int:
+    """The run's exit status: BAD_INPUT when every failed stage failed on its input (nothing a re-run can
+    change), else 1."""
+    codes = {summary["stages"][s].get("exit_code") for s in summary["failed"]}
+    return BAD_INPUT if codes == {BAD_INPUT} else 1
 
 
 class PipelineFailed(RuntimeError):

@@ -31,6 +31,7 @@ non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ from flows.dag import (
     select,
 )
 from multitab.config import ConfigError
+from multitab.exit_codes import BAD_INPUT
 
 if TYPE_CHECKING:
     from flows.orchestrate import PipelineFailed, StageFailed, pipeline, run_stage
@@ -127,13 +129,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # fail fast, before Prefect starts; one look at the project
         cfg = load_config(args.root, args.params)
         plan = select(read_stage_graph(args.root, changed=True), args.targets)
-    except (ConfigError, ValueError) as e:
+    except UnknownTarget as e:
         print(f"flows.pipeline: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - params, dvc.yaml or the files it names: one line, no traceback
+        line = project_error(e)
+        if line is None:
+            raise
+        print(f"flows.pipeline: {line}", file=sys.stderr)
+        return BAD_INPUT
     if not plan.to_run() and not args.record:
         _nothing_to_do(Path(args.root), plan, Path(args.root) / cfg.summary, time.monotonic() - t0)
         return 0
-    from flows.orchestrate import pipeline
+    from flows.orchestrate import exit_status, failure_line, pipeline
 
     state = pipeline(
         root=args.root,
@@ -145,7 +153,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         params=args.params,
         return_state=True,
     )
-    return 0 if state.is_completed() else 1
+    if state.is_completed():
+        return 0
+    summary_path = Path(args.root) / cfg.summary
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, ValueError):
+        print(f"flows.pipeline: {state.message or 'the run failed'}", file=sys.stderr)
+        return 1
+    if not summary.get("failed"):
+        print(f"flows.pipeline: {state.message or 'the run failed'}", file=sys.stderr)
+        return 1
+    print(f"flows.pipeline: {failure_line(summary)}", file=sys.stderr)
+    return exit_status(summary)
+
+
+def project_error(e: BaseException) -> str | None:
+    """One line for an error in the project's own files found while reading the DAG (params.yaml, dvc.yaml,
+    the paths they name: DVC's errors, a YAML error, a path that is not there or loops), or None for an
+    error of this program (which keeps its traceback)."""
+    from dvc.exceptions import DvcException
+
+    if isinstance(e, ConfigError | ValueError):
+        return str(e)
+    if isinstance(e, DvcException):
+        text = " ".join(str(e).split()) or type(e).__name__
+        cause = e.__cause__ or e.__context__
+        if cause is not None and str(cause):
+            text += f" ({' '.join(str(cause).split())})"
+        return f"dvc.yaml / params.yaml: {text}"
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        return f"{where}{e.strerror or e}"
+    if isinstance(e, AssertionError):  # DVC asserts on some malformed stage definitions (an empty path)
+        return ("dvc.yaml / params.yaml: DVC rejected a stage definition (an empty or null path, e.g. "
+                "datasets.<D>.local.path: \"\"?); run `dvc stage list` for DVC's own message")
+    return None
 
 
 if __name__ == "__main__":

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from multitab.config import ConfigError, Params, load_params
 from multitab.exit_codes import BAD_INPUT
-from multitab.io import write_json
+from multitab.io import remove_stale_temporaries, write_json
 
 if TYPE_CHECKING:
     from multitab.validation import Outcome
@@ -22,23 +24,56 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def run(stage: str, body: Callable[[], object]) -> int:
+def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), stems: Sequence[Path] = ()) -> int:
     """Run a stage body; turn library errors into one clear line on stderr (`[stage] error: ...`).
 
+    First the debris of a killed earlier attempt goes: the temporaries beside each of `outputs` (files or
+    folders written with multitab.io's atomic writers), and in each folder of `stems` (`folder/stem`) those
+    of the stage's files whose names start with the stem (its files in a folder other stages write to).
+
     Exit status: `BAD_INPUT` for what a retry cannot fix (ValueError, including ConfigError; KeyError; a
-    missing file), 1 for the rest (other OS errors, RuntimeError such as an out-of-memory error), which
-    flows.pipeline retries.
+    missing file, a file it may not read, a path that is a folder or loops), 1 for the rest (other OS
+    errors, RuntimeError such as an out-of-memory error), which flows.pipeline retries; 130 after Ctrl-C
+    (one line, no traceback; the stage's outputs are written atomically, so nothing half-written stays).
     """
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     try:
+        for path in outputs:
+            for p in remove_stale_temporaries(path.parent, path.name):
+                logging.getLogger(__name__).info("removed %s (left by a killed earlier run)", p)
+        for path in stems:
+            remove_stale_temporaries(path.parent, stems=(path.name,))
         body()
-    except (ValueError, KeyError, FileNotFoundError) as e:
+    except (ValueError, KeyError) as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return BAD_INPUT
-    except (OSError, RuntimeError) as e:
+    except OSError as e:
+        print(f"[{stage}] error: {os_error_line(e)}", file=sys.stderr)
+        deterministic = isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError)
+        return BAD_INPUT if deterministic or e.errno in _INPUT_ERRNOS else 1
+    except RuntimeError as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"[{stage}] interrupted (Ctrl-C); run again to continue", file=sys.stderr)
+        return 130
     return 0
+
+
+# OS errors that a retry cannot change: the path is not there, may not be read or written, is a folder
+# where a file should be (or the reverse), loops, or is too long.
+_INPUT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ELOOP,
+                 errno.ENAMETOOLONG, errno.EROFS}
+
+
+def os_error_line(e: OSError) -> str:
+    """`path: what` for an OSError that names a path (without Python's `[Errno N]`), else its text."""
+    if e.filename is not None and e.strerror:
+        what = e.strerror[0].lower() + e.strerror[1:]
+        hint = {errno.EACCES: "; check the file's permissions", errno.EPERM: "; check the file's permissions",
+                errno.EROFS: "; the file system is read-only"}.get(e.errno or 0, "")
+        return f"{e.filename}: {what}{hint}"
+    return str(e)
 
 
 def add_validation_args(p: argparse.ArgumentParser) -> None:
@@ -57,14 +92,16 @@ def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     try:
+        remove_stale_temporaries(Path(out).parent, Path(out).name)  # of a verdict write that was killed
         params = load_params(params_path)
         outcome = body(params)
     except (ConfigError, ValueError, KeyError, FileNotFoundError) as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return BAD_INPUT
-    except OSError as e:  # may be transient (a full disk, a network folder): retried
-        print(f"[{stage}] error: {e}", file=sys.stderr)
-        return 1
+    except OSError as e:  # may be transient (a full disk, a network folder): retried, unless it cannot change
+        print(f"[{stage}] error: {os_error_line(e)}", file=sys.stderr)
+        deterministic = isinstance(e, PermissionError | IsADirectoryError | NotADirectoryError)
+        return BAD_INPUT if deterministic or e.errno in _INPUT_ERRNOS else 1
     max_failures = params.validation.report.max_failures
     print(outcome.summary(max_failures), file=sys.stdout if outcome.success else sys.stderr)
     if outcome.success or warn_only:

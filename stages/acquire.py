@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(
         f"acquire@{a.dataset}",
         lambda: acquire(get_schema(a.dataset), load_params(a.params).dataset(a.dataset), a.out, a.cache),
+        outputs=[a.out],
     )
 
 

@@ -15,6 +15,7 @@ from multitab.config.aggregate import synthetic_configs
 from multitab.evaluation.published import load_published
 from multitab.evaluation.report import Outputs, build_results
 from multitab.evaluation.runs import RunSet, load_runs, select_declared
+from multitab.io import all_or_nothing, remove_stale_temporaries
 from stages._common import parser, run
 
 
@@ -25,7 +26,19 @@ def aggregate(a: argparse.Namespace) -> None:
     # exactly the runs params.yaml declares, each trained under the settings it declares now
     runs = RunSet(select_declared(load_runs(a.runs), params), seeds=config.seeds)
     outputs = Outputs(tables=a.tables, figures=a.figures, plots=a.plots, report=a.report, metrics=a.metrics)
-    build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs)
+    # Debris of a killed earlier run: its temporaries (only this stage's: label_correlations and complexity
+    # write into the same folders, and may run beside it).
+    for folder in (a.tables, a.figures):
+        remove_stale_temporaries(folder, stems=OWN_STEMS)
+    remove_stale_temporaries(a.plots)
+    for path in (a.report, a.metrics):
+        remove_stale_temporaries(path.parent, path.name)
+    with all_or_nothing():  # every table, figure and the report: all new, or all as they were
+        build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs)
+
+
+# The names of this stage's files in results/tables and results/figures (dvc.yaml's outs).
+OWN_STEMS = ("table", "figure5", "figure6", "comparison_with_paper", "learning_curves")
 
 
 def main(argv: list[str] | None = None) -> int:

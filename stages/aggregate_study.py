@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", required=True, type=Path, help="results/study_runs")
     p.add_argument("--out", required=True, type=Path, help="results/study_report")
     a = p.parse_args(argv)
-    return run("aggregate_study", lambda: aggregate_study(a))
+    return run("aggregate_study", lambda: aggregate_study(a), outputs=[a.out])
 
 
 if __name__ == "__main__":

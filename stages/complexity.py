@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         params = load_params(a.params)
         write_tables(a.meta, a.out, params.complexity, params.protocol)
 
-    return run("complexity", go)
+    return run("complexity", go, stems=[a.out])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         label_correlation_figures(cfg, a.figures, a.tables)
         log.info("wrote Figures 3 and 4 to %s and %s", a.figures, a.tables)
 
-    return run("label_correlations", body)
+    return run("label_correlations", body, stems=[a.figures / "fig3_", a.figures / "fig4_", a.tables / "fig3_",
+                                                  a.tables / "fig4_"])
 
 
 if __name__ == "__main__":

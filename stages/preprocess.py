@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: preprocess_splits(
             get_schema(a.dataset), load_params(a.params).dataset(a.dataset), a.splits, a.out, verdict=a.verdict
         ),
+        outputs=[a.out],
     )
 
 

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(
         f"split@{a.dataset}",
         lambda: split(get_schema(a.dataset), load_params(a.params).dataset(a.dataset), a.raw, a.out),
+        outputs=[a.out],
     )
 
 

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--selected", required=True, type=Path, help="hparams/swept.yaml")
     p.add_argument("--out", required=True, type=Path, help="results/sweeps")
     a = p.parse_args(argv)
-    return run("sweep_select", lambda: sweep_select(a))
+    return run("sweep_select", lambda: sweep_select(a), outputs=[a.selected, a.out])
 
 
 if __name__ == "__main__":

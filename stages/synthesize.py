@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         write_dataset(a.out, frames, meta)
         log.info("%s: %s rows -> %s", a.config, meta["n_rows"], a.out)
 
-    return run(f"synthesize@{a.config}", body)
+    return run(f"synthesize@{a.config}", body, outputs=[a.out])
 
 
 if __name__ == "__main__":

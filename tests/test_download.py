@@ -197,3 +197,17 @@ def test_content_encoding_is_not_decoded(server: FixtureServer, tmp_path: Path) 
     # Some servers label a .gz file "Content-Encoding: gzip"; the file on disk must be the bytes as stored.
     url = server.add("/d.csv.gz", Reply(GZ, headers={"Content-Encoding": "gzip"}))
     assert fetch(url, tmp_path / "d.csv.gz", **FAST).read_bytes() == GZ
+
+
+def test_an_html_page_instead_of_the_data_fails_at_once_as_bad_input(server: FixtureServer, tmp_path: Path) -> None:
+    """A login page served with status 200 is the same on every try: refused at once (a ValueError, so the
+    stage exits with BAD_INPUT and the flow does not retry it), nothing left behind."""
+    page = b"\n<!DOCTYPE html><html><head><title>Sign in</title></head><body>login</body></html>"
+    url = server.add("/HIGGS.csv.gz", Reply(page))
+    with pytest.raises(download.DownloadRefused) as e:
+        fetch(url, tmp_path / "HIGGS.csv.gz", retries=3, **FAST)
+    assert isinstance(e.value, ValueError) and "HTML page" in str(e.value) and "local" in str(e.value)
+    assert len(server.seen("/HIGGS.csv.gz")) == 1
+    _no_leftovers(tmp_path / "HIGGS.csv.gz")
+    with pytest.raises(ValueError):  # a 404 is not retried by the flow either
+        fetch(server.url("/gone.csv.gz"), tmp_path / "gone.csv.gz", retries=0, **FAST)

@@ -371,3 +371,43 @@ def test_sweep_select_publishes_the_sweep_report_and_every_point_as_artifacts(tm
     # not published when sweep_select did not run (up to date)
     _, _, again = run_recorded(root, retries=0)
     assert "sweep-report" not in again
+
+
+def test_deterministic_failures_end_with_the_stage_line_and_exit_3_without_traceback(tmp_path):
+    """A dependency that is not there (DVC fails before the command runs), a stage exiting BAD_INPUT, a key
+    given twice in params.yaml and a cycle in dvc.yaml: each is attempted once, and the CLI ends with one
+    line naming the cause and exit status 3; no Prefect traceback, no retries."""
+    from prefect.settings import PREFECT_API_URL
+
+    root = make_project(tmp_path / "p", {"needs": write_stage("needs", ["in/missing.csv"]), "ok": write_stage("ok")})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PREFECT_API_URL": PREFECT_API_URL.value()}
+
+    def cli() -> subprocess.CompletedProcess:
+        return subprocess.run([PY, "-m", "flows.pipeline", "--root", str(root), "--retries", "2",
+                               "--retry-delay", "0"], capture_output=True, text=True, env=env, timeout=300)
+
+    proc = cli()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == BAD_INPUT, out
+    assert "Traceback" not in out and "Encountered exception" not in out
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("flows.pipeline: 1 stage(s) failed; needs: stage needs exited with code 3 (bad input, "
+                           "not retried)") and "missing.csv" in last, out
+    summary = json.loads((root / "results" / "pipeline_summary.json").read_text())
+    assert summary["stages"]["needs"]["attempts"] == 1 and summary["ran"] == ["ok"]
+
+    params = root / "params.yaml"
+    params.write_text(params.read_text() + "orchestration:\n  workers: 1\n")
+    proc = cli()
+    assert proc.returncode == BAD_INPUT and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"flows.pipeline: {params}: not valid YAML: line ")
+    assert "key 'orchestration' appears twice" in proc.stderr
+
+    params.write_text(params.read_text().rsplit("orchestration:\n  workers: 1\n", 1)[0])
+    stages = {"a": {"cmd": "cp b a", "deps": ["b"], "outs": ["a"]}, "b": {"cmd": "cp a b", "deps": ["a"], "outs": ["b"]}}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    proc = cli()
+    assert proc.returncode == BAD_INPUT and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("flows.pipeline: dvc.yaml / params.yaml: Same item(s) are defined as both a dependency "
+                           "and an output in stages: ")

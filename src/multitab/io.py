@@ -8,6 +8,7 @@ raises `DiskFullError` ("no space left on <path> (needed ~N MB)"), an OSError th
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import hashlib
 import json
@@ -77,18 +78,20 @@ def _fsync_tree(root: Path) -> None:
         _fsync_path(Path(folder))
 
 
-def remove_stale_temporaries(folder: str | Path, name: str | None = None) -> list[Path]:
+def remove_stale_temporaries(folder: str | Path, name: str | None = None, *, stems: tuple[str, ...] = ()
+                             ) -> list[Path]:
     """Remove the `.<name>.*.tmp` files and folders that a killed `atomic_path` / `atomic_dir` left in
-    `folder` (and `.<name>.old` of an interrupted folder swap): all of them, or only those of output
-    `name`. Call it only for what one writer owns (a stage's output folder, or its output `name` in a
-    shared folder: DVC locks the stage). Returns what it removed."""
+    `folder` (and `.<name>.old` of an interrupted folder swap): all of them, only those of output `name`,
+    or (`stems`) those of outputs whose names start with one of `stems` (a stage's files in a folder it
+    shares). Call it only for what one writer owns (a stage's output folder, or its outputs in a shared
+    folder: DVC locks the stage). Returns what it removed."""
     folder = Path(folder)
     removed: list[Path] = []
     if not folder.is_dir():
         return removed
-    prefix = "." if name is None else f".{name}."
+    prefixes = tuple(f".{s}" for s in stems) if stems else ("." if name is None else f".{name}.",)
     for p in folder.iterdir():
-        if p.name.startswith(prefix) and (p.name.endswith(TMP_SUFFIX) or p.name.endswith(".old")):
+        if p.name.startswith(prefixes) and (p.name.endswith(TMP_SUFFIX) or p.name.endswith(".old")):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
@@ -111,6 +114,31 @@ def replace_durably(src: str | Path, dst: str | Path) -> None:
         raise
 
 
+# Set inside `all_or_nothing`: the (temporary, target) pairs whose renames wait for the block's end.
+_PENDING: contextvars.ContextVar[list[tuple[Path, Path]] | None] = contextvars.ContextVar("_PENDING", default=None)
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Files written through `atomic_path` inside the block replace their targets only when the whole block
+    has succeeded, one rename after the other at its end: a reader finds all the old outputs or all the new
+    ones, never a mix (a kill during the final renames, milliseconds, is the one window). An error or a kill
+    before then changes no target; the temporaries of a killed block are removed by
+    `remove_stale_temporaries` at the next start."""
+    pending: list[tuple[Path, Path]] = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in pending:
+            tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        _PENDING.reset(token)
+    for tmp, dst in pending:
+        replace_durably(tmp, dst)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, *, expected_bytes: int | None = None) -> Iterator[Path]:
     """Yield a temporary path in the same folder; if the block succeeds, fsync it, rename it onto `path`
@@ -125,7 +153,13 @@ def atomic_path(path: str | Path, *, expected_bytes: int | None = None) -> Itera
         tmp_path = Path(tmp)
         os.chmod(tmp_path, 0o666 & ~_UMASK)  # the mode a plain open() would give the output
         yield tmp_path
-        replace_durably(tmp_path, path)
+        pending = _PENDING.get()
+        if pending is not None:  # inside all_or_nothing: renamed with the others at its end
+            _fsync_path(tmp_path)
+            pending.append((tmp_path, path))
+            tmp_path = None
+        else:
+            replace_durably(tmp_path, path)
     except OSError as e:
         if _is_disk_full(e) and not isinstance(e, DiskFullError):
             needed = expected_bytes if expected_bytes is not None else (_size(tmp_path) if tmp_path else None)

@@ -39,6 +39,21 @@ class DownloadError(RuntimeError):
     """A download failed for good (the message names the URL and says what to do)."""
 
 
+class DownloadRefused(DownloadError, ValueError):
+    """The server answered, and no retry will change the answer: a 4xx status, or an HTML page (a login or
+    error page) where the data should be. A ValueError, so the stage exits with BAD_INPUT (not retried)."""
+
+
+_HTML_START = (b"<!doctype html", b"<html", b"<head", b"<!--")
+
+
+def is_html(path: str | Path) -> bool:
+    """Whether the file starts like an HTML page (after whitespace and a byte-order mark)."""
+    with open(path, "rb") as f:
+        head = f.read(512).lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    return head.startswith(_HTML_START)
+
+
 class _Retry(Exception):
     """A transient failure: try again after a backoff. `restart` drops the partial file first."""
 
@@ -160,7 +175,7 @@ def _attempt(
                 401: "the host needs a login: download the file yourself and use source: local",
                 403: "access denied: download the file yourself and use source: local",
             }.get(status, "check the URL in params.yaml")
-            raise DownloadError(f"GET {url} failed with HTTP {status} {resp.reason}: {hint}")
+            raise DownloadRefused(f"GET {url} failed with HTTP {status} {resp.reason}: {hint}")
         if status == 206:
             start = _content_range_start(resp.headers.get("Content-Range"))
             if start != offset:
@@ -269,6 +284,11 @@ def fetch(
             except DownloadError:
                 part.unlink(missing_ok=True)
                 raise
+            if is_html(part):  # a login or error page served with status 200: the same on every try
+                part.unlink(missing_ok=True)
+                raise DownloadRefused(
+                    f"GET {url} returned an HTML page (a login or error page?), not the data: open the URL in "
+                    "a browser, download the file and set datasets.<name>.source: local with local.path")
             reason = _verify(part, dest, sha256, expected_size)
             if reason is None:
                 replace_durably(part, dest)  # fsync before and after the rename

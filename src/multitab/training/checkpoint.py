@@ -128,16 +128,18 @@ def save(path: Path, payload: dict[str, Any]) -> None:
 
 def _why_unreadable(e: Exception) -> str:
     text = str(e)
+    # PyTorch's message advises re-running with weights_only=False: the unsafe path, never repeated here.
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and "weights_only" not in ln and not ln.strip().startswith("Check the documentation")]
     detail = text.partition("WeightsUnpickler error:")[2].strip()
-    detail = detail.splitlines()[0].strip() if detail else ""
+    detail = detail.splitlines()[0].strip() if detail else (lines[0] if lines else "")
     # the weights-only unpickler met something other than plain data (a global, a reduce call): refused.
     # "Unsupported operand" is a byte that is no pickle opcode at all: a corrupt file.
     if isinstance(e, pickle.UnpicklingError) and detail and not detail.startswith("Unsupported operand"):
         what = detail.split(" was not an allowed global")[0]
         return (f"refused: it holds pickled Python code or objects ({what}); loading it could run code, "
                 "so it is never loaded")
-    first = (detail or text.strip().splitlines()[0]) if text.strip() else type(e).__name__
-    return f"unreadable (truncated or corrupt: {first})"
+    return f"unreadable (truncated or corrupt: {detail or type(e).__name__})"
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

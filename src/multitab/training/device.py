@@ -13,7 +13,8 @@ from multitab.runtime import tune_cpu_runtime
 
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device is 'cuda' but torch sees no CUDA device; use 'auto' or 'cpu'")
+        # ValueError: the same on every try on this machine (the stage exits with BAD_INPUT, not retried)
+        raise ValueError("train.device is 'cuda' but torch sees no CUDA device; use 'auto' or 'cpu'")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
