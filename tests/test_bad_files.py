@@ -250,3 +250,36 @@ def test_dropped_columns_that_vary_are_reported(tmp_path: Path, caplog: pytest.L
     with caplog.at_level("WARNING", logger="multitab.datasets.sources"):
         acquire_local(ALI, LocalConfig(path=str(folder)), tmp_path / "raw2")
     assert any("'numerical_58' varies" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("kind", "compress", "undo"), [
+    ("xz", "lzma", "xz -d"), ("bzip2", "bz2", "bunzip2"),
+])
+def test_other_compression_named_csv_gz_is_named(kind: str, compress: str, undo: str, tmp_path: Path) -> None:
+    import importlib
+
+    path = tmp_path / "HIGGS.csv.gz"
+    path.write_bytes(importlib.import_module(compress).compress((FIX / "higgs_uci.csv").read_bytes()))
+    with pytest.raises(SourceError) as e:
+        read_raw_file(path, HIGGS, "data")
+    assert str(e.value) == (f"{path}: the file is {kind}-compressed (its first bytes say so), which is not read "
+                            f"here; decompress it (`{undo}`) and use the CSV, or gzip it")
+
+
+def test_parquet_text_and_uint64_values_name_file_column_row(tmp_path: Path) -> None:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = pd.read_csv(FIX / "acs_one_state.csv")
+    text = frame.astype({"PINCP": str})
+    text.loc[3, "PINCP"] = "52_000"  # Python's float() takes it; no reader of numbers should
+    text.to_parquet(tmp_path / "text.parquet")
+    with pytest.raises(SourceError, match=r"text.parquet: column 'PINCP', row 4: value '52_000' is not a number"):
+        read_raw_file(tmp_path / "text.parquet", ACS, "data")
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    occ = pa.array([2**64 - 1, *frame.OCCP[1:].astype("uint64")], pa.uint64())
+    pq.write_table(table.set_column(table.schema.get_field_index("OCCP"), "OCCP", occ), tmp_path / "big.parquet")
+    with pytest.raises(SourceError, match=r"big.parquet: column 'OCCP', row 1: value 18446744073709551615 is "
+                                          r"beyond the 64-bit integer range"):
+        read_raw_file(tmp_path / "big.parquet", ACS, "data")

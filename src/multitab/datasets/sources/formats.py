@@ -43,13 +43,33 @@ def _kind(path: Path, label: str | None = None) -> str:
     name = path.name.lower()
     for suffix, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".csv.gz", "csv"), (".csv", "csv")):
         if name.endswith(suffix):
+            if kind == "csv" and path.is_file():
+                check_compression(path, label)
             return kind
     if name.endswith((".arff", ".arff.gz")):
+        if path.is_file():
+            check_compression(path, label)
         return "arff"
     raise SourceError(
         f"{label or path}: unsupported file type; use CSV (.csv), gzipped CSV (.csv.gz), Parquet (.parquet/.pq) "
         "or ARFF (.arff)"
     )
+
+
+# Compressions other than gzip, by their magic bytes: read by none of the readers (a .csv.gz that is xz).
+_OTHER_COMPRESSION = {b"\xfd7zXZ\x00": ("xz", "xz -d"), b"BZh": ("bzip2", "bunzip2"),
+                      b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"), b"7z\xbc\xaf\x27\x1c": ("7-Zip", "7z x")}
+
+
+def check_compression(path: Path, label: str | None = None) -> None:
+    """SourceError when the file's bytes are compressed with something other than gzip (whatever its name
+    says), naming the compression and how to undo it."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    for magic, (name, undo) in _OTHER_COMPRESSION.items():
+        if head.startswith(magic):
+            raise SourceError(f"{label or path}: the file is {name}-compressed (its first bytes say so), which is "
+                              f"not read here; decompress it (`{undo}`) and use the CSV, or gzip it")
 
 
 def _is_gzip(path: Path) -> bool:

@@ -13,7 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn
-from multitab.datasets.sources.formats import _FLOAT32_MAX, _MAX_EXACT_INT, SourceError, _allowed_values
+from multitab.datasets.sources.formats import (
+    _FLOAT32_MAX,
+    _MAX_EXACT_INT,
+    SourceError,
+    _allowed_values,
+    _is_number,
+)
 from multitab.datasets.sources.readers import _Reader
 
 log = logging.getLogger(__name__)
@@ -31,16 +37,15 @@ def _numeric(arr: pa.Array, reader: _Reader, name: str, row0: int) -> pa.Array:
         try:
             return pc.cast(arr, pa.float64())
         except pa.ArrowInvalid:
+            # (Python's float() takes '52_000'; Arrow, like a CSV reader, does not: the strict test)
             for i, v in enumerate(arr.to_pylist()):
-                try:
-                    if v is not None:
-                        float(v)
-                except ValueError:
+                if v is not None and ("_" in v or not _is_number(v.strip())):
                     raise SourceError(
                         f"{reader.where(name, row0 + i)}: value {v!r} is not a number (wrong dtype: the column "
                         "must be numeric); fix the file or check that it is the right one"
                     ) from None
-            raise
+            raise SourceError(f"{reader.where(name)}: text that Arrow cannot read as a number; the column "
+                              "must be numeric") from None
     raise SourceError(
         f"{reader.where(name)}: has type {arr.type}, expected a number (wrong dtype); fix the file or check "
         "that it is the right one"
@@ -132,7 +137,15 @@ def _typed(
     if col.dtype == "float":
         return pc.cast(arr, pa.float32())
     if pa.types.is_integer(arr.type):
-        return pc.cast(arr, pa.int64())
+        try:
+            return pc.cast(arr, pa.int64())
+        except pa.ArrowInvalid:  # an unsigned value above the int64 range
+            big = pc.fill_null(pc.greater(arr, pa.scalar(2**63 - 1, arr.type)), False)
+            i = _first(big)
+            raise SourceError(
+                f"{reader.where(name, row0 + i)}: value {arr[i].as_py()!r} is beyond the 64-bit integer range "
+                "(an integer code cannot be that large); fix the file or check that it is the right one"
+            ) from None
     f64 = pc.cast(arr, pa.float64())
     bad = pc.or_(pc.not_equal(f64, pc.floor(f64)), pc.greater_equal(pc.abs(f64), _MAX_EXACT_INT))
     bad = pc.fill_null(bad, False)
