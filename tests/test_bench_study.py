@@ -248,6 +248,8 @@ def _study_params(tmp_path: Path) -> tuple[dict, Path]:
         "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
         "p06_pd234_t3": {"groups": ["nonuniform"], "correlation": 0.6, "degrees": [2, 3, 4], "seed": 0}}
     params["study"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
+    for family in ("mlp", "transformer", "inter_sample", "xgboost"):  # they name the repo's configurations
+        params["sweep"][family]["data"] = []
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
     return params, path

@@ -71,12 +71,11 @@ def run_params(params: Params, profile: str, dataset: str, model: str) -> dict[s
     p = profiled(params, profile)
     t = p.train
     base, _ = t.resolve(model)
-    if dataset in p.datasets:
-        data: Any = p.datasets[dataset]
+    data: Any = None  # a processed folder given directly: no data settings in params
+    if "datasets" in p.sections and dataset in p.datasets:
+        data = p.datasets[dataset]
     elif "bench" in p.sections and dataset in p.bench.configs:
         data = {"bench": p.bench.data, "config": p.bench.configs[dataset]}
-    else:
-        raise ConfigError(f"{params.source}: {dataset!r} is neither in datasets: nor in bench.configs")
     return _plain({
         "profile": profile,
         "protocol": p.protocol,

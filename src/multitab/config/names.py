@@ -7,6 +7,7 @@ the names it could be."""
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,17 +27,20 @@ def _unknown(source: str, key: str, names: Iterable[str], known: Iterable[str], 
 
 def check_names(sections: dict[str, Any], source: str) -> None:
     """Raise ConfigError at the first name that names nothing (sections a project leaves out are skipped)."""
-    models = MODEL_NAMES
+    # the registry's names, and any a program registered at run time (the tests' tiny models)
+    registry = sys.modules.get("multitab.models")
+    models = sorted(set(MODEL_NAMES) | set(getattr(registry, "MODELS", {})))
     real = sorted(set(SCHEMAS) | set(sections.get("datasets", {})))
     configs = sorted(sections["bench"].configs) if "bench" in sections else []
-    any_dataset = [*real, *configs]
+    # train.datasets may also name a processed folder given directly (data/processed/<name>, no datasets: entry)
+    declared = list(sections["train"].datasets) if "train" in sections else []
+    any_dataset = sorted({*real, *configs, *declared})
     a_model, a_dataset = "a registered model", "a dataset (datasets:) or a MultiTab-Bench config (bench.configs)"
     _unknown(source, "datasets", sections.get("datasets", {}), SCHEMAS, "a dataset with a schema")
     if "validation" in sections:
         _unknown(source, "validation.policy", sections["validation"].policy, real, "a dataset")
     if "train" in sections:
         train = sections["train"]
-        _unknown(source, "train.datasets", train.datasets, real, "a dataset")
         _unknown(source, "train.models", train.models, models, a_model)
         _unknown(source, "train.optim", train.optim, models, a_model)
         _unknown(source, "train.patience", train.patience, ["default", *any_dataset], f"`default` or {a_dataset}")
@@ -63,7 +67,7 @@ def check_names(sections: dict[str, Any], source: str) -> None:
     if "aggregate" in sections:
         agg = sections["aggregate"]
         _unknown(source, "aggregate.models", agg.models, models, a_model)
-        _unknown(source, "aggregate.datasets", agg.datasets, real, "a dataset")
+        _unknown(source, "aggregate.datasets", agg.datasets, [*real, *declared], "a dataset")
         _unknown(source, "aggregate.significance", [agg.significance.model, *agg.significance.baselines],
                  agg.models, "one of aggregate.models")
         _unknown(source, "aggregate.figures.models", agg.figures.models, agg.models, "one of aggregate.models")
