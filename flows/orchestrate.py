@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -39,6 +40,13 @@ from multitab.io import write_json
 # Set by flows.deploy for the runs of a deployment: the project folders a run's `root` may name
 # (os.pathsep-separated). Without it (`python -m flows.pipeline` by hand) any folder is accepted.
 ALLOWED_ROOTS_ENV = "MULTITAB_ALLOWED_ROOTS"
+
+# Set when the run is being stopped (Ctrl-C / SIGTERM, flows.pipeline): no stage starts or is retried.
+STOPPING = threading.Event()
+# flows.pipeline's handler that stops the whole run on SIGINT / SIGTERM (None: a deployment's run, where
+# Prefect's own SIGTERM handling is the runner's way to cancel). Prefect's flow engine puts its SIGTERM
+# handler in place around the flow; the flow puts this one back over it.
+STOP_HANDLER: Any = None
 
 # Why each attempt of a task run failed (AwaitingRetry states carry no message), filled by the task and read
 # by the flow; both run in this process with the thread-pool runner.
@@ -73,7 +81,10 @@ class StageFailed(RuntimeError):
 
 
 def _retry_unless_bad_input(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:
-    """Prefect's retry_condition_fn: retry a crash, a kill, a lock or an OOM; never a BAD_INPUT exit."""
+    """Prefect's retry_condition_fn: retry a crash, a kill, a lock or an OOM; never a BAD_INPUT exit, and
+    nothing while the run is being stopped."""
+    if STOPPING.is_set():
+        return False
     error = state.data
     if not isinstance(error, BaseException):
         try:
@@ -125,6 +136,8 @@ def _repro(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any) 
     log.info("attempt %d: %s%s", attempt, " ".join(cmd[2:]), f" (GPU {gpu})" if gpu is not None else "")
     lock_waits = 0
     while True:
+        if STOPPING.is_set():
+            raise StageFailed(stage, 130, "the run is being stopped (Ctrl-C / SIGTERM)", attempt)
         rc, lines = _stream(cmd, root, env, log)
         if rc == 0:
             outcome = _outcome(lines)
@@ -200,6 +213,8 @@ def pipeline(
         params: the params file with `orchestration:`, relative to `root`.
     """
     log = get_run_logger()
+    if STOP_HANDLER is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, STOP_HANDLER)
     root = str(check_root(root))
     cfg = load_config(root, params)
     n_workers = workers or cfg.workers

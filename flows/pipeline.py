@@ -31,7 +31,10 @@ non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -143,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from flows.orchestrate import exit_status, failure_line, pipeline
 
+    stop_everything_on_signals()
     state = pipeline(
         root=args.root,
         targets=args.targets,
@@ -166,6 +170,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"flows.pipeline: {failure_line(summary)}", file=sys.stderr)
     return exit_status(summary)
+
+
+def stop_everything_on_signals() -> None:
+    """Ctrl-C (SIGINT) or SIGTERM stop the whole run at once: every process this one started (the running
+    stages' `dvc repro` and their commands, Prefect's temporary server) is terminated, one line says how
+    to continue, and the exit status is 128 + the signal. Nothing is retried and nothing half-written
+    stays: stages write their outputs atomically, DVC records a stage in dvc.lock only once it completed,
+    and training resumes from its last checkpoint, so the same command continues the run."""
+
+    def stop(signum: int, frame: Any) -> None:
+        from flows.orchestrate import STOPPING
+
+        STOPPING.set()  # no stage starts or is retried from now on
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        terminate_descendants()
+        name = signal.Signals(signum).name
+        line = (f"flows.pipeline: stopped by {name}; the stages that completed are recorded in dvc.lock: run "
+                "the same command again to continue\n")
+        os.write(2, line.encode())  # straight to stderr (print would go through Prefect's log capture), last
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    from flows import orchestrate
+
+    orchestrate.STOP_HANDLER = stop  # the flow re-installs it over Prefect's SIGTERM handler
+
+
+def terminate_descendants(grace_seconds: float = 5.0) -> None:
+    """SIGTERM every descendant process, then SIGKILL those still alive after `grace_seconds`."""
+    import psutil
+
+    me = psutil.Process()
+    children = me.children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace_seconds)
+    # and whatever was started meanwhile (a subprocess already being spawned when the signal came)
+    for child in [*alive, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
 
 
 def project_error(e: BaseException) -> str | None:

@@ -411,3 +411,55 @@ def test_deterministic_failures_end_with_the_stage_line_and_exit_3_without_trace
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("flows.pipeline: dvc.yaml / params.yaml: Same item(s) are defined as both a dependency "
                            "and an output in stages: ")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, sig):
+    """A signal to the flow while a stage trains: every process of the run (the stage's dvc and command,
+    Prefect's temporary server) is gone within seconds, nothing is retried, one line says how to continue,
+    exit 128 + the signal; the same command then completes the run."""
+    import signal
+
+    import psutil
+
+    slow = write_stage("slow", extra="""
+        import os, time; time.sleep(float(os.environ.get("TOY_SLEEP", "0")))""")
+    root = make_project(tmp_path / "p", {"slow": slow, "after": write_stage("after", ["out/slow"])})
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # its own temporary server
+    env |= {"PYTHONPATH": os.pathsep.join(sys.path), "TOY_SLEEP": "300"}
+    proc = subprocess.Popen([PY, "-m", "flows.pipeline", "--root", str(root)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    seen: list[psutil.Process] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any("slow.py" in " ".join(p.cmdline()) for p in seen):
+        time.sleep(0.3)
+        with pytest.raises(Exception) if proc.poll() is not None else _nothing():
+            seen = psutil.Process(proc.pid).children(recursive=True)
+    assert any("uvicorn" in " ".join(p.cmdline()) for p in seen), "no temporary server seen"
+    t0 = time.monotonic()
+    proc.send_signal(getattr(signal, sig))
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        for p in [proc, *seen]:
+            p.kill()
+        raise
+    assert time.monotonic() - t0 < 20 and proc.returncode == 128 + getattr(signal, sig), out + err
+    assert "Traceback" not in err and "Retry" not in err
+    assert err.strip().splitlines()[-1] == (f"flows.pipeline: stopped by {sig}; the stages that completed are "
+                                            "recorded in dvc.lock: run the same command again to continue")
+    time.sleep(0.5)
+    assert not [p.pid for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    # the same command continues the run
+    done = subprocess.run([PY, "-m", "flows.pipeline", "--root", str(root)], capture_output=True, text=True,
+                          env={**env, "TOY_SLEEP": "0"}, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (root / "out" / "after").exists()
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
