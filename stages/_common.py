@@ -49,8 +49,7 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
         return BAD_INPUT
     except OSError as e:
         print(f"[{stage}] error: {os_error_line(e)}", file=sys.stderr)
-        deterministic = isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError)
-        return BAD_INPUT if deterministic or e.errno in _INPUT_ERRNOS else 1
+        return os_error_status(e)
     except RuntimeError as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
@@ -64,6 +63,12 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
 # where a file should be (or the reverse), loops, or is too long.
 _INPUT_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ELOOP,
                  errno.ENAMETOOLONG, errno.EROFS}
+
+
+def os_error_status(e: OSError) -> int:
+    """BAD_INPUT for an OS error that a retry cannot change (see _INPUT_ERRNOS), else 1 (retried)."""
+    deterministic = isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError)
+    return BAD_INPUT if deterministic or e.errno in _INPUT_ERRNOS else 1
 
 
 def os_error_line(e: OSError) -> str:
@@ -100,8 +105,7 @@ def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn
         return BAD_INPUT
     except OSError as e:  # may be transient (a full disk, a network folder): retried, unless it cannot change
         print(f"[{stage}] error: {os_error_line(e)}", file=sys.stderr)
-        deterministic = isinstance(e, PermissionError | IsADirectoryError | NotADirectoryError)
-        return BAD_INPUT if deterministic or e.errno in _INPUT_ERRNOS else 1
+        return os_error_status(e)
     max_failures = params.validation.report.max_failures
     print(outcome.summary(max_failures), file=sys.stdout if outcome.success else sys.stderr)
     if outcome.success or warn_only:
