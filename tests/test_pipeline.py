@@ -411,6 +411,19 @@ def test_deterministic_failures_end_with_the_stage_line_and_exit_3_without_trace
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("flows.pipeline: dvc.yaml / params.yaml: Same item(s) are defined as both a dependency "
                            "and an output in stages: ")
+    # an empty path (`local.path: ""` reaches dvc.yaml so), and a dependency that is a symlink loop
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"a": {"cmd": "echo", "deps": [""], "outs": ["a"]}}}))
+    proc = cli()
+    assert proc.returncode == BAD_INPUT and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "DVC rejected a stage definition (an empty or null path" in line
+    os.symlink("loop2", root / "loop1")
+    os.symlink("loop1", root / "loop2")
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"a": {"cmd": "echo", "deps": ["loop1"], "outs": ["a"]}}}))
+    proc = cli()
+    assert proc.returncode == BAD_INPUT and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == f"flows.pipeline: {root / 'loop1'}: Too many levels of symbolic links"
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
