@@ -9,6 +9,8 @@ import signal
 import subprocess
 from typing import Any
 
+from multitab.process import die_with_parent
+
 # DVC's messages for a stage that did not run its command (dvc/stage/__init__.py, dvc/stage/cache.py).
 _UP_TO_DATE = re.compile(r"'.*' didn't change, skipping")
 _RESTORED = re.compile(r"Stage '.*' is cached - skipping run")
@@ -62,11 +64,13 @@ class _Lines:
 
 
 def _stream(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str]]:
-    """Run `cmd`, sending each output line to the Prefect task log as it arrives, at its level."""
+    """Run `cmd`, sending each output line to the Prefect task log as it arrives, at its level; the
+    command is stopped if this process dies (`die_with_parent`)."""
     lines: list[str] = []
     levels = _Lines()
     with subprocess.Popen(
-        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        preexec_fn=die_with_parent,
     ) as proc:
         assert proc.stdout is not None
         for raw in proc.stdout:

@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,16 +147,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from flows.orchestrate import exit_status, failure_line, pipeline
 
     stop_everything_on_signals()
-    state = pipeline(
-        root=args.root,
-        targets=args.targets,
-        workers=args.workers,
-        retries=args.retries,
-        retry_delay=args.retry_delay,
-        gpu_concurrency=args.gpu_concurrency,
-        params=args.params,
-        return_state=True,
-    )
+    with temporary_server_that_dies_with_us():
+        state = pipeline(
+            root=args.root,
+            targets=args.targets,
+            workers=args.workers,
+            retries=args.retries,
+            retry_delay=args.retry_delay,
+            gpu_concurrency=args.gpu_concurrency,
+            params=args.params,
+            return_state=True,
+        )
     if state.is_completed():
         return 0
     summary_path = Path(args.root) / cfg.summary
@@ -197,6 +198,35 @@ def stop_everything_on_signals() -> None:
     from flows import orchestrate
 
     orchestrate.STOP_HANDLER = stop  # the flow re-installs it over Prefect's SIGTERM handler
+
+
+@contextlib.contextmanager
+def temporary_server_that_dies_with_us() -> Iterator[None]:
+    """Without PREFECT_API_URL, Prefect starts a temporary server for the run by itself; start it here
+    instead, the same way (its SubprocessASGIServer), but asking the kernel to stop it when this process
+    dies, even by SIGKILL (which no handler sees), so that no server is left listening. With
+    PREFECT_API_URL set (a real server, `make ui`, the tests' harness) nothing changes."""
+    import functools
+    import subprocess
+    from unittest import mock
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from multitab.process import die_with_parent
+
+    server = SubprocessASGIServer()
+    # from this (the main) thread, which lives as long as the process
+    with mock.patch.object(subprocess, "Popen", functools.partial(subprocess.Popen, preexec_fn=die_with_parent)):
+        server.start()
+    # Stopped at exit (SubprocessASGIServer.start registers it with atexit), after Prefect's log and event
+    # workers have sent what they hold: stopping it here would leave them retrying against a closed port.
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        yield
 
 
 def terminate_descendants(grace_seconds: float = 5.0) -> None:

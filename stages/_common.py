@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from multitab.config import ConfigError, Params, load_params
 from multitab.exit_codes import BAD_INPUT
 from multitab.io import remove_stale_temporaries, write_json
+from multitab.process import stop_with_parent
 
 if TYPE_CHECKING:
     from multitab.validation import Outcome
@@ -37,6 +38,7 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
     (one line, no traceback; the stage's outputs are written atomically, so nothing half-written stays).
     """
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
+    stop_with_parent()  # a stage never outlives the `dvc repro` that started it (multitab.process)
     try:
         for path in outputs:
             for p in remove_stale_temporaries(path.parent, path.name):
@@ -96,6 +98,7 @@ def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn
     --warn-only); exit status."""
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    stop_with_parent()
     try:
         remove_stale_temporaries(Path(out).parent, Path(out).name)  # of a verdict write that was killed
         params = load_params(params_path)
