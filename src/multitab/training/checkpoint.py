@@ -128,7 +128,7 @@ def save(path: Path, payload: dict[str, Any]) -> None:
 
 def _why_unreadable(e: Exception) -> str:
     text = str(e)
-    # PyTorch's message advises re-running with weights_only=False: the unsafe path, never repeated here.
+    # PyTorch's message advises loading the file again with its unsafe option: never repeated here.
     lines = [ln.strip() for ln in text.splitlines()
              if ln.strip() and "weights_only" not in ln and not ln.strip().startswith("Check the documentation")]
     detail = text.partition("WeightsUnpickler error:")[2].strip()
