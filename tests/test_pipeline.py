@@ -486,3 +486,22 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> bool:
         return False
+
+
+def test_a_summary_that_cannot_be_written_is_one_error_line_not_a_crash(tmp_path, monkeypatch, caplog):
+    """A read-only results/ (the summary's folder): the run completes, its summary is printed, and the log
+    says in one line why the file is missing (root writes anywhere, so the write itself is made to fail)."""
+    import logging
+
+    from flows import orchestrate
+
+    def read_only(path, obj):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(orchestrate, "write_json", read_only)
+    root = make_project(tmp_path / "p", {"a": write_stage("a")})
+    with caplog.at_level(logging.ERROR):
+        state = pipeline(root=str(root), return_state=True)
+    assert state.is_completed()
+    assert "summary not written: " in caplog.text and "Permission denied" in caplog.text
+    assert not (root / "results" / "pipeline_summary.json").exists()
