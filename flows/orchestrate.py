@@ -307,7 +307,7 @@ def pipeline(
     if summary["failed"]:
         # A Failed state, not a raised exception: the stage's own line is the message, with no traceback
         # of the flow around it (calling the flow without return_state still raises PipelineFailed).
-        error = PipelineFailed(failure_line(summary))
+        error = PipelineFailed(failure_line(summary), summary)
         return Failed(message=str(error), data=error)  # type: ignore[return-value]
     return summary
 
@@ -329,6 +329,10 @@ def exit_status(summary: dict[str, Any]) -> int:
 
 class PipelineFailed(RuntimeError):
     """At least one stage kept failing; the summary names it and why."""
+
+    def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary or {}
 
 
 class RootRefused(ValueError):

@@ -50,8 +50,8 @@ from flows.dag import (
     read_stage_graph,
     select,
 )
-from multitab.config import ConfigError
 from multitab.exit_codes import BAD_INPUT
+from multitab.io import os_error_line
 
 if TYPE_CHECKING:
     from flows.orchestrate import PipelineFailed, StageFailed, pipeline, run_stage
@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not plan.to_run() and not args.record:
         _nothing_to_do(Path(args.root), plan, Path(args.root) / cfg.summary, time.monotonic() - t0)
         return 0
-    from flows.orchestrate import exit_status, failure_line, pipeline
+    from flows.orchestrate import PipelineFailed, exit_status, pipeline
 
     stop_everything_on_signals()
     with temporary_server_that_dies_with_us():
@@ -160,17 +160,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if state.is_completed():
         return 0
-    summary_path = Path(args.root) / cfg.summary
-    try:
-        summary = json.loads(summary_path.read_text())
-    except (OSError, ValueError):
-        print(f"flows.pipeline: {state.message or 'the run failed'}", file=sys.stderr)
-        return 1
-    if not summary.get("failed"):
-        print(f"flows.pipeline: {state.message or 'the run failed'}", file=sys.stderr)
-        return 1
-    print(f"flows.pipeline: {failure_line(summary)}", file=sys.stderr)
-    return exit_status(summary)
+    # The run's summary: in the Failed state (when Prefect kept the object) or in the file the flow wrote.
+    summary = state.data.summary if isinstance(state.data, PipelineFailed) else {}
+    if not summary:
+        with contextlib.suppress(OSError, ValueError):
+            summary = json.loads((Path(args.root) / cfg.summary).read_text())
+    print(f"flows.pipeline: {state.message or 'the run failed'}", file=sys.stderr)
+    return exit_status(summary) if summary.get("failed") else 1
 
 
 def stop_everything_on_signals() -> None:
@@ -251,7 +247,7 @@ def project_error(e: BaseException) -> str | None:
     error of this program (which keeps its traceback)."""
     from dvc.exceptions import DvcException
 
-    if isinstance(e, ConfigError | ValueError):
+    if isinstance(e, ValueError):  # ConfigError included
         return str(e)
     if isinstance(e, DvcException):
         text = " ".join(str(e).split()) or type(e).__name__
@@ -260,8 +256,7 @@ def project_error(e: BaseException) -> str | None:
             text += f" ({' '.join(str(cause).split())})"
         return f"dvc.yaml / params.yaml: {text}"
     if isinstance(e, OSError):
-        where = f"{e.filename}: " if e.filename else ""
-        return f"{where}{e.strerror or e}"
+        return os_error_line(e)
     if isinstance(e, AssertionError):  # DVC asserts on some malformed stage definitions (an empty path)
         return ("dvc.yaml / params.yaml: DVC rejected a stage definition (an empty or null path, e.g. "
                 "datasets.<D>.local.path: \"\"?); run `dvc stage list` for DVC's own message")

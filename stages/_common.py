@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from multitab.config import ConfigError, Params, load_params
 from multitab.exit_codes import BAD_INPUT
-from multitab.io import remove_stale_temporaries, write_json
+from multitab.io import os_error_line, remove_stale_temporaries, write_json
 from multitab.process import stop_with_parent
 
 if TYPE_CHECKING:
@@ -72,15 +72,6 @@ def os_error_status(e: OSError) -> int:
     deterministic = isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError)
     return BAD_INPUT if deterministic or e.errno in _INPUT_ERRNOS else 1
 
-
-def os_error_line(e: OSError) -> str:
-    """`path: what` for an OSError that names a path (without Python's `[Errno N]`), else its text."""
-    if e.filename is not None and e.strerror:
-        what = e.strerror[0].lower() + e.strerror[1:]
-        hint = {errno.EACCES: "; check the file's permissions", errno.EPERM: "; check the file's permissions",
-                errno.EROFS: "; the file system is read-only"}.get(e.errno or 0, "")
-        return f"{e.filename}: {what}{hint}"
-    return str(e)
 
 
 def add_validation_args(p: argparse.ArgumentParser) -> None:

@@ -423,7 +423,7 @@ def test_deterministic_failures_end_with_the_stage_line_and_exit_3_without_trace
     proc = cli()
     assert proc.returncode == BAD_INPUT and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line == f"flows.pipeline: {root / 'loop1'}: Too many levels of symbolic links"
+    assert line == f"flows.pipeline: {root / 'loop1'}: too many levels of symbolic links"
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])

@@ -285,3 +285,13 @@ def read_yaml_file(path: str | Path) -> Any:
         return load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
+
+
+def os_error_line(e: OSError) -> str:
+    """`path: what` for an OSError that names a path (without Python's `[Errno N]`), else its text."""
+    if e.filename is not None and e.strerror:
+        what = e.strerror[0].lower() + e.strerror[1:]
+        hint = {errno.EACCES: "; check the file's permissions", errno.EPERM: "; check the file's permissions",
+                errno.EROFS: "; the file system is read-only"}.get(e.errno or 0, "")
+        return f"{e.filename}: {what}{hint}"
+    return str(e)
