@@ -131,9 +131,11 @@ def _repro(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any) 
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    cmd = [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", stage]
+    dvc_args = ["--wait-for-lock", "repro", "--single-item", stage]
+    # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command
+    cmd = [sys.executable, "-m", "multitab.process", *dvc_args]
     attempt = runtime.task_run.run_count
-    log.info("attempt %d: %s%s", attempt, " ".join(cmd[2:]), f" (GPU {gpu})" if gpu is not None else "")
+    log.info("attempt %d: dvc %s%s", attempt, " ".join(dvc_args), f" (GPU {gpu})" if gpu is not None else "")
     lock_waits = 0
     while True:
         if STOPPING.is_set():

@@ -182,6 +182,8 @@ def stop_everything_on_signals() -> None:
         STOPPING.set()  # no stage starts or is retried from now on
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)
+        from multitab.process import terminate_descendants
+
         terminate_descendants()
         name = signal.Signals(signum).name
         line = (f"flows.pipeline: stopped by {name}; the stages that completed are recorded in dvc.lock: run "
@@ -223,22 +225,6 @@ def temporary_server_that_dies_with_us() -> Iterator[None]:
     # workers have sent what they hold: stopping it here would leave them retrying against a closed port.
     with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
         yield
-
-
-def terminate_descendants(grace_seconds: float = 5.0) -> None:
-    """SIGTERM every descendant process, then SIGKILL those still alive after `grace_seconds`."""
-    import psutil
-
-    me = psutil.Process()
-    children = me.children(recursive=True)
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=grace_seconds)
-    # and whatever was started meanwhile (a subprocess already being spawned when the signal came)
-    for child in [*alive, *me.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
 
 
 def project_error(e: BaseException) -> str | None:

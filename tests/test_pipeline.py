@@ -6,6 +6,7 @@ real dvc.yaml does not matter here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -428,11 +429,12 @@ def test_deterministic_failures_end_with_the_stage_line_and_exit_3_without_trace
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, sig):
-    """A signal to the flow while a stage trains: every process of the run (the stage's dvc and command,
-    Prefect's temporary server) is gone within seconds, nothing is retried, one line says how to continue,
-    exit 128 + the signal; the same command then completes the run. A SIGKILL runs no handler: the kernel
-    stops the server, dvc and the stage's command (which asks for it as the real stages do, through
-    stages._common.run)."""
+    """A signal to the flow while a stage trains: every process of the run (the stage's dvc, shell and
+    command, Prefect's temporary server) is gone within seconds, nothing is retried, one line says how to
+    continue, exit 128 + the signal; the same command then completes the run. A SIGKILL runs no handler:
+    the kernel stops the server and dvc, and dvc the stage's shell and command. DVC runs the command
+    through $SHELL: /bin/sh here, which on Debian is dash, a shell that does not exec its command (the
+    command's own PR_SET_PDEATHSIG then names the shell, not dvc) - the case CI met with SHELL unset."""
     import signal
 
     import psutil
@@ -444,7 +446,7 @@ def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, 
         time.sleep(float(os.environ.get("TOY_SLEEP", "0")))""")
     root = make_project(tmp_path / "p", {"slow": slow, "after": write_stage("after", ["out/slow"])})
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # its own temporary server
-    env |= {"PYTHONPATH": os.pathsep.join(sys.path), "TOY_SLEEP": "300"}
+    env |= {"PYTHONPATH": os.pathsep.join(sys.path), "TOY_SLEEP": "300", "SHELL": "/bin/sh"}
     proc = subprocess.Popen([PY, "-m", "flows.pipeline", "--root", str(root)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     seen: list[psutil.Process] = []
@@ -465,19 +467,37 @@ def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, 
     assert time.monotonic() - t0 < 20, out + err
     if sig == "SIGKILL":
         assert proc.returncode == -signal.SIGKILL
-        time.sleep(3)  # the kernel's SIGTERM to the orphans, and their exit
     else:
         assert proc.returncode == 128 + getattr(signal, sig), out + err
         assert "Traceback" not in err and "Retry" not in err
         assert err.strip().splitlines()[-1] == (f"flows.pipeline: stopped by {sig}; the stages that completed "
                                                 "are recorded in dvc.lock: run the same command again to continue")
-        time.sleep(0.5)
+    # Every process of the run's session (the flow's start_new_session), also one orphaned on the way
+    # (a command whose shell was stopped while it started it), is gone within 15 s.
+    left = _session_processes(proc.pid)
+    _, alive = psutil.wait_procs(left, timeout=15)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    assert not alive, [" ".join(p.cmdline()) for p in alive]
     assert not [p.pid for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     # the same command continues the run
     done = subprocess.run([PY, "-m", "flows.pipeline", "--root", str(root)], capture_output=True, text=True,
                           env={**env, "TOY_SLEEP": "0"}, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (root / "out" / "after").exists()
+
+
+def _session_processes(sid: int) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(p.pid) == sid:
+                found.append(p)
+    return found
 
 
 class _nothing:

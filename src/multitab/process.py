@@ -2,7 +2,14 @@
 and a stage's `dvc repro` (started by flows.pipeline), a stage's command (started by `dvc repro`). A
 SIGKILL of the parent runs no handler in it, so the kernel is asked (Linux: PR_SET_PDEATHSIG) to send the
 child SIGTERM when its parent dies. The stage's outputs are written atomically and its checkpoint after
-every epoch, so a stage stopped this way resumes where it was at the next run."""
+every epoch, so a stage stopped this way resumes where it was at the next run.
+
+DVC runs a stage's command as `$SHELL -c CMD` (/bin/sh when SHELL is unset). bash and zsh replace
+themselves with the command; dash (Debian's /bin/sh) and fish do not, so the command's parent is the shell,
+which has no such request and outlives DVC, and the command with it. The flow therefore runs DVC through
+`python -m multitab.process DVC-ARGS` (`run_dvc`) as the leader of a process group of its own: a SIGTERM
+to that DVC stops every process of its group (a command orphaned by its shell's death included) before
+it exits."""
 
 from __future__ import annotations
 
@@ -32,3 +39,47 @@ def stop_with_parent() -> None:
     die_with_parent()
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def terminate_descendants(grace_seconds: float = 5.0) -> None:
+    """SIGTERM every descendant process, then SIGKILL those still alive after `grace_seconds`."""
+    import contextlib
+
+    import psutil
+
+    me = psutil.Process()
+    children = me.children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace_seconds)
+    # and whatever was started meanwhile (a subprocess already being spawned when the signal came)
+    for child in [*alive, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def _stop_below_and_exit(signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.getpgrp() == os.getpid():
+        # the whole group: also a command whose shell died while it was being started (it is no longer
+        # this process's descendant, but it stays in the group)
+        os.killpg(0, signal.SIGTERM)
+    terminate_descendants()
+    os._exit(128 + signum)
+
+
+def run_dvc(argv: list[str]) -> int:
+    """DVC's command line (`dvc ARGV`) in this process, which on SIGTERM first stops every process it started
+    (the stage's shell and command; the whole process group when this process leads one: start it with
+    Popen(process_group=0)), then exits 128 + 15. DVC itself has no SIGTERM handler: killed, it would leave
+    a command that a non-exec'ing shell keeps out of reach of its own PR_SET_PDEATHSIG. SIGINT is left to
+    DVC (it ignores it while a command runs)."""
+    signal.signal(signal.SIGTERM, _stop_below_and_exit)
+    from dvc.cli import main
+
+    return int(main(argv) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(run_dvc(sys.argv[1:]))
