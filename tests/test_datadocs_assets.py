@@ -4,6 +4,7 @@ URL of the installed GX templates is mapped, and pages are rewritten to load fro
 from __future__ import annotations
 
 import io
+import json
 import re
 import tarfile
 from pathlib import Path
@@ -24,29 +25,49 @@ def _tarball(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def _manifest(registry: str, integrity: str) -> assets.Manifest:
+def _manifest(integrity: str) -> assets.Manifest:
     pkg = assets.Package("@scope/lib@1.2.3", integrity, ("dist/lib.min.js",))
-    return assets.Manifest(
-        registry, (pkg,), {"https://cdn.example/lib.js": "@scope/lib@1.2.3/dist/lib.min.js"}, {}
-    )
+    return assets.Manifest((pkg,), {"https://cdn.example/lib.js": "@scope/lib@1.2.3/dist/lib.min.js"}, {})
+
+
+def _npm_at(server: FixtureServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """npm, configured the ordinary way (its registry setting, here from the environment), asks the fixture
+    server; its own cache is a fresh folder, so that every fetch is a request."""
+    for name in ("NPM_CONFIG_REGISTRY", "NPM_CONFIG_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("npm_config_registry", server.url("/"))
+    monkeypatch.setenv("npm_config_cache", str(tmp_path / "npm-cache"))
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+
+
+def _publish(server: FixtureServer, tarball: bytes) -> str:
+    """The registry's layout for a scoped package: its packument at /@scope%2flib (npm encodes the slash),
+    the tarball where the packument says. Returns the tarball's path."""
+    path = "/@scope/lib/-/lib-1.2.3.tgz"
+    server.add(path, Reply(body=tarball))
+    version = {"name": "@scope/lib", "version": "1.2.3",
+               "dist": {"tarball": server.url(path), "integrity": assets._integrity_of(tarball)}}
+    packument = {"name": "@scope/lib", "dist-tags": {"latest": "1.2.3"}, "versions": {"1.2.3": version}}
+    server.add("/@scope%2flib", Reply(body=json.dumps(packument).encode(),
+                                      headers={"Content-Type": "application/json"}))
+    return path
 
 
 def test_fetch_checks_npm_integrity_and_keeps_only_the_listed_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("NPM_CONFIG_REGISTRY", raising=False)
-    monkeypatch.delenv("npm_config_registry", raising=False)
-    data = _tarball({"dist/lib.min.js": b"lib();", "package.json": b"{}", "src/big.js": b"x" * 100})
+    package_json = json.dumps({"name": "@scope/lib", "version": "1.2.3"}).encode()
+    data = _tarball({"dist/lib.min.js": b"lib();", "package.json": package_json, "src/big.js": b"x" * 100})
     with FixtureServer() as server:
-        path = "/@scope/lib/-/lib-1.2.3.tgz"  # the registry's layout for a scoped package
-        server.add(path, Reply(body=data))
-        registry = server.url("")
-        good = _manifest(registry, assets._integrity_of(data))
+        _npm_at(server, tmp_path, monkeypatch)
+        path = _publish(server, data)
+        good = _manifest(assets._integrity_of(data))
 
-        bad = _manifest(registry, assets._integrity_of(data + b"tampered"))
+        bad = _manifest(assets._integrity_of(data + b"tampered"))
         with pytest.raises(assets.AssetError, match="integrity"):
             assets.fetch(bad, tmp_path / "cache")
         assert not (tmp_path / "cache" / "@scope" / "lib@1.2.3").exists(), "a failed check keeps nothing"
+        assert len(server.seen(path)) == 1, "npm fetched the tarball from the configured registry"
 
         assert assets.fetch(good, tmp_path / "cache") == ["@scope/lib@1.2.3"]
         folder = tmp_path / "cache" / "@scope" / "lib@1.2.3"
@@ -54,19 +75,24 @@ def test_fetch_checks_npm_integrity_and_keeps_only_the_listed_files(
         assert kept == [".integrity", "dist/lib.min.js"]
         assert (folder / "dist/lib.min.js").read_bytes() == b"lib();"
         assert assets.missing(good, tmp_path / "cache") == []
-        assert (
-            assets.fetch(good, tmp_path / "cache") == [] and len(server.seen(path)) == 2
-        )  # cached: no request
+        requests = len(server.requests)
+        assert assets.fetch(good, tmp_path / "cache") == [] and len(server.requests) == requests  # cached
 
 
-def test_fetch_names_the_package_when_the_registry_cannot_be_reached(
+def test_fetch_names_the_package_when_the_registry_does_not_have_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("NPM_CONFIG_REGISTRY", raising=False)
-    monkeypatch.delenv("npm_config_registry", raising=False)
     with FixtureServer() as server:
-        with pytest.raises(assets.AssetError, match=r"@scope/lib@1\.2\.3: could not download .*404"):
-            assets.fetch(_manifest(server.url(""), "sha512-x"), tmp_path / "cache")
+        _npm_at(server, tmp_path, monkeypatch)
+        with pytest.raises(assets.AssetError, match=r"@scope/lib@1\.2\.3: could not download it with npm \(.*404"):
+            assets.fetch(_manifest("sha512-x"), tmp_path / "cache")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.js"))
+
+
+def test_fetch_without_npm_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no npm on it
+    with pytest.raises(assets.AssetError, match=r"@scope/lib@1\.2\.3: npm is not installed"):
+        assets.fetch(_manifest("sha512-x"), tmp_path / "cache")
 
 
 def _gx_cdn_urls() -> set[str]:

@@ -6,9 +6,10 @@ S3, so offline the index draws no table, result pages lose their status icons an
 files come from the npm packages that publish them, exactly as listed in `datadocs_assets.json` (package,
 version, npm's sha512 integrity, files, and which CDN URL each file stands for):
 
-- `fetch()` (run by `make` before `repro` and `test`: `python -m multitab.validation.assets`) downloads each
-  package's tarball from the npm registry, checks its integrity and keeps the listed files under
-  `.cache/datadocs/` (git-ignored). Nothing else downloads: validation and tests only read that cache.
+- `fetch()` (run by `make` before `repro` and `test`: `python -m multitab.validation.assets`) has npm fetch
+  each package's tarball (`npm pack <name>@<version>`, from whichever registry npm is configured with),
+  checks its integrity and keeps the listed files under `.cache/datadocs/` (git-ignored). Nothing else
+  downloads: validation and tests only read that cache.
 - `make_offline(site, pages)` copies the cached files into `<site>/static/vendor/` and rewrites the pages'
   CDN URLs to relative paths (dropping the now meaningless `integrity`/`crossorigin` attributes, which would
   also make a browser refuse a `file://` script); links to GX's web site lose their `href`.
@@ -24,9 +25,10 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tarfile
-import urllib.request
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,14 +69,9 @@ class Package:
     def version(self) -> str:
         return self.spec.rpartition("@")[2]
 
-    def tarball_url(self, registry: str) -> str:
-        # the registry's own layout: <registry>/<name>/-/<name without scope>-<version>.tgz
-        return f"{registry.rstrip('/')}/{self.name}/-/{self.name.split('/')[-1]}-{self.version}.tgz"
-
 
 @dataclass(frozen=True)
 class Manifest:
-    registry: str
     packages: tuple[Package, ...]
     urls: Mapping[str, str]  # CDN URL -> "<spec>/<file>"
     gx_images: Mapping[str, str]  # GX web asset URL -> file in GX's own static/images (copied by GX)
@@ -88,7 +85,7 @@ def load_manifest(path: str | Path = MANIFEST) -> Manifest:
         spec, file = _split_target(target)
         if spec not in specs or file not in specs[spec].files:
             raise ValueError(f"{path}: url {url} maps to {target}, which no package lists")
-    return Manifest(raw["registry"], packages, dict(raw["urls"]), dict(raw["gx_images"]))
+    return Manifest(packages, dict(raw["urls"]), dict(raw["gx_images"]))
 
 
 def _split_target(target: str) -> tuple[str, str]:
@@ -123,38 +120,61 @@ def missing(manifest: Manifest | None = None, cache: Path | None = None) -> list
     return [p.spec for p in manifest.packages if not _cached(p, cache)]
 
 
-def fetch(manifest: Manifest | None = None, cache: Path | None = None, *, timeout: float = 60.0) -> list[str]:
-    """Download the packages the cache lacks, check npm's integrity, keep their listed files. Returns the
-    specs fetched. The registry is the manifest's unless NPM_CONFIG_REGISTRY names a mirror."""
+def fetch(manifest: Manifest | None = None, cache: Path | None = None, *, timeout: float = 300.0) -> list[str]:
+    """Have npm fetch the packages the cache lacks (from the registry npm is configured with: its
+    `registry` setting, NPM_CONFIG_REGISTRY), check npm's integrity, keep their listed files. Returns the
+    specs fetched."""
     manifest = manifest or load_manifest()
     cache = cache or cache_dir()
-    registry = (
-        os.environ.get("NPM_CONFIG_REGISTRY") or os.environ.get("npm_config_registry") or manifest.registry
-    )
     fetched = []
     for pkg in manifest.packages:
         if _cached(pkg, cache):
             continue
-        url = pkg.tarball_url(registry)
-        log.info("fetching %s", url)
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
-                data = resp.read()
-        except OSError as e:
-            raise AssetError(
-                f"{pkg.spec}: could not download {url} ({e}); Data Docs need it to work offline. "
-                "Check the network (or set NPM_CONFIG_REGISTRY to a mirror) and run "
-                "`python -m multitab.validation.assets` again"
-            ) from e
+        log.info("fetching %s with npm", pkg.spec)
+        data = _npm_pack(pkg, timeout)
         got = _integrity_of(data)
         if got != pkg.integrity:
             raise AssetError(
-                f"{pkg.spec}: {url} has integrity {got}, but {MANIFEST.name} expects {pkg.integrity}; "
+                f"{pkg.spec}: npm's tarball has integrity {got}, but {MANIFEST.name} expects {pkg.integrity}; "
                 "the download is corrupt or the registry serves another file: nothing was kept"
             )
         _unpack(pkg, data, cache / pkg.spec)
         fetched.append(pkg.spec)
     return fetched
+
+
+def _npm_pack(pkg: Package, timeout: float) -> bytes:
+    """The package's tarball as the registry serves it: `npm pack <spec>` (no scripts run) in a scratch
+    folder."""
+    again = "; Data Docs need it to work offline. Then run `python -m multitab.validation.assets` again"
+    npm = shutil.which("npm")
+    if npm is None:
+        raise AssetError(f"{pkg.spec}: npm is not installed (Debian: apt-get install npm){again}")
+    env = {**os.environ, "npm_config_update_notifier": "false", "npm_config_fund": "false",
+           "npm_config_audit": "false"}
+    with tempfile.TemporaryDirectory(prefix="multitab-npm-") as tmp:
+        cmd = [npm, "pack", pkg.spec, "--pack-destination", tmp, "--json", "--ignore-scripts"]
+        try:
+            r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssetError(f"{pkg.spec}: `npm pack` took over {timeout:.0f} s; check the network{again}") from None
+        tarballs = sorted(Path(tmp).glob("*.tgz"))
+        if r.returncode != 0 or len(tarballs) != 1:
+            raise AssetError(f"{pkg.spec}: could not download it with npm ({_npm_error(r)}); check the network "
+                             f"and npm's registry setting (`npm config get registry`){again}")
+        return tarballs[0].read_bytes()
+
+
+def _npm_error(r: subprocess.CompletedProcess[str]) -> str:
+    """npm's own summary of why it failed (its --json error, else its last `npm error` line)."""
+    try:
+        error = json.loads(r.stdout)["error"]
+        if error.get("summary"):
+            return " ".join(str(part) for part in (error.get("code"), error["summary"]) if part)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    errors = [line for line in r.stderr.splitlines() if line.startswith("npm error")]
+    return errors[0].removeprefix("npm error").strip() if errors else f"npm exited with {r.returncode}"
 
 
 def _unpack(pkg: Package, data: bytes, folder: Path) -> None:
