@@ -125,12 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     res["data_path_samples_per_second"] = round(statistics.median(rates))
 
     torch.manual_seed(0)
-    model = build_model("multitab_net", data.meta).to(device)
+    model = build_model("multitab_net", data.meta, protocol="authors_code").to(device)
     if device.type == "cpu":
         accelerate_cpu(model)  # as training does
     res["model_config"] = "multitab_net, Higgs selected configuration (build_model defaults)"
     res["n_params"] = sum(p.numel() for p in model.parameters())
-    opt = training_defaults("higgs", "multitab_net")
+    opt = training_defaults("higgs", "multitab_net", protocol="authors_code")
     settings = RunSettings(seed=0, max_epochs=1, patience=1, optimizer=opt["optimizer"], lr=opt["lr"],
                            weight_decay=opt["weight_decay"], device=str(device),  # type: ignore[arg-type]
                            precision="bf16" if a.bf16 else "fp32", compile=a.compile, progress=sys.stderr.isatty())

@@ -162,10 +162,10 @@ def measure(
 ) -> float | None:
     """Median training samples/s, or None for models that are not torch modules (XGBoost)."""
     torch.manual_seed(0)
-    model = build_model(name, schema, **(overrides or {}))
+    model = build_model(name, schema, **(overrides or {}), protocol="authors_code")
     if not isinstance(model, torch.nn.Module):
         return None
-    cfg = training_defaults(schema.name, name)
+    cfg = training_defaults(schema.name, name, protocol="authors_code")
     run = make_stepper(model, schema, optimizer=cfg["optimizer"], lr=cfg["lr"], weight_decay=cfg["weight_decay"],
                        batch_size=batch_size, device=device, compile_=compile_, bf16=bf16,
                        cuda_graph=cuda_graph)
@@ -183,9 +183,9 @@ def compare_with_authors_style(
     from authors_reference import AuthorsStyleMultiTabNet
 
     schema = SCHEMAS["higgs"]
-    cfg = training_defaults("higgs", "multitab_net")
+    cfg = training_defaults("higgs", "multitab_net", protocol="authors_code")
     torch.manual_seed(0)
-    ours = build_model("multitab_net", schema, inter_sample=mode)
+    ours = build_model("multitab_net", schema, inter_sample=mode, protocol="authors_code")
     ref = AuthorsStyleMultiTabNet(schema, rope=mode == "per_sample_mixing")
     kw = dict(optimizer=cfg["optimizer"], lr=cfg["lr"], weight_decay=cfg["weight_decay"], batch_size=batch_size,
               device=device, bf16=bf16)

@@ -15,7 +15,7 @@ from multitab.process import die_with_parent
 _UP_TO_DATE = re.compile(r"'.*' didn't change, skipping")
 _RESTORED = re.compile(r"Stage '.*' is cached - skipping run")
 # DVC's lock failures (dvc/lock.py, dvc/rwlock.py): transient under parallel runs, never the stage's fault.
-_LOCK_ERROR = re.compile(r"Unable to acquire lock|is busy, it is being blocked by")
+LOCK_ERROR = re.compile(r"Unable to acquire lock|is busy, it is being blocked by")
 # DVC's line for a stage command that failed: the stage's own exit status (dvc/stage/exceptions.py).
 _CMD_EXIT = re.compile(r"failed to run: .*, exited with (-?\d+)")
 # DVC's errors before a stage's command runs that no retry can change: a dependency that is not there, a
@@ -63,7 +63,7 @@ class _Lines:
         return logging.INFO
 
 
-def _stream(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str]]:
+def stream_command(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str]]:
     """Run `cmd`, sending each output line to the Prefect task log as it arrives, at its level; the
     command is stopped if this process dies (`die_with_parent`), and leads a process group of its own (for
     `multitab.process.run_dvc`, which stops that group when it is stopped)."""
@@ -116,6 +116,6 @@ def cause(lines: list[str], code: int = 1) -> str:
     return text if len(text) <= _CAUSE_CHARS else text[: _CAUSE_CHARS - 3] + "..."
 
 
-def _outcome(lines: list[str]) -> str:
+def dvc_outcome(lines: list[str]) -> str:
     text = "\n".join(lines)
     return "up_to_date" if _UP_TO_DATE.search(text) else "restored" if _RESTORED.search(text) else "ran"

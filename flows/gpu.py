@@ -21,7 +21,7 @@ def gpu_limit_name(device: str) -> str:
     return f"{GPU_LIMIT_PREFIX}-{host}-{device}"
 
 
-def _gpu_slots(plan: StagePlan, cfg: OrchestrationConfig, gpu_concurrency: int | None) -> dict[str, int] | None:
+def gpu_slots_of(plan: StagePlan, cfg: OrchestrationConfig, gpu_concurrency: int | None) -> dict[str, int] | None:
     """Slots per visible CUDA device (device id -> slots), or None when GPU stages are not limited (no
     CUDA, or no GPU stage in the plan)."""
     if not any(s.split("@", 1)[0] in cfg.gpu_stages for s in plan.order):

@@ -31,8 +31,8 @@ from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import Task
 
 from flows.dag import load_config, read_stage_graph, select
-from flows.dvc_output import _LOCK_ERROR, _outcome, _stream, cause, exit_code
-from flows.gpu import _gpu_slots, ensure_gpu_limits, gpu_limit_name, gpu_slot
+from flows.dvc_output import LOCK_ERROR, cause, dvc_outcome, exit_code, stream_command
+from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
 from multitab.exit_codes import BAD_INPUT
 from multitab.io import write_json
@@ -140,13 +140,13 @@ def _repro(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any) 
     while True:
         if STOPPING.is_set():
             raise StageFailed(stage, 130, "the run is being stopped (Ctrl-C / SIGTERM)", attempt)
-        rc, lines = _stream(cmd, root, env, log)
+        rc, lines = stream_command(cmd, root, env, log)
         if rc == 0:
-            outcome = _outcome(lines)
+            outcome = dvc_outcome(lines)
             info = {"outcome": outcome, "lock_waits": lock_waits, "attempts": attempt}
             name = STATE_NAMES[outcome] + (f" (attempt {attempt})" if attempt > 1 else "")
             return Completed(data=info, name=name, message=f"{STATE_NAMES[outcome]} on attempt {attempt}")
-        if any(_LOCK_ERROR.search(line) for line in lines) and lock_waits < lock_retries:
+        if any(LOCK_ERROR.search(line) for line in lines) and lock_waits < lock_retries:
             lock_waits += 1
             delay = min(0.5 * 2 ** (lock_waits - 1), 10.0)
             log.warning("DVC lock busy; trying again in %.1f s (%d/%d)", delay, lock_waits, lock_retries)
@@ -224,7 +224,7 @@ def pipeline(
     delay = cfg.retry_delay_seconds if retry_delay is None else retry_delay
     plan = select(read_stage_graph(root, changed=True), targets)
     to_run = plan.to_run()
-    gpus = _gpu_slots(plan, cfg, gpu_concurrency)
+    gpus = gpu_slots_of(plan, cfg, gpu_concurrency)
     log.info(
         "%d stages, %d up to date, %d to check with `dvc repro`; %d at once, %d retries (first after %.1f s), "
         "GPU slots: %s",

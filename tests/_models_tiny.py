@@ -109,4 +109,4 @@ def dropout(name: str, p: float) -> dict[str, float]:
 
 def build(name: str, overrides: dict[str, Any], schema: DatasetSchema = SCHEMA, seed: int = 0) -> Any:
     torch.manual_seed(seed)
-    return build_model(name, schema, **{**TINY[name], **overrides})
+    return build_model(name, schema, **{**TINY[name], **overrides}, protocol="authors_code")

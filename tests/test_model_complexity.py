@@ -53,12 +53,12 @@ def test_unknown_parametrised_module_raises() -> None:
 
 
 def test_per_task_models_sum_and_batch_dependence() -> None:
-    ft = build_model("ft_transformer", HIGGS)
+    ft = build_model("ft_transformer", HIGGS, protocol="authors_code")
     parts = [complexity(m, HIGGS)["flops"] for m in ft.models.values()]
     assert complexity(ft, HIGGS)["flops"] == pytest.approx(sum(parts))
     # per-sample cost: flat for per-sample models, growing with the batch under inter-sample attention
-    mix = build_model("multitab_net", HIGGS)  # per_sample_mixing
-    att = build_model("multitab_net", HIGGS, inter_sample="attention")
+    mix = build_model("multitab_net", HIGGS, protocol="authors_code")  # per_sample_mixing
+    att = build_model("multitab_net", HIGGS, inter_sample="attention", protocol="authors_code")
     assert complexity(mix, HIGGS, batch_size=64)["flops"] == pytest.approx(complexity(mix, HIGGS)["flops"], rel=0.01)
     # scores and weighted sum over the batch: + 2 (B - 1) D MACs per sample, D = 29 tokens x 16
     grown = complexity(att, HIGGS, batch_size=256)["macs"] - complexity(att, HIGGS)["macs"]
@@ -78,7 +78,7 @@ def test_higgs_matches_paper_table4(name: str) -> None:
     if name not in MODELS:
         pytest.skip(f"{name} is not registered on this branch")
     paper_params, paper_flops = PAPER_TABLE4[(name, "higgs")]
-    c = complexity(build_model(name, HIGGS, **TABLE4_CONFIG.get(name, {})), HIGGS)
+    c = complexity(build_model(name, HIGGS, **TABLE4_CONFIG.get(name, {}), protocol="authors_code"), HIGGS)
     assert c["params"] / 1e6 == pytest.approx(paper_params, rel=0.005, abs=0.005)
     # NOTE: our ptflops-rule count is 3.0-3.4% below Table 4 for the transformers (see the report)
     assert c["flops"] / 1e6 == pytest.approx(paper_flops, rel=0.04)
@@ -115,7 +115,7 @@ def test_flops_follow_table4_convention() -> None:
     for ds in ["higgs", "acs_income"]:
         for name in ["mmoe", "ple", "stem"]:
             schema = get_schema(ds)
-            flops = complexity(build_model(name, schema), schema)["flops"] / 1e6
+            flops = complexity(build_model(name, schema, protocol="authors_code"), schema)["flops"] / 1e6
             assert flops == pytest.approx(PAPER_TABLE4[(name, ds)][1], rel=0.01), (name, ds, flops)
 
 
@@ -124,7 +124,7 @@ def test_an_accelerated_model_is_refused() -> None:
 
     schema = get_schema("higgs")
     torch.manual_seed(0)
-    model = build_model("multitab_net", schema)
+    model = build_model("multitab_net", schema, protocol="authors_code")
     x_num, x_cat = torch.zeros(4, schema.n_num), torch.zeros(4, len(schema.features) - schema.n_num, dtype=torch.long)
     assert count_macs(model, x_num, x_cat) > 0
     # the kernels use the FFN's Linear weights without calling the modules, so hooks would miss them

@@ -89,7 +89,7 @@ def test_stratified_split_is_a_seeded_stratified_partition() -> None:
 def test_authors_code_is_their_configuration_verbatim() -> None:
     for key in ("aliexpress", "acs_income", "higgs", "p06_pd3_t3"):
         for model in TRANSLATORS:
-            assert model_defaults(key, model, "authors_code") == model_defaults(key, model)
+            assert model_defaults(key, model, "authors_code") == model_defaults(key, model, protocol="authors_code")
     assert model_defaults("aliexpress", "multitab_net", "authors_code")["multi_token"] is False
     assert model_defaults("p06_pd3_t3", "multitab_net", "authors_code")["mask"] == "none"
     assert model_defaults("higgs", "multitab_net", "authors_code")["inter_sample"] == "per_sample_mixing"

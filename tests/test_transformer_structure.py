@@ -61,7 +61,7 @@ def dropout_calls(model: nn.Module) -> list[tuple[str, float, tuple[int, ...]]]:
 
 def build(name: str, **overrides: Any) -> Any:
     torch.manual_seed(0)
-    return build_model(name, SCHEMA, **{**SIZES, "ffn_dropout": FFN_P, "attention_dropout": ATT_P, **overrides})
+    return build_model(name, SCHEMA, **{**SIZES, "ffn_dropout": FFN_P, "attention_dropout": ATT_P, **overrides}, protocol="authors_code")
 
 
 # ------------------------------------------------------------------------------------------- activation

@@ -30,7 +30,7 @@ from multitab.config.sweep import SweepConfig
 from multitab.config.train import TrainConfig
 from multitab.config.validation import ValidationConfig
 from multitab.io import load_yaml, yaml_problem
-from multitab.protocol import PROTOCOLS, Protocol
+from multitab.protocol import DEFAULT, PROTOCOLS, Protocol
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ class Params:
     """params.yaml. `source` names the file (and the profile) in errors."""
 
     source: str
-    protocol: Protocol = "paper"
+    protocol: Protocol = DEFAULT
     sections: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def _get(self, name: str, cls: type[T]) -> T:
@@ -142,7 +142,7 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
     for key in raw:
         if key not in known:
             raise ConfigError(f"{source}: {key}: unknown key; known: {known}")
-    protocol = raw.get("protocol", "paper")
+    protocol = raw.get("protocol", DEFAULT)
     if protocol not in PROTOCOLS:
         raise ConfigError(f"{source}: protocol={protocol!r} must be one of {list(PROTOCOLS)} (see docs/deviations.md)")
     if "protocol" in (raw.get("train") or {}):

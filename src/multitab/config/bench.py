@@ -9,8 +9,8 @@ from typing import Any, Literal
 import numpy as np
 
 from multitab.config._build import ConfigError, bounded
+from multitab.config.bench_checks import check_int, validate
 from multitab.config.data import SplitConfig
-from multitab.datasets.bench_checks import check_int, validate
 
 Group = Literal["correlation", "complexity", "count", "nonuniform"]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from multitab.config._build import ConfigError, bounded
-from multitab.protocol import Protocol
+from multitab.protocol import DEFAULT, Protocol
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class TrainConfig:
     hparams: Literal["authors", "swept"] = "authors"
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
     # load_params: it changes some models' settings where the paper and the authors' code differ.
-    protocol: Protocol = "paper"
+    protocol: Protocol = DEFAULT
 
     def __post_init__(self) -> None:
         if self.batch_size < 2:

@@ -11,7 +11,7 @@ For t tasks with pairwise weight correlation p and per-task polynomial degrees P
 generated dataset into the processed format shared with the real datasets (70/15/15 seeded split,
 regression targets raw or standardised with train statistics, meta.json); `write_dataset` stores it
 atomically.
-The argument checks are in bench_checks.py; the label correlations of Figures 3 and 4 in
+The argument checks are in multitab.config.bench_checks; the label correlations of Figures 3 and 4 in
 label_correlations.py; the typed `bench` params in multitab.config.bench.
 
 Deviations from the paper's Listing 1, marked NOTE[DIFF] (docs/deviations.md D1, D2) at the line:
@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 from multitab.config.bench import BenchConfig
+from multitab.config.bench_checks import check_correlation, check_int, check_noise, validate
 from multitab.config.data import PreprocessConfig, SplitConfig
-from multitab.datasets.bench_checks import check_correlation, check_int, check_noise, validate
 from multitab.datasets.schema import schema_from_meta
 from multitab.datasets.split import SPLITS, split_frames
 from multitab.io import atomic_dir, write_json

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from multitab.config.bench_checks import check_correlation, check_degrees, check_int, validate
 from multitab.datasets.bench import generate
-from multitab.datasets.bench_checks import check_correlation, check_degrees, check_int, validate
 
 
 def pairwise_correlations(Y: np.ndarray) -> np.ndarray:

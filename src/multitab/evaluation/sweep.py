@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from multitab.config.sweep import FAMILIES, SweepConfig
-from multitab.io import atomic_path, read_json, read_yaml_file, write_json, write_text
+from multitab.io import atomic_path, read_json, write_json, write_text
 from multitab.models.defaults import apply_point, config_key, selected_entry
 
 TIE_DECIMALS = 6
@@ -340,7 +340,9 @@ def record(root: Path, target: Path, note: str) -> None:
     shutil.copy(root / "hparams" / "swept.yaml", target / "swept.yaml")
     summary_path = root / "results" / "pipeline_summary.json"
     summary = read_json(summary_path) if summary_path.is_file() else {}
-    sweep_params = read_yaml_file(root / "params.yaml").get("sweep", {})
+    from multitab.config import read_yaml
+
+    sweep_params = read_yaml(root / "params.yaml").get("sweep", {})  # as written, for the record
     lines = [
         "# Sweep record", "", f"> {note}", "",
         f"- Commit: `{git_commit(root)}`; machine: {machine()}; no GPU.",

@@ -3,8 +3,9 @@ contract: constructor ``Model(*, schema, **hyperparameters)``, ``forward(x_num, 
 Tensor}``, the optional ``training_loss`` / ``fit_context`` hooks, and ``fit`` / ``predict`` for
 non-torch models).
 
-``build_model(name, schema, **overrides)`` builds a registered model at the authors' selected
-configuration for the schema's dataset (defaults.py), with overrides applied on top.
+``build_model(name, schema, protocol="paper", **overrides)`` builds a registered model at the authors'
+selected configuration for the schema's dataset (defaults.py), changed as the protocol says (there is no
+default protocol: name the one you mean), with overrides applied on top.
 Registry names: multitab_net, stl_mlp, mtl_shared_bottom, mmoe, ple, stem, tab_transformer,
 ft_transformer, saint, maya, xgboost.
 """
@@ -70,12 +71,13 @@ def model_class(name: str) -> type[Any]:
 
 
 def build_model(
-    name: str, schema: DatasetSchema | Mapping[str, Any], *, protocol: str = "authors_code",
+    name: str, schema: DatasetSchema | Mapping[str, Any], *, protocol: str,
     entry: dict[str, Any] | None | str = "authors", **overrides: Any
 ) -> Any:
     """Model `name` for `schema` at a selected configuration (`entry`, their format; by default the
     authors' selection for the dataset), changed as `protocol` says (multitab.protocol: "paper" |
-    "authors_code"), `overrides` applied on top."""
+    "authors_code"; no default, so that a notebook and the pipeline cannot build different models from
+    the same call: the pipeline's is params.yaml's `protocol`), `overrides` applied on top."""
     cls = model_class(name)
     schema = as_schema(schema)
     allowed = set(hyperparameters(name))

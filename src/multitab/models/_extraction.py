@@ -17,7 +17,7 @@ from multitab.models.mlp_blocks import ExtractionLayer, Towers, check_dims, chec
 from multitab.models.tokenizer import FeatureTokenizer
 
 
-class _ExtractionModel(MultitaskModel):
+class ExtractionModel(MultitaskModel):
     """forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or
     [B, n_classes] (multiclass logits)}.
 

@@ -181,7 +181,7 @@ def apply_point(entry: dict[str, Any] | None, point: Mapping[str, Any], *, model
     return out
 
 
-def model_defaults(dataset: str, model: str, protocol: str = "authors_code",
+def model_defaults(dataset: str, model: str, protocol: str,
                    entry: dict[str, Any] | None | str = "authors") -> dict[str, Any]:
     """Constructor keywords of `model` at a selected configuration for `dataset` (`entry`; by default the
     authors'), with what `protocol` changes on top (multitab.protocol; "authors_code": the configuration
@@ -195,7 +195,7 @@ def model_defaults(dataset: str, model: str, protocol: str = "authors_code",
     return {**TRANSLATORS[model](entry), **model_overrides(protocol, key, model, entry)}
 
 
-def training_defaults(dataset: str, model: str, protocol: str = "authors_code",
+def training_defaults(dataset: str, model: str, protocol: str,
                       entry: dict[str, Any] | None | str = "authors") -> dict[str, Any]:
     """lr, weight_decay, optimizer and max_epochs for (dataset, model) (batch size and early-stopping
     patience are params.yaml's `train`); the paper's common settings (Adam, wd 1e-5, lr 1e-3, 100 epochs)

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from multitab.datasets.schema import DatasetSchema
-from multitab.models._extraction import _ExtractionModel
+from multitab.models._extraction import ExtractionModel
 
 
-class PLE(_ExtractionModel):
+class PLE(ExtractionModel):
     """Progressive layered extraction with shared and task-specific experts.
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or

@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from multitab.datasets.schema import DatasetSchema
-from multitab.models._extraction import _ExtractionModel
+from multitab.models._extraction import ExtractionModel
 
 
-class STEM(_ExtractionModel):
+class STEM(ExtractionModel):
     """Shared and task-specific embeddings with all-expert, stop-gradient gating.
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or

@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 from multitab.config.data import LocalConfig, RemoteConfig
 from multitab.datasets.download import fetch
 from multitab.datasets.schema import DatasetSchema
-from multitab.datasets.sources.archives import _extract, _is_archive, _locate_in_folder
-from multitab.datasets.sources.formats import _FORMAT_SUFFIX, SourceError
+from multitab.datasets.sources.archives import extract_archive, is_archive_path, locate_in_folder
+from multitab.datasets.sources.formats import FORMAT_SUFFIX, SourceError
 from multitab.datasets.sources.typed import read_raw_file, read_raw_table
 from multitab.io import atomic_path, sha256_file
 
@@ -109,13 +109,13 @@ def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) 
     labels: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         if root.is_dir():
-            files = _locate_in_folder(root, schema, where)
-        elif _is_archive(root):
+            files = locate_in_folder(root, schema, where)
+        elif is_archive_path(root):
             out_dir.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix=".extract.", dir=out_dir.parent))
             )
-            extracted = _extract(root, schema, tmp)
+            extracted = extract_archive(root, schema, tmp)
             files = {k: p for k, (p, _) in extracted.items()}
             labels = {k: lab for k, (_, lab) in extracted.items()}
         elif len(schema.raw_files) == 1:
@@ -130,7 +130,7 @@ def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) 
             k: {"sha256": source_sha or sha256_file(p), "path": str(root if root.is_file() else p)}
             for k, p in files.items()
         }
-        if root.is_file() and _is_archive(root):
+        if root.is_file() and is_archive_path(root):
             refs = {k: {**r, "member": files[k].name} for k, r in refs.items()}
         return {"source": "local", "standin": False, "files": _write_all(schema, files, out_dir, refs, labels)}
 
@@ -142,7 +142,7 @@ def _is_url(value: str) -> bool:
 def _cache_name(url: str, fmt: str) -> str:
     name = Path(unquote(urlparse(url).path)).name or "download"
     name = re.sub(r"[^A-Za-z0-9._-]", "_", name)
-    suffix = _FORMAT_SUFFIX[fmt]
+    suffix = FORMAT_SUFFIX[fmt]
     aliases = {".parquet": (".parquet", ".pq"), ".tar.gz": (".tar.gz", ".tgz")}.get(suffix, (suffix,))
     return name if name.lower().endswith(aliases) else name + suffix
 
@@ -204,7 +204,7 @@ def acquire_remote(
         )
     labels: dict[str, str] = {}
     if is_archive:
-        extracted = _extract(src, schema, cache / f"{src.name}.{digest[:12]}")
+        extracted = extract_archive(src, schema, cache / f"{src.name}.{digest[:12]}")
         files = {k: p for k, (p, _) in extracted.items()}
         labels = {k: lab for k, (_, lab) in extracted.items()}
         refs = {k: {"sha256": digest, "url": cfg.url, "member": p.name} for k, p in files.items()}
@@ -221,7 +221,7 @@ def acquire_remote(
 def _as_kind(src: Path, fmt: str) -> Path:
     """`src` itself, checked to be named for its format (the reader picks the parser by the name)."""
     name = src.name.lower()
-    suffix = _FORMAT_SUFFIX[fmt]
+    suffix = FORMAT_SUFFIX[fmt]
     if name.endswith(suffix) or (fmt == "parquet" and name.endswith(".pq")):
         return src
     raise SourceError(

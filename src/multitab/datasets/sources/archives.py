@@ -12,27 +12,27 @@ from pathlib import Path
 from typing import IO, Any
 
 from multitab.datasets.schema import DatasetSchema
-from multitab.datasets.sources.formats import _ARCHIVE_SUFFIXES, _DATA_SUFFIXES, SourceError
+from multitab.datasets.sources.formats import ARCHIVE_SUFFIXES, DATA_SUFFIXES, SourceError
 from multitab.io import atomic_path
 
 log = logging.getLogger(__name__)
 
 
 def _candidates(key: str) -> set[str]:
-    return {f"{key}{s}" for s in _DATA_SUFFIXES}
+    return {f"{key}{s}" for s in DATA_SUFFIXES}
 
 
-def _is_archive(path: Path) -> bool:
-    return path.name.lower().endswith(_ARCHIVE_SUFFIXES)
+def is_archive_path(path: Path) -> bool:
+    return path.name.lower().endswith(ARCHIVE_SUFFIXES)
 
 
-def _locate_in_folder(folder: Path, schema: DatasetSchema, where: str) -> dict[str, Path]:
+def locate_in_folder(folder: Path, schema: DatasetSchema, where: str) -> dict[str, Path]:
     files = sorted(p for p in folder.iterdir() if p.is_file())
     found: dict[str, Path] = {}
     for key in schema.raw_files:
         hits = [p for p in files if p.name.lower() in _candidates(key)]
         if not hits and len(schema.raw_files) == 1:
-            hits = [p for p in files if p.name.lower().endswith(_DATA_SUFFIXES)]
+            hits = [p for p in files if p.name.lower().endswith(DATA_SUFFIXES)]
         if len(hits) != 1:
             what = "no" if not hits else f"{len(hits)} ({[p.name for p in hits]})"
             listing = [p.name for p in files][:30]
@@ -48,7 +48,7 @@ def _locate_in_folder(folder: Path, schema: DatasetSchema, where: str) -> dict[s
 _ARCHIVE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, tarfile.TarError, EOFError, zlib.error, OSError)
 
 
-def _extract(archive: Path, schema: DatasetSchema, dest_dir: Path) -> dict[str, tuple[Path, str]]:
+def extract_archive(archive: Path, schema: DatasetSchema, dest_dir: Path) -> dict[str, tuple[Path, str]]:
     """Extract the member for each raw file (e.g. AliExpress_NL/train.csv) into `dest_dir`; members already
     there with the right size are reused. Returns raw file -> (extracted path, `archive:member` label).
     A damaged archive (cut short, bad CRC, bad compressed data) raises SourceError naming archive and member."""

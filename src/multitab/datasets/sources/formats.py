@@ -17,10 +17,10 @@ from multitab.datasets.schema import DatasetSchema
 
 BLOCK_BYTES = 64 << 20  # CSV block per batch: few batches for 11 M rows, bounded memory per batch
 PARQUET_BATCH_ROWS = 1_000_000
-_NULLS = ["", "?", "NA", "N/A", "NaN", "nan", "-nan", "NULL", "null", "None"]
-_DATA_SUFFIXES = (".parquet", ".pq", ".csv.gz", ".csv", ".arff.gz", ".arff")
-_ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
-_FORMAT_SUFFIX = {
+NULLS = ["", "?", "NA", "N/A", "NaN", "nan", "-nan", "NULL", "null", "None"]
+DATA_SUFFIXES = (".parquet", ".pq", ".csv.gz", ".csv", ".arff.gz", ".arff")
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
+FORMAT_SUFFIX = {
     "csv": ".csv",
     "csv.gz": ".csv.gz",
     "parquet": ".parquet",
@@ -28,18 +28,18 @@ _FORMAT_SUFFIX = {
     "zip": ".zip",
     "tar.gz": ".tar.gz",
 }
-_MAX_EXACT_INT = 2**53  # integers stored as float64 are exact below this
-_FLOAT32_MAX = 3.4028234663852886e38
+MAX_EXACT_INT = 2**53  # integers stored as float64 are exact below this
+FLOAT32_MAX = 3.4028234663852886e38
 _GZIP_MAGIC = b"\x1f\x8b"
 # What reading a damaged file raises (compressed stream cut short, bad bytes): turned into SourceError.
-_READ_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowInvalid, UnicodeDecodeError)
+READ_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowInvalid, UnicodeDecodeError)
 
 
 class SourceError(ValueError):
     """Real input data that cannot be used as it is (the message names file, column, row, and the fix)."""
 
 
-def _kind(path: Path, label: str | None = None) -> str:
+def file_kind(path: Path, label: str | None = None) -> str:
     name = path.name.lower()
     for suffix, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".csv.gz", "csv"), (".csv", "csv")):
         if name.endswith(suffix):
@@ -78,18 +78,18 @@ def _is_gzip(path: Path) -> bool:
         return f.read(2) == _GZIP_MAGIC
 
 
-def _open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> IO[bytes]:
     if _is_gzip(path):
         return cast(IO[bytes], gzip.open(path, "rb"))
     return open(path, "rb")
 
 
-def _arrow_stream(path: Path) -> pa.NativeFile:
+def arrow_stream(path: Path) -> pa.NativeFile:
     """The file's bytes for pyarrow's CSV reader, decompressed by what the bytes are, not by the name."""
     return pa.input_stream(str(path), compression="gzip" if _is_gzip(path) else None)
 
 
-def _compression_note(path: Path) -> str:
+def compression_note(path: Path) -> str:
     gz = _is_gzip(path)
     named = path.name.lower().endswith(".gz")
     if gz and not named:
@@ -99,7 +99,7 @@ def _compression_note(path: Path) -> str:
     return ""
 
 
-def _allowed_values(schema: DatasetSchema) -> dict[str, tuple[float, ...]]:
+def allowed_values(schema: DatasetSchema) -> dict[str, tuple[float, ...]]:
     """Raw label column -> the values its tasks accept (derived from the schema's Task objects)."""
     allowed: dict[str, tuple[float, ...]] = {}
     for t in schema.tasks:
@@ -111,17 +111,17 @@ def _allowed_values(schema: DatasetSchema) -> dict[str, tuple[float, ...]]:
     return allowed
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:
-        return text.strip() in _NULLS
+        return text.strip() in NULLS
     return True
 
 
 
-class _CsvDiagnostics:
-    """What went wrong in a CSV file pyarrow could not parse (mixed into readers._Reader)."""
+class CsvDiagnostics:
+    """What went wrong in a CSV file pyarrow could not parse (mixed into readers.Reader)."""
 
     path: Path
     label: str
@@ -149,11 +149,11 @@ class _CsvDiagnostics:
                 after = max(after, self._readable_lines())
                 return SourceError(
                     f"{self.label}: the compressed data ends early or is damaged after line {after} "
-                    f"({msg}){_compression_note(self.path)}; the file was cut short (an interrupted download or "
+                    f"({msg}){compression_note(self.path)}; the file was cut short (an interrupted download or "
                     "copy): download or copy it again"
                 )
             return SourceError(
-                f"{self.label}: malformed CSV after about line {after}: {msg}{_compression_note(self.path)}; fix "
+                f"{self.label}: malformed CSV after about line {after}: {msg}{compression_note(self.path)}; fix "
                 "or re-download it"
             )
         value = m.group(2)
@@ -176,7 +176,7 @@ class _CsvDiagnostics:
         """Complete lines before a damaged or cut-short compressed stream ends (error path only)."""
         n = 0
         try:
-            with _open_binary(self.path) as f:
+            with open_binary(self.path) as f:
                 for line in f:
                     if line.endswith(b"\n"):
                         n += 1
@@ -187,7 +187,7 @@ class _CsvDiagnostics:
     def _utf8_error(self) -> SourceError:
         """Find the first line with bytes that are not UTF-8 (error path only)."""
         try:
-            with _open_binary(self.path) as f:
+            with open_binary(self.path) as f:
                 for no, raw in enumerate(f, start=1):
                     try:
                         raw.decode("utf-8")
@@ -210,7 +210,7 @@ class _CsvDiagnostics:
         opts = pacsv.ConvertOptions(
             column_types={col: pa.string()},
             include_columns=[col],
-            null_values=_NULLS,
+            null_values=NULLS,
             strings_can_be_null=True,
         )
         rows = 0

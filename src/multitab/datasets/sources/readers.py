@@ -22,23 +22,23 @@ import pyarrow.parquet as pq
 
 from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.sources.formats import (
-    _NULLS,
-    _READ_ERRORS,
     BLOCK_BYTES,
+    NULLS,
     PARQUET_BATCH_ROWS,
+    READ_ERRORS,
+    CsvDiagnostics,
     SourceError,
-    _arrow_stream,
-    _compression_note,
-    _CsvDiagnostics,
-    _is_number,
-    _kind,
-    _open_binary,
+    arrow_stream,
+    compression_note,
+    file_kind,
+    is_number,
+    open_binary,
 )
 
 log = logging.getLogger(__name__)
 
 
-class _Reader(_CsvDiagnostics):
+class Reader(CsvDiagnostics):
     """Batches of the raw columns (untyped as read) plus how to name rows in messages."""
 
     def __init__(self, path: Path, schema: DatasetSchema, file_key: str, label: str | None = None) -> None:
@@ -75,7 +75,7 @@ class _Reader(_CsvDiagnostics):
             log.info("%s: ignoring %d extra column(s): %s", self.label, len(extra), extra[:20])
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        kind = _kind(self.path, self.label)
+        kind = file_kind(self.path, self.label)
         if kind == "parquet":
             yield from self._parquet()
         elif kind == "csv":
@@ -103,11 +103,11 @@ class _Reader(_CsvDiagnostics):
     # -- csv
     def _first_line(self) -> list[str]:
         try:
-            with _open_binary(self.path) as f:
+            with open_binary(self.path) as f:
                 raw = f.readline()
         except (OSError, EOFError, zlib.error) as e:
             raise SourceError(
-                f"{self.label}: cannot read line 1 ({e}){_compression_note(self.path)}; the file is damaged or "
+                f"{self.label}: cannot read line 1 ({e}){compression_note(self.path)}; the file is damaged or "
                 "cut short: re-download or re-create it"
             ) from e
         try:
@@ -124,7 +124,7 @@ class _Reader(_CsvDiagnostics):
     def _csv(self) -> Iterator[pa.RecordBatch]:
         first = self._first_line()
         has_header = not self.schema.headerless or set(self.names) <= set(first)
-        looks_like_header = any(not _is_number(v) for v in first)
+        looks_like_header = any(not is_number(v) for v in first)
         if self.schema.headerless and looks_like_header and not has_header:
             # A header whose names are not the schema's: say so instead of reading it as data.
             missing = [c for c in self.names if c not in first]
@@ -152,7 +152,7 @@ class _Reader(_CsvDiagnostics):
                 )
             read = pacsv.ReadOptions(block_size=BLOCK_BYTES, column_names=self.names)
             self.line_offset = 0
-        yield from self._csv_stream(lambda: _arrow_stream(self.path), read, pacsv.ParseOptions())
+        yield from self._csv_stream(lambda: arrow_stream(self.path), read, pacsv.ParseOptions())
 
     def _convert_options(self, types: dict[str, pa.DataType] | None = None) -> pacsv.ConvertOptions:
         # Every raw column is parsed as float64 first (int columns checked integral later: files written by
@@ -162,7 +162,7 @@ class _Reader(_CsvDiagnostics):
         return pacsv.ConvertOptions(
             column_types=types,
             include_columns=list(types),
-            null_values=_NULLS,
+            null_values=NULLS,
             strings_can_be_null=True,
             quoted_strings_can_be_null=True,
         )
@@ -178,14 +178,14 @@ class _Reader(_CsvDiagnostics):
             for batch in reader:
                 rows += batch.num_rows
                 yield batch
-        except _READ_ERRORS as e:
+        except READ_ERRORS as e:
             raise self._csv_error(e, source, read, parse, rows) from e
 
 
     def _arff(self) -> Iterator[pa.RecordBatch]:
         names: list[str] = []
         line_no = 0
-        with _open_binary(self.path) as f:
+        with open_binary(self.path) as f:
             while True:
                 raw = f.readline()
                 if not raw:
@@ -210,7 +210,7 @@ class _Reader(_CsvDiagnostics):
         parse = pacsv.ParseOptions(quote_char="'", ignore_empty_lines=True)
 
         def source() -> IO[bytes]:
-            fh = _open_binary(self.path)
+            fh = open_binary(self.path)
             fh.seek(data_start)
             return fh
 

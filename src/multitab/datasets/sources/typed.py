@@ -14,18 +14,18 @@ import pyarrow.compute as pc
 
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn
 from multitab.datasets.sources.formats import (
-    _FLOAT32_MAX,
-    _MAX_EXACT_INT,
+    FLOAT32_MAX,
+    MAX_EXACT_INT,
     SourceError,
-    _allowed_values,
-    _is_number,
+    allowed_values,
+    is_number,
 )
-from multitab.datasets.sources.readers import _Reader
+from multitab.datasets.sources.readers import Reader
 
 log = logging.getLogger(__name__)
 
 
-def _numeric(arr: pa.Array, reader: _Reader, name: str, row0: int) -> pa.Array:
+def _numeric(arr: pa.Array, reader: Reader, name: str, row0: int) -> pa.Array:
     """`arr` as a numeric array; text that is not a number is an error naming the row."""
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
@@ -39,7 +39,7 @@ def _numeric(arr: pa.Array, reader: _Reader, name: str, row0: int) -> pa.Array:
         except pa.ArrowInvalid:
             # (Python's float() takes '52_000'; Arrow, like a CSV reader, does not: the strict test)
             for i, v in enumerate(arr.to_pylist()):
-                if v is not None and ("_" in v or not _is_number(v.strip())):
+                if v is not None and ("_" in v or not is_number(v.strip())):
                     raise SourceError(
                         f"{reader.where(name, row0 + i)}: value {v!r} is not a number (wrong dtype: the column "
                         "must be numeric); fix the file or check that it is the right one"
@@ -58,7 +58,7 @@ def _first(mask: pa.Array) -> int:
 
 
 def _convert_batch(
-    batch: pa.RecordBatch, reader: _Reader, row0: int, allowed: dict[str, tuple[float, ...]]
+    batch: pa.RecordBatch, reader: Reader, row0: int, allowed: dict[str, tuple[float, ...]]
 ) -> pa.RecordBatch:
     arrays = []
     features = {f.name: f for f in reader.schema.features}
@@ -71,7 +71,7 @@ def _convert_batch(
 def _typed(
     arr: pa.Array,
     col: RawColumn,
-    reader: _Reader,
+    reader: Reader,
     row0: int,
     allowed: tuple[float, ...] | None,
     feature: Feature | None = None,
@@ -104,7 +104,7 @@ def _typed(
     if pa.types.is_floating(arr.type) and col.dtype == "float":
         # Label sources (e.g. PINCP before its income threshold) must be finite; no value may overflow float32.
         f64 = pc.cast(arr, pa.float64())
-        too_big = pc.fill_null(pc.greater(pc.abs(f64), _FLOAT32_MAX), False)
+        too_big = pc.fill_null(pc.greater(pc.abs(f64), FLOAT32_MAX), False)
         if pc.any(too_big).as_py():
             i = _first(too_big)
             value = f64[i].as_py()
@@ -147,7 +147,7 @@ def _typed(
                 "(an integer code cannot be that large); fix the file or check that it is the right one"
             ) from None
     f64 = pc.cast(arr, pa.float64())
-    bad = pc.or_(pc.not_equal(f64, pc.floor(f64)), pc.greater_equal(pc.abs(f64), _MAX_EXACT_INT))
+    bad = pc.or_(pc.not_equal(f64, pc.floor(f64)), pc.greater_equal(pc.abs(f64), MAX_EXACT_INT))
     bad = pc.fill_null(bad, False)
     if pc.any(bad).as_py():
         i = _first(bad)
@@ -175,8 +175,8 @@ def read_raw_table(path: str | Path, schema: DatasetSchema, file_key: str, label
         raise SourceError(
             f"{label}: the file is empty (0 bytes); expected the columns {[c.name for c in schema.raw_columns]}"
         )
-    reader = _Reader(path, schema, file_key, label)
-    allowed = _allowed_values(schema)
+    reader = Reader(path, schema, file_key, label)
+    allowed = allowed_values(schema)
     out: list[pa.RecordBatch] = []
     rows = 0
     for batch in reader.batches():
