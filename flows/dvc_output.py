@@ -65,13 +65,12 @@ class _Lines:
 
 def stream_command(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str]]:
     """Run `cmd`, sending each output line to the Prefect task log as it arrives, at its level; the
-    command is stopped if this process dies (`die_with_parent`), and leads a process group of its own (for
-    `multitab.process.run_dvc`, which stops that group when it is stopped)."""
+    command is stopped if this process dies (`die_with_parent`)."""
     lines: list[str] = []
     levels = _Lines()
     with subprocess.Popen(
         cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-        preexec_fn=die_with_parent, process_group=0,
+        preexec_fn=die_with_parent,
     ) as proc:
         assert proc.stdout is not None
         for raw in proc.stdout:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -487,6 +488,27 @@ def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, 
                           env={**env, "TOY_SLEEP": "0"}, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (root / "out" / "after").exists()
+
+
+def test_the_dvc_wrapper_adopts_and_stops_what_a_stage_orphans(tmp_path):
+    """multitab.process.run_dvc's two parts, in a process of their own: as a child subreaper it adopts a
+    process whose parent exited (a stage's command whose shell was stopped while starting it), and
+    terminate_descendants then stops it too."""
+    code = textwrap.dedent("""
+        import os, subprocess, psutil
+        from multitab.process import become_subreaper, terminate_descendants
+        become_subreaper()
+        pid = int(subprocess.run(["sh", "-c", "sleep 300 > /dev/null 2>&1 & echo $!"], capture_output=True,
+                                 text=True, check=True).stdout)
+        orphan = psutil.Process(pid)
+        print(orphan.ppid() == os.getpid(), flush=True)  # adopted: its shell has exited
+        terminate_descendants(grace_seconds=5)
+        print(psutil.wait_procs([orphan], timeout=5)[1] == [], flush=True)
+    """)
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "True"], r.stdout + r.stderr
 
 
 def _session_processes(sid: int) -> list:

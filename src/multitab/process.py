@@ -7,9 +7,9 @@ every epoch, so a stage stopped this way resumes where it was at the next run.
 DVC runs a stage's command as `$SHELL -c CMD` (/bin/sh when SHELL is unset). bash and zsh replace
 themselves with the command; dash (Debian's /bin/sh) and fish do not, so the command's parent is the shell,
 which has no such request and outlives DVC, and the command with it. The flow therefore runs DVC through
-`python -m multitab.process DVC-ARGS` (`run_dvc`) as the leader of a process group of its own: a SIGTERM
-to that DVC stops every process of its group (a command orphaned by its shell's death included) before
-it exits."""
+`python -m multitab.process DVC-ARGS` (`run_dvc`): that DVC adopts what its commands orphan (it is a
+child subreaper, PR_SET_CHILD_SUBREAPER) and, on SIGTERM, stops every process below it before it exits.
+It stays in the flow's process group, so Ctrl-C in a terminal still reaches the stage's command."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import signal
 import sys
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def die_with_parent() -> None:
@@ -61,20 +62,26 @@ def terminate_descendants(grace_seconds: float = 5.0) -> None:
 
 def _stop_below_and_exit(signum: int, _frame: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if os.getpgrp() == os.getpid():
-        # the whole group: also a command whose shell died while it was being started (it is no longer
-        # this process's descendant, but it stays in the group)
-        os.killpg(0, signal.SIGTERM)
+    # Its second pass finds a command whose shell was stopped while starting it: adopted by this process.
     terminate_descendants()
     os._exit(128 + signum)
 
 
+def become_subreaper() -> None:
+    """Have this process adopt its orphaned descendants (Linux: PR_SET_CHILD_SUBREAPER) instead of init, so
+    that they stay below it. Nothing happens off Linux."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
 def run_dvc(argv: list[str]) -> int:
-    """DVC's command line (`dvc ARGV`) in this process, which on SIGTERM first stops every process it started
-    (the stage's shell and command; the whole process group when this process leads one: start it with
-    Popen(process_group=0)), then exits 128 + 15. DVC itself has no SIGTERM handler: killed, it would leave
-    a command that a non-exec'ing shell keeps out of reach of its own PR_SET_PDEATHSIG. SIGINT is left to
-    DVC (it ignores it while a command runs)."""
+    """DVC's command line (`dvc ARGV`) in this process, which adopts what its commands orphan and on SIGTERM
+    first stops every process below it (the stage's shell and command), then exits 128 + 15. DVC itself
+    has no SIGTERM handler: killed, it would leave a command that a non-exec'ing shell keeps out of reach
+    of its own PR_SET_PDEATHSIG. SIGINT is left to DVC (it ignores it while a command runs)."""
+    become_subreaper()
     signal.signal(signal.SIGTERM, _stop_below_and_exit)
     from dvc.cli import main
 
