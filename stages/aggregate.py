@@ -2,20 +2,27 @@
 
 Reads results/runs/<dataset>/<model>/seed<S>/metrics.json of the runs params.yaml declares (a run folder
 left from an earlier matrix is listed and left out; a run trained under other settings is refused) and the
-complexity table (when present); never trains. Every path comes from dvc.yaml's command line (params: aggregate, bench.configs).
+complexity table (when present); never trains. The report's first screen states the commit, the params
+hash and the study's budget (params `study`). Every path comes from dvc.yaml's command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 from pathlib import Path
 
-from multitab.config import load_params
+from multitab.config import Params, load_params
 from multitab.config.aggregate import synthetic_configs
+from multitab.datasets.split import split_sizes
+from multitab.evaluation.bench_study import Budget
 from multitab.evaluation.published import load_published
 from multitab.evaluation.report import Outputs, build_results
+from multitab.evaluation.report_markdown import Provenance
 from multitab.evaluation.runs import RunSet, load_runs, select_declared
 from multitab.io import all_or_nothing, remove_stale_temporaries
+from multitab.profiles import profiled
+from multitab.provenance import git_commit
 from stages._common import parser, run
 
 
@@ -34,7 +41,23 @@ def aggregate(a: argparse.Namespace) -> None:
     for path in (a.report, a.metrics):
         remove_stale_temporaries(path.parent, path.name)
     with all_or_nothing():  # every table, figure and the report: all new, or all as they were
-        build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs)
+        build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs,
+                      provenance=provenance(a.params, params))
+
+
+def provenance(params_path: Path, params: Params) -> Provenance:
+    """The report's provenance: the commit of the checkout, the sha256 of params.yaml, and the study's
+    budget (its seeds, and the training rows of `study.data.n_samples` under `bench.data.split`) below which
+    MultiTab-Bench runs give no verdict on the paper's claim."""
+    budget = None
+    if "study" in params.sections and "bench" in params.sections:
+        at_study = profiled(params, "study")  # study.data over bench.data, study.train over train
+        n_train, _, _ = split_sizes(at_study.bench.data.n_samples, at_study.bench.data.split)
+        if at_study.train.max_train_rows is not None:
+            n_train = min(n_train, at_study.train.max_train_rows)
+        budget = Budget(n_seeds=len(params.study.seeds), n_train=n_train)
+    digest = hashlib.sha256(Path(params_path).read_bytes()).hexdigest()
+    return Provenance(commit=git_commit(Path(params_path).resolve().parent), params_sha256=digest, budget=budget)
 
 
 # The names of this stage's files in results/tables and results/figures (dvc.yaml's outs).

@@ -78,6 +78,16 @@ def _cut(n: int, fraction: float, what: str) -> int:
     return k
 
 
+def split_sizes(n: int, cfg: SplitConfig) -> tuple[int, int, int]:
+    """(train, val, test) rows of a one-file dataset of `n` rows split by fractions (methods shuffle,
+    ordered, stratified; official_test keeps the release's own test file)."""
+    n_val = _cut(n, cfg.val_fraction, "val_fraction")
+    n_test = _cut(n, cfg.test_fraction, "test_fraction")
+    if n_val + n_test >= n:
+        raise SplitError("val + test fractions leave no training rows")
+    return n - n_val - n_test, n_val, n_test
+
+
 def split_frames(
     schema: DatasetSchema, frames: dict[str, pd.DataFrame], cfg: SplitConfig
 ) -> dict[str, pd.DataFrame]:
@@ -109,10 +119,10 @@ def split_frames(
         raise SplitError(f"{schema.name}: method {cfg.method} needs one raw file 'data', got {sorted(frames)}")
     data = frames["data"]
     n = len(data)
-    n_val = _cut(n, cfg.val_fraction, "val_fraction")
-    n_test = _cut(n, cfg.test_fraction, "test_fraction")
-    if n_val + n_test >= n:
-        raise SplitError(f"{schema.name}: val + test fractions leave no training rows")
+    try:
+        _, n_val, n_test = split_sizes(n, cfg)
+    except SplitError as e:
+        raise SplitError(f"{schema.name}: {e}") from None
     if cfg.method == "stratified":
         return _stratified(schema, data, n_val, n_test, cfg.seed)
     if cfg.method == "ordered":

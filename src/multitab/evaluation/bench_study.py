@@ -30,13 +30,17 @@ import pandas as pd
 
 from multitab.evaluation import figures
 from multitab.evaluation.bench_study_numbers import (
+    BELOW_BUDGET,
     CURVES_COLUMNS,
     DEFAULT_LABELS,
     FIGURE5_GROUPS,
     FIGURE6_GROUPS,
     METRICS_COLUMNS,
+    Budget,
     StudyError,
     StudySettings,
+    apply_budget,
+    below_budget,
     claims,
     collect,
     configs_from_metrics,
@@ -57,7 +61,7 @@ from multitab.io import atomic_path
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CURVES_COLUMNS", "DEFAULT_LABELS", "FIGURE5_GROUPS", "FIGURE6_GROUPS", "METRICS_COLUMNS", "StudyError",
+    "BELOW_BUDGET", "Budget", "below_budget", "CURVES_COLUMNS", "DEFAULT_LABELS", "FIGURE5_GROUPS", "FIGURE6_GROUPS", "METRICS_COLUMNS", "StudyError",
     "StudySettings", "claims", "collect", "configs_from_metrics", "convergence", "delta_m_runs", "read_metrics_csv",
     "record_header", "regenerate", "section_only", "summarise", "write_csv", "write_study", "write_text",
 ]
@@ -90,7 +94,7 @@ def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
     plotted = [m for m in models if m != settings.baseline]
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
-    claim = claims(dm, list(configs), settings)
+    claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
     conv = convergence(metrics)
     written = [write_csv(dm, out / "delta_m_per_seed.csv"), write_csv(summary, out / "delta_m.csv"),
                write_csv(claim, out / "claims.csv"), write_csv(conv, out / "convergence.csv")]
@@ -124,7 +128,7 @@ def section_only(metrics: pd.DataFrame, settings: StudySettings, models: Sequenc
     configs = configs_from_metrics(metrics)
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
-    claim = claims(dm, list(configs), settings)
+    claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
     return render_section(metrics, claim, convergence(metrics), delta_m_markdown(summary, configs, models, settings),
                           claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves)
 

@@ -31,6 +31,21 @@ class StudyError(ValueError):
     """A study input (metrics CSV, runs) is malformed; the message names the file and what to do."""
 
 
+BELOW_BUDGET = "not tested at this budget"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The scale below which runs give no verdict on the paper's claim: the study's seeds and training rows
+    per run (params `study`: its seeds, and `study.data.n_samples` split as `bench.data.split` says)."""
+
+    n_seeds: int
+    n_train: int
+
+    def describe(self) -> str:
+        return f"{self.n_seeds} seeds, {self.n_train:,} training rows per run"
+
+
 @dataclass(frozen=True)
 class StudySettings:
     baseline: str = "stl_mlp"
@@ -39,6 +54,7 @@ class StudySettings:
     alpha: float = 0.05
     labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
     dpi: int = 150
+    budget: Budget | None = None  # None: every verdict stands (a study's own report, a committed record)
 
     def label(self, model: str) -> str:
         return self.labels.get(model, model)
@@ -194,6 +210,37 @@ def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) ->
     return pd.DataFrame.from_records(rows, columns=["config", "model", "rival", "n_model", "n_rival", "mean_model",
                                                     "mean_rival", "difference", "t", "p_value", "status",
                                                     "verdict"])
+
+
+def below_budget(metrics: pd.DataFrame, budget: Budget | None) -> dict[str, str]:
+    """The configurations whose runs are below `budget`, each with what fell short ("1 of 3 seeds",
+    "14,000 of 70,000 training rows")."""
+    if budget is None or metrics.empty:
+        return {}
+    out = {}
+    for conf, part in metrics.groupby("config", sort=False):
+        short = []
+        seeds = part["seed"].nunique()
+        if seeds < budget.n_seeds:
+            short.append(f"{seeds} of {budget.n_seeds} seeds")
+        rows = part["n_train"].dropna()
+        if len(rows) and int(rows.min()) < budget.n_train:
+            short.append(f"{int(rows.min()):,} of {budget.n_train:,} training rows")
+        if short:
+            out[str(conf)] = ", ".join(short)
+    return out
+
+
+def apply_budget(claim: pd.DataFrame, metrics: pd.DataFrame, budget: Budget | None) -> pd.DataFrame:
+    """`claim` with the verdict of every configuration below `budget` replaced by BELOW_BUDGET (a missing
+    run stays `missing`): a verdict from fewer seeds or rows than the study's is not read as one."""
+    short = below_budget(metrics, budget)
+    if not short:
+        return claim
+    claim = claim.copy()
+    hit = claim["config"].isin(list(short)) & (claim["verdict"] != "missing")
+    claim.loc[hit, "verdict"] = BELOW_BUDGET
+    return claim
 
 
 def convergence(metrics: pd.DataFrame) -> pd.DataFrame:

@@ -11,7 +11,13 @@ import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation import figures
-from multitab.evaluation.bench_study_numbers import FIGURE5_GROUPS, FIGURE6_GROUPS, StudySettings
+from multitab.evaluation.bench_study_numbers import (
+    BELOW_BUDGET,
+    FIGURE5_GROUPS,
+    FIGURE6_GROUPS,
+    StudySettings,
+    below_budget,
+)
 
 
 def _ordered(configs: Mapping[str, SyntheticConfig], groups: Sequence[str]) -> list[tuple[str, SyntheticConfig]]:
@@ -113,6 +119,20 @@ def curves_figure(curves: pd.DataFrame, configs: Sequence[str], models: Sequence
     return fig
 
 
+def _below_budget_note(metrics: pd.DataFrame, settings: StudySettings) -> list[str]:
+    """Why configurations read `not tested at this budget`: their runs have fewer seeds or training rows
+    than the study (params `study`)."""
+    short = below_budget(metrics, settings.budget)
+    if not short or settings.budget is None:
+        return []
+    reasons = set(short.values())
+    where = (f"every configuration ({reasons.pop()})" if len(short) == len(set(metrics["config"])) and
+             len(reasons) == 1 else "; ".join(f"{c} ({r})" for c, r in short.items()))
+    return [f"> **{BELOW_BUDGET.upper()}**: the runs of {where} are below the study's budget "
+            f"({settings.budget.describe()}; params `study`). Their Δm are shown; they give no verdict on "
+            "the claim. `make study` trains at that budget (docs/study.md).", ""]
+
+
 def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[str]:
     """A warning ahead of the verdicts when runs of the compared models were still improving at their epoch
     cap: a verdict on such a configuration compares under-trained models, not the models the paper compares.
@@ -149,6 +169,7 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         f"{settings.label(settings.model)}'s Δm is above each of {rivals} on every configuration. Per "
         f"configuration, a one-sided Student's t-test over the seeds' Δm at α = {settings.alpha}.", "",
         "**Claim per configuration: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".**", "",
+        *_below_budget_note(metrics, settings),
         *_not_converged_warning(conv, settings),
         claims_md, "",
         "Cells: Δm difference (ours − rival, percentage points) and the one-sided p-value. `holds in the means "

@@ -25,7 +25,7 @@ from multitab.evaluation import paper_tables as pt
 from multitab.evaluation import study as st
 from multitab.evaluation.curves import CURVES, seed_mean_curves
 from multitab.evaluation.published import Published
-from multitab.evaluation.report_markdown import bench_section, render_report
+from multitab.evaluation.report_markdown import Provenance, bench_section, render_report
 from multitab.evaluation.runs import RunSet
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
 from multitab.io import atomic_path, write_json
@@ -142,9 +142,11 @@ def write_curves(study: st.Study, runs_dir: Path, out: Outputs) -> tuple[list[Pa
 
 def build_results(runs: RunSet, config: AggregateConfig, published: Published,
                   synthetic: dict[str, SyntheticConfig], complexity_csv: str | Path, out: Outputs,
-                  runs_dir: str | Path | None = None) -> list[Path]:
+                  runs_dir: str | Path | None = None, provenance: Provenance | None = None) -> list[Path]:
     """Compute and write every output; returns the paths written. `runs_dir`: where the runs' dvclive
-    learning-curve logs are (None: no curves)."""
+    learning-curve logs are (None: no curves). `provenance`: the commit, params hash and the study's budget
+    the report's first screen states (None: unknown, and every MultiTab-Bench verdict stands)."""
+    provenance = provenance or Provenance()
     study = st.Study(runs, config, published, synthetic)
     tables = build_tables(study, complexity_csv)
     synth = pt.synthetic_delta_m(study)
@@ -184,9 +186,10 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
         written += paths
     write_json(out.metrics, _summary(study, tables))
     written.append(out.metrics)
-    lead = bench_section(study, Path(runs_dir) if runs_dir is not None else None, figure_paths, out.report)
+    lead = bench_section(study, Path(runs_dir) if runs_dir is not None else None, figure_paths, out.report,
+                         provenance.budget)
     _write_text(out.report, render_report(study, tables, figure_tables, figure_paths, out.report, curves_section,
-                                          lead))
+                                          lead, provenance))
     written.append(out.report)
     log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(study, tables)["standin"]))
     return written

@@ -3,13 +3,110 @@ order, the agreement with the published numbers, and the MultiTab-Bench section 
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from multitab.evaluation import bench_study
 from multitab.evaluation import study as st
+from multitab.evaluation.runs import Run
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the report cannot read from the runs: the code and params it was built from, and the scale at
+    which the MultiTab-Bench claim counts as tested (None: no `study` section, every verdict stands)."""
+
+    commit: str = "unknown"
+    params_sha256: str = "unknown"
+    budget: bench_study.Budget | None = None
+
+
+_SOURCES = {"standin": STANDIN_MARK, "local": "real (local file)", "remote": "real (download)",
+            "synthetic": "MultiTab-Bench (generated)"}
+
+
+def _span(values: Iterable[Any]) -> str:
+    """'5', '2–6' or MISSING for the distinct numbers in `values`."""
+    nums = sorted({int(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))})
+    if not nums:
+        return MISSING
+    return f"{nums[0]:,}" if nums[0] == nums[-1] else f"{nums[0]:,}–{nums[-1]:,}"
+
+
+def _steps(run: Run) -> int | None:
+    """Optimiser steps of a run: epochs x batches per epoch (None when the record lacks either)."""
+    rows = (run.extra.get("n_rows") or {}).get("train")
+    batch = ((run.extra.get("params") or {}).get("train") or {}).get("batch_size")
+    epochs = run.extra.get("epochs")
+    if not (rows and batch and epochs) or run.model.split("@")[0] == "xgboost":
+        return None
+    return int(epochs) * math.ceil(int(rows) / int(batch))
+
+
+def what_ran_section(study: st.Study, prov: Provenance) -> list[str]:
+    """The report's first screen: the code, params and settings the runs were built from, per dataset the
+    data, seeds, rows, epochs and optimiser steps, and what the report can and cannot show at that scale."""
+    all_runs = [r for d in study.runs.datasets for m in study.runs.models(d) for r in study.runs.runs(d, m).values()]
+    protocols = sorted({str(r.extra["protocol"]) for r in all_runs if r.extra.get("protocol")})
+    selections = sorted({str((r.extra.get("hparams") or {}).get("source")) for r in all_runs
+                         if isinstance(r.extra.get("hparams"), dict) and r.extra["hparams"].get("source")})
+    lines = ["## What ran", "",
+             f"Commit `{prov.commit}`, params.yaml sha256 `{prov.params_sha256[:16]}`; protocol "
+             f"{', '.join(protocols) or MISSING}; hyperparameters: {', '.join(selections) or MISSING} selections "
+             "(params `train.hparams`).", "",
+             "| Dataset | Data | Runs | Seeds | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
+             "|---|---|---:|---|---:|---|---:|"]
+    for d in [*study.config.datasets, *study.synthetic, *[x for x in study.runs.datasets
+                                                          if x not in study.config.datasets and x not in study.synthetic]]:
+        runs = [r for m in study.runs.models(d) for r in study.runs.runs(d, m).values()]
+        if not runs:
+            lines.append(f"| {d} | {MISSING} | 0 | {MISSING} | {MISSING} | {MISSING} | {MISSING} |")
+            continue
+        sources = sorted({_SOURCES.get(str(r.extra.get("source")), STANDIN_MARK if r.standin else "real")
+                          for r in runs})
+        epochs = _span(r.extra.get("epochs") for r in runs)
+        caps = _span(r.extra.get("max_epochs") for r in runs)
+        lines.append(f"| {d} | {', '.join(sources)} | {len(runs)} | {', '.join(map(str, sorted({r.seed for r in runs})))} "
+                     f"| {_span((r.extra.get('n_rows') or {}).get('train') for r in runs)} | {epochs} ({caps}) "
+                     f"| {_span(_steps(r) for r in runs)} |")
+    lines += ["", *_can_show(study, prov), ""]
+    return lines
+
+
+def _can_show(study: st.Study, prov: Provenance) -> list[str]:
+    """What the report can and cannot show at the scale that ran."""
+    cfg = study.config
+    out = []
+    standin = [d for d in cfg.datasets if study.runs.standin(d)]
+    real = [d for d in cfg.datasets if study.runs.standin(d) is False]
+    caps = study.runs.training_caps()
+    if standin:
+        out.append(f"- {', '.join(standin)}: generated stand-in data. Their tables check the pipeline; they are "
+                   "not results of the study, and their `(paper …; Δ …)` cells compare the paper with noise.")
+    if real and caps:
+        out.append(f"- {', '.join(real)}: real data, but training capped (at most {caps['max_train_rows']} rows, "
+                   f"{caps['max_epochs']} epochs): the comparison with the paper needs the paper's training "
+                   "(`train.max_train_rows: null`, `train.max_epochs: null`).")
+    elif real:
+        out.append(f"- {', '.join(real)}: real data under the configured training; the tables compare with the paper.")
+    if study.synthetic and prov.budget is not None:
+        frames = [study.runs.runs(c, m) for c in study.synthetic for m in study.runs.models(c)]
+        seeds = {s for f in frames for s in f}
+        rows = [(r.extra.get("n_rows") or {}).get("train") for f in frames for r in f.values()]
+        rows_known = [int(x) for x in rows if x]
+        below = len(seeds) < prov.budget.n_seeds or (rows_known and min(rows_known) < prov.budget.n_train)
+        if frames and below:
+            out.append(f"- MultiTab-Bench: {len(seeds)} seed(s), {_span(rows_known)} training rows per run, below "
+                       f"the study's budget ({prov.budget.describe()}): the paper's claim is **not tested at this "
+                       "budget**; `make study` tests it (docs/study.md).")
+        elif frames:
+            out.append("- MultiTab-Bench: runs at the study's budget; the claim's verdicts below stand as stated.")
+    return out or ["- Nothing ran: every table below reads `missing`."]
 
 
 def inputs_section(study: st.Study) -> list[str]:
@@ -69,7 +166,8 @@ def validation_banner(study: st.Study) -> list[str]:
     return out
 
 
-def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str, Path], report_path: Path) -> str:
+def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str, Path], report_path: Path,
+                  budget: bench_study.Budget | None = None) -> str:
     """The MultiTab-Bench section the report leads with: Δm (mean ± σ) per configuration and model and the
     paper's claim checked per configuration (multitab.evaluation.bench_study), from the bench runs of
     `runs_dir`; empty when there are none. Points at a `make study` report when one exists beside it."""
@@ -82,7 +180,8 @@ def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str
         return ""
     settings = bench_study.StudySettings(baseline=cfg.baseline, labels={**cfg.models},
                                          model=cfg.significance.model,
-                                         rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model))
+                                         rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model),
+                                         budget=budget)
     prefix = os.path.relpath(figure_paths["figure5"].parent, report_path.parent) + "/"
     header = ["From the `train_bench` runs (params `bench.train`; the default is one seed for a few epochs, and "
               "with one seed no t-test is run). `make study` trains Figures 5-6 to convergence over several seeds "
@@ -96,12 +195,11 @@ def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str
 
 def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Sequence[Table],
                   figure_paths: dict[str, Path], report_path: Path, curves_section: str = "",
-                  lead_section: str = "") -> str:
+                  lead_section: str = "", provenance: Provenance | None = None) -> str:
     cfg = study.config
     standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
     lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
-    if lead_section:
-        lines += [lead_section, ""]
+    lines += what_ran_section(study, provenance or Provenance())
     if standin:
         lines += [f"> **{STANDIN_MARK.upper()}**: inputs {', '.join(standin)} come from generated stand-in data. "
                   "Every number built from them is a pipeline check, not a result of the study.", ""]
@@ -112,6 +210,8 @@ def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Seque
                   f"most {caps['max_epochs']} epochs (params `train.max_train_rows`, `train.max_epochs`), not the "
                   "paper's full protocol (all rows, early stopping within 100 epochs, 50 for AliExpress). Their "
                   "metrics check the pipeline; they do not reproduce the study.", ""]
+    if lead_section:
+        lines += [lead_section, ""]
     lines += [
         "Metrics in percent (AUC, explained variance), Δm in percent (Equation 5, against "
         f"{cfg.label(cfg.baseline)}), MSE in target units, p-values one-sided. Where the paper printed a value the "
