@@ -105,7 +105,10 @@ def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
         ("figure5_delta_m", FIGURE5_GROUPS, "Figure 5: Δm (%) vs STL as task correlation, complexity and count vary"),
         ("figure6_delta_m", FIGURE6_GROUPS, "Figure 6: Δm (%) vs STL with non-uniform task complexities"),
     ):
-        fig = figures.delta_m_figure(frame[frame.group.isin(groups)], groups, labels, title)
+        part = frame[frame.group.isin(groups)]
+        cv = conv[conv.config.isin(set(part.config))]
+        note = figures.convergence_note(int(cv["runs"].sum()), int(cv["best_at_cap"].sum()))
+        fig = figures.delta_m_figure(part, groups, labels, title, note)
         paths = figures.save_figure(fig, out / "figures", name, settings.dpi)
         fig_paths[name] = paths[0]
         written += paths

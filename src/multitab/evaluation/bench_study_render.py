@@ -177,7 +177,8 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         "### Δm (%) vs STL, mean ± σ over seeds", "", dm_md, "",
         f"![Figure 5]({figure_prefix}figure5_delta_m.png)", "",
         f"![Figure 6]({figure_prefix}figure6_delta_m.png)", "",
-        "Error bars: standard error of the per-seed Δm (each seed against the STL seed mean).", "",
+        figures.error_bar_caption(metrics.groupby(["config", "model"])["seed"].nunique())
+        + " (Each seed's Δm is against the STL seed mean.)", "",
         "### Convergence", "",
         *([f"![Learning curves]({figure_prefix}learning_curves.png)", ""] if curves else []),
         f"{stopped} of {n_runs} runs were ended by early stopping; {capped} reached their epoch cap with the best "

@@ -47,11 +47,41 @@ def _bars(ax: Axes, frame: pd.DataFrame, models: Sequence[str]) -> None:
     ax.set_ylabel("Δm (%)")
 
 
-def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[str], title: str) -> Figure:
-    """One panel per group present in `frame` (columns as `study.synthetic_delta_m`)."""
+def seeds_note(n_seeds: pd.Series) -> str:
+    """What a Δm figure's bars rest on: 'n = 3 seeds per bar; error bars: standard error', or, with one
+    seed, that there are no error bars (a caption must not promise them)."""
+    counts = sorted({int(x) for x in n_seeds if int(x) > 0})
+    if not counts:
+        return "no runs"
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    if counts[-1] < 2:
+        return f"n = {n} seed per bar: no error bars"
+    return f"n = {n} seeds per bar; error bars: standard error of the per-seed Δm"
+
+
+def error_bar_caption(n_seeds: pd.Series) -> str:
+    """The report's caption line under a Δm figure, true to what `seeds_note` draws."""
+    return seeds_note(n_seeds) + "."
+
+
+def convergence_note(runs: int, capped: int) -> str:
+    """'not converged: 12 of 45 runs still improving at their epoch cap' (or that none was)."""
+    if runs == 0:
+        return ""
+    if capped:
+        return f"not converged: {capped} of {runs} runs still improving at their epoch cap"
+    return f"converged: none of {runs} runs still improving at its epoch cap"
+
+
+def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[str], title: str,
+                   note: str = "") -> Figure:
+    """One panel per group present in `frame` (columns as `study.synthetic_delta_m`), on one shared y-scale
+    (a bar reads the same in every panel); the subtitle says n per bar, whether there are error bars, and
+    `note` (e.g. how many runs had not converged)."""
     present = [g for g in groups if (frame.group == g).any()]
     n = max(len(present), 1)
-    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False, layout="constrained",
+                             sharey=True)
     for ax, group in zip(axes[0], present):
         _bars(ax, frame[frame.group == group], models)
         ax.set_title(GROUP_TITLES.get(group, group), fontsize=10)
@@ -63,7 +93,9 @@ def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
     standin = bool(frame[frame.group.isin(present)]["standin"].any()) if present else False
-    mark_figure(fig, title, standin)
+    shown = frame[frame.group.isin(present) & ~frame["missing"].astype(bool)]
+    subtitle = "; ".join(x for x in (seeds_note(shown["n_seeds"]) if len(shown) else "", note) if x)
+    mark_figure(fig, title + (f"\n{subtitle}" if subtitle else ""), standin)
     return fig
 
 
@@ -90,6 +122,11 @@ def save_figure(fig: Figure, folder: str | Path, name: str, dpi: int) -> list[Pa
     return paths
 
 
+def _colour(i: int, n: int) -> str | tuple[float, float, float, float]:
+    """Matplotlib's 10 default colours; past 10 lines, tab20's, so that no two models share one."""
+    return f"C{i}" if n <= 10 else plt.get_cmap("tab20")(i % 20)
+
+
 def curves_figure(curves: dict[str, pd.DataFrame], ylabel: str, title: str, standin: bool) -> Figure:
     """One panel per dataset: a line per model (columns of each frame, index = step)."""
     n = max(len(curves), 1)
@@ -99,7 +136,8 @@ def curves_figure(curves: dict[str, pd.DataFrame], ylabel: str, title: str, stan
         for i, label in enumerate(frame.columns):
             series = frame[label].dropna()
             if not series.empty:
-                ax.plot(series.index + 1, series.to_numpy(), label=label, color=f"C{i % 10}", linewidth=1.2)
+                ax.plot(series.index + 1, series.to_numpy(), label=label, color=_colour(i, len(frame.columns)),
+                        linewidth=1.2)
                 drawn = True
         if not drawn:
             ax.text(0.5, 0.5, "missing: no learning-curve log", ha="center", va="center", transform=ax.transAxes)

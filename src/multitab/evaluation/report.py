@@ -50,6 +50,15 @@ def _write_text(path: Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def _convergence_note(study: st.Study, configs: set[str]) -> str:
+    """The Δm figure's convergence line from the runs of `configs` of the figure's models."""
+    models = [study.config.baseline, *study.config.figures.models]
+    runs = [r for c in configs for m in models for r in study.runs.runs(c, m).values()]
+    capped = [r for r in runs if not r.extra.get("stopped_early") and r.extra.get("best_epoch") is not None
+              and r.extra.get("best_epoch") == r.extra.get("epochs")]
+    return figures.convergence_note(len(runs), len(capped))
+
+
 def build_tables(study: st.Study, complexity_csv: str | Path) -> list[Table]:
     """The paper's tables in the paper's order (2, 3, 4, 5–7, 8, 9, 10)."""
     cfg = study.config
@@ -168,13 +177,17 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
 
     labels = [config.label(m) for m in config.figures.models]
     figure_paths = {}
+    figure_notes: dict[str, str] = {}
     for name, groups, title in (
         ("figure5", FIGURE5_GROUPS, "Figure 5: Δm (STL-relative) as task correlation, complexity and count vary"),
         ("figure6", FIGURE6_GROUPS, "Figure 6: Δm (STL-relative) with non-uniform task complexities"),
     ):
-        fig = figures.delta_m_figure(synth[synth.group.isin(groups)], groups, labels, title)
+        part = synth[synth.group.isin(groups)]
+        fig = figures.delta_m_figure(part, groups, labels, title, _convergence_note(study, set(part.config)))
         paths = figures.save_figure(fig, out.figures, f"{name}_delta_m", config.figures.dpi)
         figure_paths[name] = paths[0]
+        shown = part[~part["missing"].astype(bool)]
+        figure_notes[name] = figures.error_bar_caption(shown["n_seeds"]) if len(shown) else ""
         written += paths
         plot_path = out.plots / f"{name}_delta_m.csv"
         _write_text(plot_path, _figure_data_csv(synth, groups))
@@ -189,7 +202,7 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     lead = bench_section(study, Path(runs_dir) if runs_dir is not None else None, figure_paths, out.report,
                          provenance.budget)
     _write_text(out.report, render_report(study, tables, figure_tables, figure_paths, out.report, curves_section,
-                                          lead, provenance))
+                                          lead, provenance, figure_notes))
     written.append(out.report)
     log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(study, tables)["standin"]))
     return written

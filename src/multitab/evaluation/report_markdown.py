@@ -118,12 +118,15 @@ def inputs_section(study: st.Study) -> list[str]:
         seeds = study.runs.seeds(d)
         flag = study.runs.standin(d)
         data = MISSING if flag is None else (STANDIN_MARK if flag else "real")
+        if d in study.synthetic and flag is False:
+            data = "MultiTab-Bench (generated)"
         names = [*cfg.models, *(r.model for r in cfg.ablation if r.model not in cfg.models)]
         if d not in cfg.datasets:
             names = [cfg.baseline, *cfg.figures.models]
         complete = [m for m in names if study.runs.matrix(d, m) is not None]
         incomplete = [f"{m} ({study.runs.n_found(d, m)}/{len(seeds)})" for m in names if m not in complete]
-        lines.append(f"| {d} | {data} | {', '.join(map(str, seeds)) or MISSING} | {len(complete)} | "
+        named = (f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}") if seeds else MISSING
+        lines.append(f"| {d} | {data} | {named} | {len(complete)} | "
                      f"{', '.join(incomplete) or '—'} |")
     unused = [d for d in study.runs.datasets if d not in cfg.datasets and d not in study.synthetic]
     if unused:
@@ -195,7 +198,8 @@ def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str
 
 def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Sequence[Table],
                   figure_paths: dict[str, Path], report_path: Path, curves_section: str = "",
-                  lead_section: str = "", provenance: Provenance | None = None) -> str:
+                  lead_section: str = "", provenance: Provenance | None = None,
+                  figure_notes: dict[str, str] | None = None) -> str:
     cfg = study.config
     standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
     lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
@@ -237,7 +241,7 @@ def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Seque
             rel = os.path.relpath(figure_paths[name], report_path.parent)
             lines += [f"## {title}{mark}", "", f"![{title}]({rel})", "",
                       "The paper publishes Figures 5 and 6 as bar charts only (no numbers to compare). "
-                      "Error bars: standard error of the per-seed Δm.", ""]
+                      + (figure_notes or {}).get(name, ""), ""]
             lines.append(ft.to_markdown(heading="###"))
     lines += agreement_section(tables)
     if curves_section:
