@@ -87,11 +87,11 @@ def _can_show(study: st.Study, prov: Provenance) -> list[str]:
     caps = study.runs.training_caps()
     if standin:
         out.append(f"- {', '.join(standin)}: generated stand-in data. Their tables check the pipeline; they are "
-                   "not results of the study, and their `(paper …; Δ …)` cells compare the paper with noise.")
+                   "not results of the study, and the paper's values are not set beside them.")
     if real and caps:
         out.append(f"- {', '.join(real)}: real data, but training capped (at most {caps['max_train_rows']} rows, "
-                   f"{caps['max_epochs']} epochs): the comparison with the paper needs the paper's training "
-                   "(`train.max_train_rows: null`, `train.max_epochs: null`).")
+                   f"{caps['max_epochs']} epochs): no paper value is set beside ours; the comparison needs the "
+                   "paper's training (`train.max_train_rows: null`, `train.max_epochs: null`).")
     elif real:
         out.append(f"- {', '.join(real)}: real data under the configured training; the tables compare with the paper.")
     if study.synthetic and prov.budget is not None:
@@ -218,8 +218,9 @@ def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Seque
         lines += [lead_section, ""]
     lines += [
         "Metrics in percent (AUC, explained variance), Δm in percent (Equation 5, against "
-        f"{cfg.label(cfg.baseline)}), MSE in target units, p-values one-sided. Where the paper printed a value the "
-        "cell reads `ours (paper P; Δ ours − paper)`. `missing` marks a run that failed or was not run "
+        f"{cfg.label(cfg.baseline)}), MSE in target units, p-values one-sided. Where the paper printed a value and "
+        "the runs are real data under the paper's training, the cell reads `ours (paper P; Δ ours − paper)`. "
+        "`missing` marks a run that failed or was not run "
         "(`missing (k/n seeds)`: only k of the n expected seeds exist); it is never replaced by a number.", "",
     ]
     lines += inputs_section(study)
@@ -228,9 +229,17 @@ def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Seque
     order += [t.name for t in tables if t.name.startswith(("table5", "table6", "table7"))]
     order += ["table8_t_test", "table9_wilcoxon", "table10_higgs_mse"]
     fig_tables = {t.name: t for t in figure_tables}
+    # The paper's value beside ours only where the comparison means something: real data under the paper's
+    # training (no stand-in input, no capped rows or epochs). Everywhere else comparison_with_paper.csv keeps it.
     for name in order:
         if name in by_name:
-            lines.append(by_name[name].to_markdown(compare=True, heading="##"))
+            table = by_name[name]
+            compare = not table.standin and not caps
+            lines.append(table.to_markdown(compare=compare, heading="##"))
+            if not compare and table.has_paper():
+                why = "stand-in data" if table.standin else "capped training"
+                lines += [f"The paper's values are left out of this table ({why}: the comparison would be with noise; "
+                          "results/tables/comparison_with_paper.csv keeps them).", ""]
             continue
         if name in ("figure5", "figure6"):
             number = name[-1]
