@@ -38,12 +38,16 @@ def _span(values: Iterable[Any]) -> str:
     return f"{nums[0]:,}" if nums[0] == nums[-1] else f"{nums[0]:,}–{nums[-1]:,}"
 
 
+def _is_xgboost(run: Run) -> bool:
+    return run.model.split("@")[0] == "xgboost"
+
+
 def _steps(run: Run) -> int | None:
     """Optimiser steps of a run: epochs x batches per epoch (None when the record lacks either)."""
     rows = (run.extra.get("n_rows") or {}).get("train")
     batch = ((run.extra.get("params") or {}).get("train") or {}).get("batch_size")
     epochs = run.extra.get("epochs")
-    if not (rows and batch and epochs) or run.model.split("@")[0] == "xgboost":
+    if not (rows and batch and epochs) or _is_xgboost(run):
         return None
     return int(epochs) * math.ceil(int(rows) / int(batch))
 
@@ -69,12 +73,14 @@ def what_ran_section(study: st.Study, prov: Provenance) -> list[str]:
             continue
         sources = sorted({_SOURCES.get(str(r.extra.get("source")), STANDIN_MARK if r.standin else "real")
                           for r in runs})
-        epochs = _span(r.extra.get("epochs") for r in runs)
-        caps = _span(r.extra.get("max_epochs") for r in runs)
+        neural = [r for r in runs if not _is_xgboost(r)]  # XGBoost's boosting rounds are not epochs
+        epochs = _span(r.extra.get("epochs") for r in neural)
+        caps = _span(r.extra.get("max_epochs") for r in neural)
         lines.append(f"| {d} | {', '.join(sources)} | {len(runs)} | {', '.join(map(str, sorted({r.seed for r in runs})))} "
                      f"| {_span((r.extra.get('n_rows') or {}).get('train') for r in runs)} | {epochs} ({caps}) "
                      f"| {_span(_steps(r) for r in runs)} |")
-    lines += ["", *_can_show(study, prov), ""]
+    lines += ["", "Epochs and steps count the neural models (XGBoost's boosting rounds are not epochs).", "",
+              *_can_show(study, prov), ""]
     return lines
 
 
@@ -101,7 +107,8 @@ def _can_show(study: st.Study, prov: Provenance) -> list[str]:
         rows_known = [int(x) for x in rows if x]
         below = len(seeds) < prov.budget.n_seeds or (rows_known and min(rows_known) < prov.budget.n_train)
         if frames and below:
-            out.append(f"- MultiTab-Bench: {len(seeds)} seed(s), {_span(rows_known)} training rows per run, below "
+            out.append(f"- MultiTab-Bench: {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, {_span(rows_known)} "
+                       "training rows per run, below "
                        f"the study's budget ({prov.budget.describe()}): the paper's claim is **not tested at this "
                        "budget**; `make study` tests it (docs/study.md).")
         elif frames:
