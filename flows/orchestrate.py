@@ -33,6 +33,7 @@ from prefect.tasks import Task
 from flows.dag import load_config, read_stage_graph, select
 from flows.dvc_output import LOCK_ERROR, cause, dvc_outcome, exit_code, stream_command
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
+from flows.provenance import label_run, run_provenance
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
 from multitab.exit_codes import BAD_INPUT
 from multitab.io import write_json
@@ -223,6 +224,7 @@ def pipeline(
     n_retries = cfg.retries if retries is None else retries
     delay = cfg.retry_delay_seconds if retry_delay is None else retry_delay
     plan = select(read_stage_graph(root, changed=True), targets)
+    label_run(run_provenance(root, params), targets, params, log)
     to_run = plan.to_run()
     gpus = gpu_slots_of(plan, cfg, gpu_concurrency)
     log.info(

@@ -121,6 +121,12 @@ def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
         "",
         f"{counts}; {len(summary['retried'])} retried; {summary['subprocesses']} `dvc repro` subprocesses.",
         "",
+    ]
+    if summary["stages"].get("aggregate", {}).get("status") in ("ran", "restored"):
+        out += [*headline_markdown(root), ""]  # the results first, the stage table after
+    out += [
+        "## Stages",
+        "",
         "| stage | outcome | attempts | time (s) | cause |",
         "|---|---|---:|---:|---|",
     ]
@@ -130,8 +136,6 @@ def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
         if s["failed_attempts"] and s["status"] != "failed":
             why = "earlier attempts: " + "; ".join(s["failed_attempts"])
         out.append(f"| {_cell(stage)} | {outcome} | {s['attempts']} | {s['seconds']:.1f} | {_cell(why)} |")
-    if summary["stages"].get("aggregate", {}).get("status") in ("ran", "restored"):
-        out += ["", *headline_markdown(root)]
     return "\n".join(out) + "\n"
 
 
@@ -141,7 +145,7 @@ def headline_markdown(root: Path) -> list[str]:
     if not path.exists():
         return [f"`aggregate` ran but {METRICS} is missing."]
     metrics = read_json(path)
-    out = ["## Headline results", "", f"Report: `{root / REPORT}` (metrics: `{path}`).", ""]
+    out = ["## Headline results", "", f"Report: `{REPORT}` (metrics: `{METRICS}`; paths in the project folder).", ""]
     delta = metrics.get("delta_m") or {}
     models = list(dict.fromkeys(m for per in delta.values() for m in per))
     if delta and models:

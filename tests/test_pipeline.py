@@ -279,6 +279,40 @@ def test_bad_input_fails_at_once_and_a_killed_stage_is_retried(tmp_path):
     assert "| after_bad | not run | 0 |" in table and "upstream stage bad did not complete" in table
 
 
+def test_the_run_page_names_the_targets_commit_protocol_and_changed_params(tmp_path):
+    """The flow run is named after its targets and commit, tagged with the protocol, and its
+    `run-provenance` artifact holds the commit, params.yaml's sha256 and the keys edited since the commit;
+    the summary artifact leads with the counts and has relative paths only."""
+    import hashlib
+
+    from prefect.client.orchestration import get_client
+
+    root = make_project(tmp_path / "p", {"a": write_stage("a"), "b": write_stage("b", ["out/a"])})
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    (root / "params.yaml").write_text(yaml.safe_dump({"protocol": "authors_code", **params}, sort_keys=False))
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "toy"], cwd=root, check=True, env=env)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    params["orchestration"]["retries"] = 1  # edited after the commit
+    (root / "params.yaml").write_text(yaml.safe_dump({"protocol": "authors_code", **params}, sort_keys=False))
+
+    state = pipeline(root=str(root), targets=["b"], return_state=True)
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(state.state_details.flow_run_id)
+        artifacts = client.request("POST", "/artifacts/filter", json={
+            "artifacts": {"flow_run_id": {"any_": [str(run.id)]}}, "limit": 50, "offset": 0}).json()
+    assert run.name == f"b @ {commit[:8]} + edited params"
+    assert "protocol:authors_code" in run.tags
+    by_key = {a["key"]: a["data"] for a in artifacts if a["key"]}
+    prov = by_key["run-provenance"]
+    digest = hashlib.sha256((root / "params.yaml").read_bytes()).hexdigest()
+    assert f"`{commit}`" in prov and f"`{digest}`" in prov and "`orchestration.retries`" in prov
+    summary = by_key["pipeline-summary"]
+    assert summary.index("2 ran") < summary.index("## Stages") and str(tmp_path) not in summary
+
+
 def test_only_stale_stages_get_a_task_and_states_say_what_dvc_did(tmp_path):
     stages = {
         "a": write_stage("a"),
@@ -353,7 +387,9 @@ def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_pat
     assert "| dataset | MMoE | PLE |" in text
     assert "| higgs (stand-in data) | +1.23 | missing |" in text and "| acs_income | -0.50 | +2.00 |" in text
     assert 'MultiTab-Bench verdict (bench_verdict): {"claim": "holds"}' in text
-    assert str(tmp_path / "results" / "report.md") in text
+    # the results lead, the stage table follows; paths are the project's relative ones
+    assert text.index("## Headline results") < text.index("## Stages")
+    assert "`results/report.md`" in text and str(tmp_path) not in text
     # not quoted when aggregate did not run
     summary["stages"]["aggregate"]["status"] = "up_to_date"
     assert "Headline" not in summary_markdown(tmp_path, summary)

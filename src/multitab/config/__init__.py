@@ -121,13 +121,21 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     errors name the file and line."""
     path = Path(path)
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: params file not found (run from the repository root)") from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, source: str) -> dict[str, Any]:
+    """`read_yaml` of text already read (e.g. a committed version of params.yaml); `source` names it in
+    errors."""
+    try:
+        data = load_yaml(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
+        raise ConfigError(f"{source}: not valid YAML: {yaml_problem(e)}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     return data
 
 
