@@ -213,3 +213,27 @@ def test_paper_scale_is_fast() -> None:
     X, Y, _ = generate(1_000_000, 32, 0.6, [3] * 7, 0.01, seed=0)
     assert time.perf_counter() - start < 3.0
     assert X.shape == (1_000_000, 32) and Y.shape == (1_000_000, 7)
+
+
+def test_weight_matrix_does_not_depend_on_the_eigenbasis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P's eigenvalue 1 - p repeats t - 1 times, so eigh may return any basis of its eigenspace (which one
+    depended on the BLAS kernel, i.e. the CPU). W must come out the same for every such basis, and still
+    satisfy W Wᵀ = P."""
+    from multitab.datasets.bench import correlation_matrix, orthonormal_columns, weight_matrix
+
+    t = 5
+    P = correlation_matrix(t, 0.6)
+    U = orthonormal_columns(32, t, np.random.default_rng(0))
+    reference = weight_matrix(P, U)
+    assert np.allclose(reference @ reference.T, P, atol=1e-12)
+    eigh = np.linalg.eigh
+    w, Q = eigh(P)
+    repeated = np.isclose(w, 1 - 0.6)
+    assert repeated.sum() == t - 1
+    # another orthonormal basis of the repeated eigenspace: a random rotation within it
+    R, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((t - 1, t - 1)))
+    other = Q.copy()
+    other[:, repeated] = Q[:, repeated] @ R
+    assert not np.allclose(other, Q)
+    monkeypatch.setattr(np.linalg, "eigh", lambda a: (w, other))
+    assert np.allclose(weight_matrix(P, U), reference, atol=1e-12)

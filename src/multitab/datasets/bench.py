@@ -4,7 +4,8 @@ For t tasks with pairwise weight correlation p and per-task polynomial degrees P
 
 1. P = (1 - p) I + p 11ᵀ (ones on the diagonal, p elsewhere), P = Q Λ Qᵀ (eigendecomposition);
 2. W = Q Λ^½ Uᵀ with U a d×t matrix of orthonormal columns, so that w_iᵀw_j = P_ij: unit rows whose
-   pairwise cosine similarity is exactly p (appendix "Proof of Cosine Similarity");
+   pairwise cosine similarity is exactly p (appendix "Proof of Cosine Similarity"); computed as P^½ Uᵀ
+   (the same distribution, and the same W on every CPU: D13);
 3. x ~ N(0, I_d) and y_i = Σ_{k=1..PD_i} (w_iᵀx)^k + ε_i with ε_i ~ N(0, σ_i²).
 
 `generate` is the public entry point (its signature is fixed by ARCHITECTURE.md). `make_splits` turns one
@@ -14,7 +15,7 @@ atomically.
 The argument checks are in multitab.config.bench_checks; the label correlations of Figures 3 and 4 in
 label_correlations.py; the typed `bench` params in multitab.config.bench.
 
-Deviations from the paper's Listing 1, marked NOTE[DIFF] (docs/deviations.md D1, D2) at the line:
+Deviations from the paper's Listing 1, marked NOTE[DIFF] (docs/deviations.md D1, D2, D13) at the line:
 - U comes from a QR factorisation: the listing's Gram-Schmidt step overwrites U[i] with its projection
   instead of subtracting it, so its U is not orthonormal (the authors' repository version is correct).
 - Three independent random streams (U, x, ε) spawned from one seed: the same seed gives the same features
@@ -64,11 +65,17 @@ def orthonormal_columns(n_features: int, n_tasks: int, rng: np.random.Generator)
 
 
 def weight_matrix(P: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """W = Q Λ^½ Uᵀ (paper eq. 6): (n_tasks, n_features) float64 with W Wᵀ = P."""
+    """W = P^½ Uᵀ = Q Λ^½ (U Q)ᵀ (paper eq. 6 with U Q for U): (n_tasks, n_features) float64, W Wᵀ = P.
+
+    NOTE[DIFF] (docs/deviations.md D13): the symmetric square root P^½ = Q Λ^½ Qᵀ instead of Q Λ^½. P has a
+    repeated eigenvalue (1 - p, t - 1 times), so eigh's Q is any basis of that eigenspace, and which one
+    depends on the BLAS kernel: with t >= 4 the same seed gave different datasets on different CPUs. P^½
+    is unique, and U Q is as Haar-random as U, so W has the paper's distribution."""
     eigvals, Q = np.linalg.eigh(P)
     # Eigenvalues of a PSD P may come out as -1e-16: clamp (P itself was validated).
     sqrt_eig = np.sqrt(np.clip(eigvals, 0.0, None))
-    return np.asarray((Q * sqrt_eig) @ U.T)
+    root = (Q * sqrt_eig) @ Q.T
+    return np.asarray(root @ U.T)
 
 
 def polynomial_labels(
