@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, load_params, parse_yaml
+from multitab.provenance import git_commit
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,6 @@ class RunProvenance:
         return "\n".join(lines) + "\n"
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-
-
 def _flat(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(data, Mapping) and data:
         for key, value in data.items():
@@ -65,15 +62,15 @@ def _flat(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Dotted keys whose value differs, was added or was removed between two params mappings."""
     a, b = dict(_flat(old)), dict(_flat(new))
-    return sorted(k for k in a.keys() | b.keys() if a.get(k, object()) != b.get(k, object()) or (k in a) != (k in b))
+    absent = object()
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, absent) != b.get(k, absent))
 
 
 def run_provenance(root: str | Path, params: str = "params.yaml") -> RunProvenance:
     root = Path(root).resolve()
     path = root / params
     text = path.read_text(encoding="utf-8")
-    head = _git(root, "rev-parse", "HEAD")
-    commit = head.stdout.strip() if head.returncode == 0 else "unknown"
+    commit = git_commit(root)
     protocol, sources, current = None, {}, {}
     try:
         current = parse_yaml(text, str(path))
@@ -84,7 +81,10 @@ def run_provenance(root: str | Path, params: str = "params.yaml") -> RunProvenan
             sources = {d: str(cfg.source) for d, cfg in loaded.datasets.items()}
     except ConfigError:
         pass  # the flow reports a broken params file itself
-    committed = _git(root, "show", f"HEAD:{Path(params).as_posix()}") if commit != "unknown" else None
+    committed = None
+    if commit != "unknown":
+        committed = subprocess.run(["git", "show", f"HEAD:{Path(params).as_posix()}"], cwd=root,
+                                   capture_output=True, text=True)
     changed: list[str] = []
     if committed is not None and committed.returncode == 0:
         try:

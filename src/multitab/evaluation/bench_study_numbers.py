@@ -45,6 +45,16 @@ class Budget:
     def describe(self) -> str:
         return f"{self.n_seeds} seeds, {self.n_train:,} training rows per run"
 
+    def shortfall(self, n_seeds: int, min_train: int | None) -> str:
+        """What runs of `n_seeds` seeds and at least `min_train` training rows (None: unknown) lack of this
+        budget ("1 of 3 seeds, 14,000 of 70,000 training rows"); empty when nothing."""
+        short = []
+        if n_seeds < self.n_seeds:
+            short.append(f"{n_seeds} of {self.n_seeds} seeds")
+        if min_train is not None and min_train < self.n_train:
+            short.append(f"{min_train:,} of {self.n_train:,} training rows")
+        return ", ".join(short)
+
 
 @dataclass(frozen=True)
 class StudySettings:
@@ -219,15 +229,10 @@ def below_budget(metrics: pd.DataFrame, budget: Budget | None) -> dict[str, str]
         return {}
     out = {}
     for conf, part in metrics.groupby("config", sort=False):
-        short = []
-        seeds = part["seed"].nunique()
-        if seeds < budget.n_seeds:
-            short.append(f"{seeds} of {budget.n_seeds} seeds")
         rows = part["n_train"].dropna()
-        if len(rows) and int(rows.min()) < budget.n_train:
-            short.append(f"{int(rows.min()):,} of {budget.n_train:,} training rows")
+        short = budget.shortfall(part["seed"].nunique(), int(rows.min()) if len(rows) else None)
         if short:
-            out[str(conf)] = ", ".join(short)
+            out[str(conf)] = short
     return out
 
 

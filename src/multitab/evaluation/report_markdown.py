@@ -105,7 +105,7 @@ def _can_show(study: st.Study, prov: Provenance) -> list[str]:
         seeds = {s for f in frames for s in f}
         rows = [(r.extra.get("n_rows") or {}).get("train") for f in frames for r in f.values()]
         rows_known = [int(x) for x in rows if x]
-        below = len(seeds) < prov.budget.n_seeds or (rows_known and min(rows_known) < prov.budget.n_train)
+        below = prov.budget.shortfall(len(seeds), min(rows_known) if rows_known else None)
         if frames and below:
             out.append(f"- MultiTab-Bench: {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, {_span(rows_known)} "
                        "training rows per run, below "
