@@ -253,12 +253,12 @@ def bench_accuracy(models: list[str], *, n_samples: int, epochs: int, batch_size
 
     from multitab.config import load_params
     from multitab.datasets.bench import synthesize_config, write_dataset
-    from multitab.profiles import profiled
+    from multitab.profiles import group_train
     from multitab.training.run import RunSpec, run_training
 
     root = Path(__file__).resolve().parents[1]
     loaded = load_params(root / "params.yaml")
-    base = profiled(loaded, "study").train
+    base = group_train(loaded, loaded.study.group)
     bench = replace(loaded.bench, data=replace(loaded.bench.data, n_samples=n_samples))
     out: dict[str, Any] = {"dataset": "p06_pd3_t7", "n_samples": n_samples, "epochs": epochs, "batch_size": batch_size,
                            "runs": {}}

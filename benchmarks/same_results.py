@@ -85,7 +85,7 @@ def config(models: list[str], precision: str = "fp32") -> Any:
         from multitab.training.config import TrainConfig  # type: ignore[no-redef]
 
     return TrainConfig(
-        datasets=(), models=tuple(models), seeds=(0,), device="cpu", precision=precision,  # type: ignore[arg-type]
+        device="cpu", precision=precision,  # type: ignore[arg-type]
         compile=False, deterministic=True, num_threads=1, batch_size=256, max_epochs=4, max_train_rows=None,
         patience={"default": 5}, xgboost_early_stopping_rounds=5, progress=False,
     )

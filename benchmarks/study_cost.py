@@ -1,11 +1,11 @@
 """Projected wall time of the whole MultiTab-Bench study (Figures 5 + 6: params `study.configs` x
-`study.models`) at N samples x S seeds on this machine, from a measured subset. A PROJECTION, not a run.
+the models of run group `runs.study`) at N samples x S seeds on this machine, from a measured subset. A PROJECTION, not a run.
 
 How: for each task count t among the study's configurations (3, 5, 7) this script synthesises one study
 dataset at `--n-samples` (the study's generator, `bench.configs` settings) and trains every study model on it
 for `--measure-epochs` epochs through `multitab.training.run_training` (the train stage's own code: data
 loading, model build, per-epoch validation, test evaluation), with the study's training settings
-(`study.train` over `train`, params.yaml) and `train.num_threads` threads. Measured per (model, t):
+(`runs.study.train` over `train`, params.yaml) and `train.num_threads` threads. Measured per (model, t):
 seconds per epoch (the median of the epochs after the first; validation and checkpoints included) and
 start-up seconds (the run's wall time less its steady-state epochs: data loading, model build, first-epoch
 warm-up, test evaluation; plus one `python -m stages.train --help` process start: a stage's interpreter
@@ -63,7 +63,7 @@ from multitab.datasets.bench import synthesize_config, write_dataset
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.evaluation.complexity import complexity
 from multitab.models import build_model
-from multitab.profiles import profiled
+from multitab.profiles import group_train, profiled
 from multitab.provenance import cpu_model
 from multitab.training.run import RunSpec, run_training
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     # an epoch's cost is linear in the training rows at a fixed batch size (split 70/15/15 of the samples)
     scale = a.n_samples / measure_samples
     params = profiled(raw, "study")
-    config = params.train
+    config = group_train(raw, study.group)
     if a.precision is not None:
         config = replace(config, precision=a.precision)
     out_path = a.out or ROOT / "results/benchmarks" / (
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(config.num_threads)
     workers = a.workers or raw.orchestration.workers
-    models = list(study.models)
+    models = list(raw.group(study.group).models)
     configs = list(study.configs)
     n_tasks = {c: raw.bench.configs[c].n_tasks for c in configs}
     representative = {t: next(c for c in configs if n_tasks[c] == t) for t in sorted(set(n_tasks.values()))}

@@ -15,13 +15,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multitab.config import load_params
+from multitab.config import Params, load_params
 from multitab.config.orchestration import OrchestrationConfig
+from multitab.io import write_text
+from multitab.runs import RUNS_FILE
+from multitab.runs import render as render_runs
 
 
 def load_config(root: str | Path, params: str | Path = "params.yaml") -> OrchestrationConfig:
-    """`orchestration:` of `params` (relative to the project `root` unless absolute)."""
-    return load_params(Path(root) / params).orchestration
+    """`orchestration:` of `params` (relative to the project `root` unless absolute); first runs.yaml, the
+    run matrix dvc.yaml's `train` stage iterates, is brought in line with the params' run groups."""
+    loaded = load_params(Path(root) / params)
+    if "runs" in loaded.sections:
+        sync_runs_file(loaded, Path(root) / RUNS_FILE)
+    return loaded.orchestration
+
+
+def sync_runs_file(params: Params, path: Path) -> None:
+    """Rewrite `path` (runs.yaml) when it is not what `params` declares (multitab.runs)."""
+    text = render_runs(params)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        write_text(path, text)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from multitab.evaluation.report import Outputs, build_results
 from multitab.evaluation.report_markdown import Provenance
 from multitab.evaluation.runs import RunSet, load_runs, select_declared
 from multitab.io import all_or_nothing, remove_stale_temporaries
-from multitab.profiles import profiled
+from multitab.profiles import group_train, profiled
 from multitab.provenance import git_commit
 from stages._common import parser, run
 
@@ -51,11 +51,12 @@ def provenance(params_path: Path, params: Params) -> Provenance:
     MultiTab-Bench runs give no verdict on the paper's claim."""
     budget = None
     if "study" in params.sections and "bench" in params.sections:
-        at_study = profiled(params, "study")  # study.data over bench.data, study.train over train
+        at_study = profiled(params, "study")  # study.data over bench.data
+        train = group_train(params, params.study.group)  # the study group's train over train
         n_train, _, _ = split_sizes(at_study.bench.data.n_samples, at_study.bench.data.split)
-        if at_study.train.max_train_rows is not None:
-            n_train = min(n_train, at_study.train.max_train_rows)
-        budget = Budget(n_seeds=len(params.study.seeds), n_train=n_train)
+        if train.max_train_rows is not None:
+            n_train = min(n_train, train.max_train_rows)
+        budget = Budget(n_seeds=len(params.group(params.study.group).seeds), n_train=n_train)
     digest = hashlib.sha256(Path(params_path).read_bytes()).hexdigest()
     return Provenance(commit=git_commit(Path(params_path).resolve().parent), params_sha256=digest, budget=budget)
 
@@ -67,7 +68,7 @@ OWN_STEMS = ("table", "figure5", "figure6", "comparison_with_paper", "learning_c
 def main(argv: list[str] | None = None) -> int:
     p = parser((__doc__ or "").splitlines()[0])
     p.add_argument("--runs", required=True, type=Path, help="results/runs")
-    p.add_argument("--complexity", required=True, type=Path, help="results/tables/complexity.csv (may be absent)")
+    p.add_argument("--complexity", required=True, type=Path, help="results/complexity/complexity.csv (may be absent)")
     p.add_argument("--tables", required=True, type=Path, help="results/tables")
     p.add_argument("--figures", required=True, type=Path, help="results/figures")
     p.add_argument("--plots", required=True, type=Path, help="results/plots (data series for dvc plots)")

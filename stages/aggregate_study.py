@@ -29,17 +29,18 @@ def aggregate_study(a: argparse.Namespace) -> None:
     labels = dict(params.aggregate.models) if "aggregate" in params.sections else {}
     settings = StudySettings(model=study.claim.model, rivals=study.claim.rivals, alpha=study.claim.alpha,
                              labels={**StudySettings().labels, **labels})
-    models = list(study.models)
-    metrics, curves = collect(a.runs, configs, models, list(study.seeds))
+    group = params.group(study.group)
+    models = list(group.models)
+    metrics, curves = collect(a.runs, configs, models, list(group.seeds))
     if metrics.empty:  # nothing to report (e.g. `make study-interim` before any run finished): write nothing
         raise FileNotFoundError(f"{a.runs}: no finished study run (<config>/<model>/seed<S>/metrics.json) of "
-                                f"study.configs x study.models x study.seeds; `make study` trains them")
+                                f"study.configs x runs.{study.group}'s models and seeds; `make study` trains them")
     out = Path(a.out)
     write_csv(metrics, out / "metrics.csv")
     write_csv(curves, out / "curves.csv")
     n_samples = profiled(params, "study").bench.data.n_samples
-    header = [f"Scale: {n_samples:,} samples per configuration (70/15/15 split), seeds {list(study.seeds)}, "
-              f"training settings `study.train` {study.train} over `train` (params.yaml); runs read from "
+    header = [f"Scale: {n_samples:,} samples per configuration (70/15/15 split), seeds {list(group.seeds)}, "
+              f"training settings `runs.{study.group}.train` {group.train} over `train` (params.yaml); runs read from "
               f"{a.runs}.", ""]
     _, section = write_study(metrics, curves, out, settings, header=header, models=models)
     write_text("# MultiTab-Bench study report\n\n" + section, out / "report.md")

@@ -1,5 +1,5 @@
 """complexity: parameters and forward FLOPs per sample of every registered model on every dataset
-(params: complexity, protocol). Schemas come from the processed datasets' meta.json files (cardinalities with
+(params: complexity, protocol, datasets). Schemas come from the processed datasets' meta.json files (cardinalities with
 the reserved index, i.e. the models as trained), not from the schema registry.
 Writes <out>.csv and <out>.md (FLOPs = 2 x MACs, ptflops-style, see multitab.evaluation.complexity)."""
 
@@ -64,12 +64,16 @@ def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, proto
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
-    p.add_argument("--meta", required=True, nargs="+", type=Path, help="data/processed/<dataset>/meta.json")
+    p.add_argument("--processed", required=True, type=Path, help="data/processed: <dataset>/meta.json of every dataset")
     p.add_argument("--out", required=True, type=Path, help="output path without suffix")
     a = p.parse_args(argv)
     def go() -> None:
         params = load_params(a.params)
-        write_tables(a.meta, a.out, params.complexity, params.protocol)
+        # every dataset of params.yaml (in its order), or, in a project without `datasets:`, every folder
+        names = list(params.datasets) if "datasets" in params.sections else sorted(
+            p.name for p in a.processed.iterdir() if p.is_dir())
+        meta = [a.processed / name / "meta.json" for name in names]
+        write_tables(meta, a.out, params.complexity, params.protocol)
 
     return run("complexity", go, stems=[a.out])
 

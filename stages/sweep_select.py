@@ -3,7 +3,7 @@
     python -m stages.sweep_select --params params.yaml --sweeps results/sweep_runs \
         --selected hparams/swept.yaml --out results/sweeps
 
-Reads every grid point of params.yaml's `sweep` (stages sweep_<family>@..., their metrics.json), selects
+Reads every grid point of params.yaml's sweep groups (`runs.<group>.sweep`; their metrics.json), selects
 per dataset and model on the mean validation metric over the sweep's seeds (ties: the first point in the
 grid's order; multitab.evaluation.sweep), and writes the selections to hparams/swept.yaml (the authors'
 format; `train.hparams: swept` trains with them) and <out>/report.md, points.csv, selection.json and one
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from multitab.config import load_params
 from multitab.evaluation.sweep import collect, write_sweep_outputs
-from multitab.profiles import profiled
+from multitab.profiles import group_train
+from multitab.runs import data_names
 from stages._common import parser, run
 
 log = logging.getLogger("stages.sweep_select")
@@ -26,14 +27,18 @@ log = logging.getLogger("stages.sweep_select")
 
 def sweep_select(a: argparse.Namespace) -> None:
     params = load_params(a.params)
-    sweep = params.sweep
-    sweeps = collect(a.sweeps, sweep)
+    groups = {name: g for name, g in params.runs.items() if g.sweep is not None}
+    elsewhere = [f"runs.{name}.out={g.out}" for name, g in groups.items() if Path(g.out) != Path(a.sweeps)]
+    if elsewhere:
+        raise ValueError(f"{a.params}: sweep groups write outside {a.sweeps}: {elsewhere}; set their `out` to it")
+    sweeps = collect(a.sweeps, groups, data_names(params))
     if not sweeps:
-        raise ValueError(f"{a.params}: sweep: no family lists a dataset and a model; nothing to select")
-    train = profiled(params, "sweep").train
-    header = (f"Grid points trained with `sweep.train` {sweep.train} over `train` (max_epochs {train.max_epochs}, "
-              f"max_train_rows {train.max_train_rows}, batch {train.batch_size}, patience {dict(train.patience)}), "
-              f"protocol `{params.protocol}`; runs read from {a.sweeps}.")
+        raise ValueError(f"{a.params}: runs: no sweep group lists a dataset and a model; nothing to select")
+    header = " ".join(
+        f"Group {name}: grid points trained with `runs.{name}.train` {groups[name].train} over `train` "
+        f"(max_epochs {t.max_epochs}, max_train_rows {t.max_train_rows}, batch {t.batch_size}, patience "
+        f"{dict(t.patience)})." for name, t in ((n, group_train(params, n)) for n in groups)
+    ) + f" Protocol `{params.protocol}`; runs read from {a.sweeps}."
     summary = write_sweep_outputs(sweeps, selected_path=a.selected, out=a.out, protocol=params.protocol, header=header)
     for dataset, models in summary.items():
         for model, s in models.items():

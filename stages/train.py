@@ -1,17 +1,15 @@
-"""Stage `train@<dataset>-<model>-<seed>` (and `train_bench@<config>-<model>-<seed>`): one training run.
+"""Stage `train@<run>`: one training run of params.yaml's run matrix (`runs`, expanded in runs.yaml).
 
-    python -m stages.train --dataset higgs --model multitab_net --seed 0 \
-        --data data/processed/higgs --verdict data/validated/higgs.json \
-        --out results/runs/higgs/multitab_net/seed0 --checkpoints results/checkpoints/higgs/multitab_net/seed0
+    python -m stages.train --run real-higgs-multitab_net-0
 
-Writes <out>/metrics.json, the per-epoch curves as a dvclive log in <out>/dvclive, and the checkpoints
-(best.pt is the tested one; last.pt lets a killed run resume: just run the stage again). Every file is
-replaced atomically and durably, so a failed attempt leaves the previous results; a full disk ends the
-stage with one line, "no space left on <path> (needed ~N MB)", and exit status 1.
-`--profile bench|study|sweep` lays `bench.train` / `study.train` / `sweep.train` over `train`
-(multitab.profiles). `--hparams hparams/<train.hparams>.yaml` is the selections file of the switch
-`train.hparams` (read when it is `swept`; `authors` is the package's own copy). A sweep's grid point
-(stages sweep_<family>@...) passes its coordinates as `--point lr=0.001 dropout=0.1`.
+The run's key names its group, dataset, model, grid point and seed (multitab.runs); its data, validation
+verdict, output folders (relative to the params file's folder, the project root) and settings (the group's
+`train` laid over `train`) come from params.yaml, and runs.yaml must say the same (it is what DVC tracks). Writes <out>/metrics.json, the per-epoch curves as a
+dvclive log in <out>/dvclive, and the checkpoints (best.pt is the tested one; last.pt lets a killed run
+resume: just run the stage again). Every file is replaced atomically and durably, so a failed attempt
+leaves the previous results; a full disk ends the stage with one line, "no space left on <path> (needed
+~N MB)", and exit status 1. `train.hparams` names the selections file (hparams/<authors|swept>.yaml; read
+when it is `swept`, `authors` is the package's own copy); a sweep's grid point starts from the authors'.
 """
 
 from __future__ import annotations
@@ -23,7 +21,8 @@ from typing import Any
 
 from multitab.config import load_params
 from multitab.io import atomic_dir, read_json, read_yaml_file, remove_stale_temporaries, write_json
-from multitab.profiles import PROFILES, profiled, run_params
+from multitab.profiles import group_train, run_params
+from multitab.runs import RUNS_FILE, entry
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
 
@@ -36,29 +35,6 @@ def check_verdict(path: Path, dataset: str) -> None:
     ok = verdict.get("success")
     if ok is not True:
         raise ValueError(f"{path}: the data of {dataset} failed validation (success={ok!r}); see reports/validation/")
-
-
-def parse_point(items: list[str]) -> dict[str, Any]:
-    """`--point lr=0.001 rope=true max_depth=3` -> {"lr": 0.001, "rope": True, "max_depth": 3}."""
-    point: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--point {item!r}: expected KEY=VALUE (e.g. lr=0.001)")
-        low = text.lower()
-        value: Any
-        if low in ("true", "false"):
-            value = low == "true"
-        else:
-            try:
-                value = int(text)
-            except ValueError:
-                try:
-                    value = float(text)
-                except ValueError:
-                    raise ValueError(f"--point {item!r}: {text!r} is not a number or true/false") from None
-        point[key] = value
-    return point
 
 
 def read_selections(path: Path) -> dict[str, Any]:
@@ -94,44 +70,33 @@ def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
 
 
 def train_one(a: argparse.Namespace) -> None:
-    if a.verdict is not None:
-        check_verdict(a.verdict, a.dataset)
-    remove_stale_temporaries(a.out)  # of a save killed in an earlier attempt (the checkpoints: by `resume`)
-    spec = RunSpec(dataset=a.dataset, model=a.model, seed=a.seed, data_path=a.data,
-                   checkpoint_dir=a.checkpoints)
     params = load_params(a.params)
-    config = profiled(params, a.profile).train
-    point = parse_point(a.point or [])
+    root = Path(a.params).parent  # the project: run paths are relative to it (DVC runs stages there)
+    run_ = entry(params, a.run, a.runs if a.runs is not None else root / RUNS_FILE)
+    check_verdict(root / run_.verdict, run_.dataset)
+    out = root / run_.out
+    remove_stale_temporaries(out)  # of a save killed in an earlier attempt (the checkpoints: by `resume`)
+    spec = RunSpec(dataset=run_.dataset, model=run_.model, seed=run_.seed, data_path=root / run_.data,
+                   checkpoint_dir=root / run_.checkpoints)
+    config = group_train(params, run_.group)
     selections = None
-    if config.hparams == "swept" and not point:  # a grid point starts from the authors' selection
-        if a.hparams is None:
-            raise ValueError("train.hparams is `swept`: pass the selections file (--hparams hparams/swept.yaml)")
-        selections = read_selections(a.hparams)
-    record, history = run_training(spec, config, selections=selections, point=point or None)
-    record["profile"] = a.profile
+    if config.hparams == "swept" and not run_.point:  # a grid point starts from the authors' selection
+        selections = read_selections(root / "hparams" / f"{config.hparams}.yaml")
+    record, history = run_training(spec, config, selections=selections, point=run_.point)
+    record["group"] = run_.group
     # what params.yaml said about this run (the aggregate stage compares it with the params of its time)
-    record["params"] = run_params(params, a.profile, a.dataset, a.model)
-    write_dvclive(history, a.out / "dvclive")
-    write_json(a.out / "metrics.json", record)
+    record["params"] = run_params(params, run_.group, run_.dataset, run_.model)
+    write_dvclive(history, out / "dvclive")
+    write_json(out / "metrics.json", record)
     print(json.dumps({k: record[k] for k in ("dataset", "model", "seed", "test", "best_epoch", "epochs")}))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--seed", required=True, type=int)
-    p.add_argument("--data", required=True, type=Path, help="processed folder (meta.json + split parquet)")
-    p.add_argument("--verdict", type=Path, default=None, help="validation verdict JSON that must say success")
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--checkpoints", required=True, type=Path)
-    p.add_argument("--profile", choices=PROFILES, default="default",
-                   help="bench | study | sweep: `<profile>.train` replaces keys of `train` (see multitab.profiles)")
-    p.add_argument("--hparams", type=Path, default=None,
-                   help="selections file of train.hparams (hparams/authors.yaml | hparams/swept.yaml)")
-    p.add_argument("--point", nargs="*", metavar="KEY=VALUE", help="a sweep's grid point (e.g. lr=0.001 dropout=0.1)")
+    p.add_argument("--run", required=True, help="the run's key in runs.yaml (<group>-<dataset>-<model>[-<point>]-<seed>)")
+    p.add_argument("--runs", type=Path, default=None, help="the expanded run matrix (default: runs.yaml beside --params)")
     a = p.parse_args(argv)
-    return run(f"train@{a.dataset}-{a.model}-{a.seed}", lambda: train_one(a))
+    return run(f"train@{a.run}", lambda: train_one(a))
 
 
 if __name__ == "__main__":

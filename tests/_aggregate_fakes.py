@@ -60,14 +60,15 @@ def published_runs(root: Path, *, seeds=(0, 1, 2), noise: float = 0.002, standin
 def stamp_params(runs_dir: Path, params_path: Path) -> None:
     """Record in every metrics.json under `runs_dir` what `params_path` says about its run (metrics.json's
     `params`, as stages/train.py writes it), so that the aggregate stage takes the fakes as trained under
-    those params. Runs the params do not declare get the default profile's record."""
+    those params. Runs the params do not declare get group `real`'s record."""
     from multitab.config import load_params
-    from multitab.profiles import declared_runs, run_params
+    from multitab.profiles import run_params
+    from multitab.runs import declared_runs
 
     params = load_params(params_path)
     declared = declared_runs(params)
     for path in sorted(runs_dir.glob("*/*/seed*/metrics.json")):
         record = json.loads(path.read_text())
         key = (record["dataset"], record["model"], record["seed"])
-        record["params"] = run_params(params, declared.get(key, "default"), *key[:2])
+        record["params"] = run_params(params, declared.get(key, "real"), *key[:2])
         path.write_text(json.dumps(record))

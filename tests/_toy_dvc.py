@@ -80,3 +80,17 @@ def write_stage(name: str, deps: Sequence[str] = (), extra: str = "") -> dict:
         "outs": [f"out/{name}"],
         "_script": "\n".join(lines),
     }
+
+
+def repo_dvc_yaml(names: Sequence[str]) -> dict:
+    """The repository's dvc.yaml with only the stages `names` (as written there, `vars` included)."""
+    full = yaml.safe_load((_SRC.parent / "dvc.yaml").read_text())
+    return {"vars": full["vars"], "stages": {k: full["stages"][k] for k in names}}
+
+
+def write_runs_file(root: Path) -> None:
+    """runs.yaml of `root`'s params.yaml (as `make repro` writes it before DVC reads dvc.yaml)."""
+    from multitab.config import load_params
+    from multitab.runs import RUNS_FILE, render
+
+    (root / RUNS_FILE).write_text(render(load_params(root / "params.yaml")))

@@ -104,3 +104,42 @@ def register_tiny(monkeypatch: Any, cls: type = TinyModel, name: str = "tiny") -
     from multitab.models import MODELS
 
     monkeypatch.setitem(MODELS, name, cls)
+
+
+TINY_TRAIN: dict[str, Any] = {
+    "device": "auto", "precision": "fp32", "compile": False, "deterministic": True, "num_threads": 1,
+    "batch_size": 256, "max_epochs": 2, "max_train_rows": None, "patience": {"default": 5},
+    "xgboost_early_stopping_rounds": 5, "progress": False,
+    "optim": {"tiny": {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5}},
+}
+
+
+def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, models: list[str] | None = None,
+                       groups: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                       data: Path | None = None, success: bool = True) -> Path:
+    """A project folder for `python -m stages.train --run <key> --params <root>/params.yaml`: params.yaml
+    with `train` (TINY_TRAIN updated by `train`) and run group `real` (`models` on the processed folder
+    data/processed/tiny, seed 0; or `groups`), the data (a copy of `data`, else written), its verdict
+    (`success`) and runs.yaml. Returns the params path; the run keys are `real-tiny-<model>-0`."""
+    import shutil
+
+    import yaml
+
+    from multitab.config import load_params
+    from multitab.runs import RUNS_FILE, render
+
+    root.mkdir(parents=True, exist_ok=True)
+    processed = root / "data" / "processed" / "tiny"
+    if not processed.exists():
+        if data is not None:
+            shutil.copytree(data, processed)
+        else:
+            write_tiny_processed(processed)
+    (root / "data" / "validated").mkdir(parents=True, exist_ok=True)
+    (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": success}))
+    groups = groups or {"real": {"data": {"datasets": ["tiny"]}, "models": models or ["tiny"], "seeds": [0]}}
+    raw = {"train": {**TINY_TRAIN, **(train or {})}, "runs": groups, **(extra or {})}
+    params = root / "params.yaml"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    (root / RUNS_FILE).write_text(render(load_params(params)))
+    return params

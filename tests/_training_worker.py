@@ -30,7 +30,7 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     config = TrainConfig(
-        datasets=("tiny",), models=("tiny",), seeds=(3,), device="cpu", precision="fp32", compile=False,
+        device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=5, max_train_rows=None, patience={"default": 5},
         xgboost_early_stopping_rounds=5, progress=False, optim=TINY_OPTIM,
     )

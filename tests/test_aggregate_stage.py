@@ -51,8 +51,10 @@ def make_inputs(root: Path) -> Path:
     params["bench"]["configs"] = BENCH
     params["study"]["configs"] = list(BENCH)  # study.configs must be keys of bench.configs
     # the run matrix of the fakes: three seeds, and a variant that no table shows
-    params["train"]["seeds"] = [0, 1, 2]
+    for group in ("real", "ablation", "bench"):
+        params["runs"][group]["seeds"] = [0, 1, 2]
     params["train"]["variants"]["rope_off"] = {"model": "multitab_net", "overrides": {"rope": False}}
+    params["runs"]["ablation"]["models"] = [*params["runs"]["ablation"]["models"], "multitab_net@rope_off"]
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
     stamp_params(root / "runs", path)
@@ -168,9 +170,10 @@ def test_stage_bad_run_fails_naming_the_file(tmp_path: Path, capsys: pytest.Capt
 def test_dvc_yaml_stage_declares_what_it_reads() -> None:
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["aggregate"]
     assert {"aggregate", "bench.configs"} <= set(stage["params"])
-    for path in ("results/runs", "results/tables/complexity.csv", "src/multitab/evaluation", "stages/aggregate.py"):
+    for path in ("results/runs", "results/complexity/complexity.csv", "src/multitab/evaluation", "stages/aggregate.py"):
         assert path in stage["deps"]
-    for path in ("--runs results/runs", "--complexity results/tables/complexity.csv", "--report results/report.md",
+    assert {"runs", "train", "protocol"} <= set(stage["params"])  # the run matrix and what its runs must match
+    for path in ("--runs results/runs", "--complexity results/complexity/complexity.csv", "--report results/report.md",
                  "--metrics results/metrics.json", "--figures results/figures", "--plots results/plots"):
         assert path in stage["cmd"]
 
@@ -186,13 +189,14 @@ def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
         shutil.copytree(ROOT / item, repo / item, ignore=shutil.ignore_patterns("__pycache__"))
     dvcyaml = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     dvcyaml["stages"] = {"aggregate": dvcyaml["stages"]["aggregate"]}
+    del dvcyaml["vars"]  # runs.yaml: the training stage's
     # Keep only the top-level plots drawn from the aggregate stage's own outputs.
     dvcyaml["plots"] = [p for p in dvcyaml.get("plots", []) if "label_correlations" not in json.dumps(p)]
     (repo / "dvc.yaml").write_text(yaml.safe_dump(dvcyaml, sort_keys=False, allow_unicode=True))
     shutil.copy(make_inputs(tmp_path), repo / "params.yaml")
     shutil.copytree(tmp_path / "runs", repo / "results/runs")
-    (repo / "results/tables").mkdir(parents=True)
-    shutil.copy(tmp_path / "complexity.csv", repo / "results/tables/complexity.csv")
+    (repo / "results/complexity").mkdir(parents=True)
+    shutil.copy(tmp_path / "complexity.csv", repo / "results/complexity/complexity.csv")
     env = {**os.environ, "PYTHONPATH": f"{repo / 'src'}{os.pathsep}{repo}",
            "PATH": f"{dvc.parent}{os.pathsep}{os.environ['PATH']}"}
 
@@ -272,14 +276,17 @@ def test_single_seed_prints_t_test_as_undefined(tmp_path: Path) -> None:
     assert "n/a" in table8
 
 
-def _with(params: Path, **train: object) -> None:
+def _with(params: Path, seeds: list[int] | None = None, **train: object) -> None:
     raw = yaml.safe_load(params.read_text())
     raw["train"].update(train)
+    if seeds is not None:
+        for group in ("real", "ablation", "bench"):
+            raw["runs"][group]["seeds"] = seeds
     params.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
 
 
 def test_stage_reads_exactly_the_declared_runs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """After train.seeds shrinks from [0, 1, 2] to [0], the folders of seeds 1 and 2 stay on disk (DVC
+    """After the groups' seeds shrink from [0, 1, 2] to [0], the folders of seeds 1 and 2 stay on disk (DVC
     leaves them) but enter no table: Table 3 is seed 0's numbers alone, and a warning lists the others."""
     params = make_inputs(tmp_path)
     _with(params, seeds=[0])

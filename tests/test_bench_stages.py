@@ -236,21 +236,14 @@ def test_dvc_yaml_stages_read_only_their_params() -> None:
     ]
     lc = dvc["stages"]["label_correlations"]
     assert lc["params"] == ["bench.label_correlations"]
-    assert [next(iter(p)) for p in lc["plots"]] == [
-        "results/figures/fig3_label_correlations.png",
-        "results/figures/fig4_label_correlations.png",
-    ]
-    tables = [next(iter(o)) for o in lc["outs"]]
-    assert tables == [
-        "results/tables/fig3_label_correlations.csv",
-        "results/tables/fig4_label_correlations.csv",
-    ]
+    assert [next(iter(o)) for o in lc["outs"]] == ["results/label_correlations"]
+    assert "--figures results/label_correlations --tables results/label_correlations" in lc["cmd"]
     # the top-level data-series plots name columns the stage writes (default params)
     written = {
-        "results/tables/fig3_label_correlations.csv": {
+        "results/label_correlations/fig3_label_correlations.csv": {
             f"pd{k}_t{t}_mean" for k in (1, 2, 3, 4) for t in (2, 4)
         },
-        "results/tables/fig4_label_correlations.csv": {
+        "results/label_correlations/fig4_label_correlations.csv": {
             "pd234_T1T2_mean",
             "pd234_T1T3_mean",
             "pd234_T2T3_mean",

@@ -162,30 +162,36 @@ def test_write_study_with_no_runs_says_missing(tmp_path):
     assert "Runs: 0" in section
 
 
-def test_profiles_lay_their_sections_over_train_and_bench_data():
+def test_groups_and_the_study_profile_lay_their_sections_over_train_and_bench_data():
     from multitab.config import parse_params, read_yaml
+    from multitab.profiles import group_train
 
     raw = read_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
-    raw["train"].update(max_epochs=2, max_train_rows=2048, seeds=[0])
+    raw["train"].update(max_epochs=2, max_train_rows=2048)
     raw["bench"]["data"]["n_samples"] = 20000
-    raw["bench"]["train"] = {"max_epochs": 10, "max_train_rows": None}
-    raw["study"].update(seeds=[0, 1], data={"n_samples": 100000}, train={"max_epochs": None})
+    raw["runs"]["bench"]["train"] = {"max_epochs": 10, "max_train_rows": None}
+    raw["runs"]["study"].update(seeds=[0, 1], train={"max_epochs": None})
+    raw["study"]["data"] = {"n_samples": 100000}
     params = parse_params(raw)
     assert profiled(params, "default") == params
-    bench = profiled(params, "bench").train
-    assert (bench.max_epochs, bench.max_train_rows, bench.seeds) == (10, None, (0,))
+    bench = group_train(params, "bench")
+    assert (bench.max_epochs, bench.max_train_rows) == (10, None)
+    assert group_train(params, "real") == params.train  # a group without `train` runs with `train` as it is
     study = profiled(params, "study")
-    assert study.bench.data.n_samples == 100000 and study.train.max_epochs is None
-    assert study.train.max_train_rows == 2048 and params.train.max_epochs == 2  # a copy, untouched
-    assert params.study.seeds == (0, 1)
+    assert study.bench.data.n_samples == 100000 and params.bench.data.n_samples == 20000  # a copy, untouched
+    assert group_train(params, "study").max_epochs is None and group_train(params, "study").max_train_rows == 2048
+    assert params.train.max_epochs == 2 and params.group("study").seeds == (0, 1)
     with pytest.raises(ConfigError, match="unknown profile"):
         profiled(params, "nope")
+    with pytest.raises(ConfigError, match=r"params.yaml: no run group `runs.nope`"):
+        group_train(params, "nope")
     with pytest.raises(ConfigError, match=r"params.yaml: study\.configs: \['b'\] are not keys"):
         parse_params({**raw, "study": {**raw["study"], "configs": ["b"]}})
-    with pytest.raises(ConfigError, match=r"params.yaml: study\.train\.max_epoch: unknown key; known: \["):
-        parse_params({**raw, "study": {**raw["study"], "train": {"max_epoch": 3}}})
-    with pytest.raises(ConfigError, match=r"params.yaml \(profile bench\): train.max_epochs=0 must be >= 1"):
-        profiled(parse_params({**raw, "bench": {**raw["bench"], "train": {"max_epochs": 0}}}), "bench")
+    with pytest.raises(ConfigError, match=r"params.yaml: runs.study.train.max_epoch: unknown key; known: \["):
+        parse_params({**raw, "runs": {**raw["runs"], "study": {**raw["runs"]["study"], "train": {"max_epoch": 3}}}})
+    bad = parse_params({**raw, "runs": {**raw["runs"], "bench": {**raw["runs"]["bench"], "train": {"max_epochs": 0}}}})
+    with pytest.raises(ConfigError, match=r"params.yaml: runs.bench.train: train.max_epochs=0 must be >= 1"):
+        group_train(bad, "bench")
 
 
 def test_default_run_leaves_out_the_opt_in_stages_no_default_stage_needs():
@@ -207,15 +213,21 @@ def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
     params = load_params(root / "params.yaml")
     study = params.study
     assert len(study.configs) == 9 and set(study.configs) == set(params.bench.configs)
-    assert profiled(params, "study").train.max_train_rows is None
-    assert params.train.max_epochs == profiled(params, "default").train.max_epochs
+    from multitab.profiles import group_train
+    from multitab.runs import expand
+
+    assert group_train(params, study.group).max_train_rows is None
+    assert profiled(params, "study").bench.data.n_samples > params.bench.data.n_samples
+    runs = expand(params)
+    assert {r.opt_in for r in runs.values() if r.group == study.group} == {True}
+    assert {r.opt_in for r in runs.values() if r.group in ("real", "ablation", "bench")} == {False}
     import yaml
 
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    for stage in ("synthesize_study", "validate_study", "train_study", "aggregate_study"):
+    for stage in ("synthesize_study", "validate_study", "aggregate_study"):
         body = stages[stage].get("do", stages[stage])
         assert body["meta"] == {"opt_in": True}, stage
-    assert "meta" not in stages["train_bench"] and "opt_in" not in str(stages["train"])
+    assert stages["train"]["do"]["meta"] == {"opt_in": "${item.opt_in}"}
 
 
 def test_explained_variance_and_mse_equal_sklearn_exactly():
@@ -248,8 +260,8 @@ def _study_params(tmp_path: Path) -> tuple[dict, Path]:
         "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
         "p06_pd234_t3": {"groups": ["nonuniform"], "correlation": 0.6, "degrees": [2, 3, 4], "seed": 0}}
     params["study"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
-    for family in ("mlp", "transformer", "inter_sample", "xgboost"):  # they name the repo's configurations
-        params["sweep"][family]["data"] = []
+    for group in ("sweep_mlp", "sweep_inter_sample"):  # they name the repo's configurations
+        del params["runs"][group]
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
     return params, path

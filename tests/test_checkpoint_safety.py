@@ -20,7 +20,8 @@ import pytest
 import torch
 import yaml
 
-from _training_tiny import TINY_OPTIM, register_tiny, write_tiny_processed
+from _toy_dvc import repo_dvc_yaml, write_runs_file
+from _training_tiny import TINY_OPTIM, register_tiny, write_tiny_processed, write_tiny_project
 from multitab import io as mio
 from multitab.config.train import TrainConfig
 from multitab.training import checkpoint as ckpt
@@ -34,7 +35,7 @@ TIMING = {"epoch_seconds", "data_seconds", "samples_per_second", "train_seconds"
 
 def make_config(**kw: object) -> TrainConfig:
     base: dict[str, object] = dict(
-        datasets=("tiny",), models=("tiny",), seeds=(0,), device="cpu", precision="fp32", compile=False,
+        device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None,
         patience={"default": 5}, xgboost_early_stopping_rounds=5, progress=False, optim=TINY_OPTIM,
     )
@@ -183,15 +184,16 @@ def test_a_best_pt_lost_after_training_is_named_not_blamed_on_the_labels(tiny: P
 
 # ------------------------------------------------------------------------------------- the disk fills up
 def _stage_args(tiny: Path, tmp_path: Path, name: str) -> list[str]:
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"train": {
-        "datasets": ["tiny"], "models": ["tiny"], "seeds": [0], "device": "cpu", "precision": "fp32",
-        "compile": False, "deterministic": True, "num_threads": 1, "batch_size": 128, "max_epochs": 3,
-        "max_train_rows": None, "patience": {"default": 5}, "xgboost_early_stopping_rounds": 5,
-        "progress": False,
-        "optim": {"tiny": {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5}}}}))
-    return ["--dataset", "tiny", "--model", "tiny", "--seed", "0", "--data", str(tiny), "--out",
-            str(tmp_path / f"out_{name}"), "--checkpoints", str(tmp_path / f"ck_{name}"), "--params", str(params)]
+    """Stage arguments of run `real-tiny-tiny-0` in project tmp_path/<name> (see _run_dirs)."""
+    params = write_tiny_project(tmp_path / name, data=tiny, train={
+        "device": "cpu", "batch_size": 128, "max_epochs": 3, "max_train_rows": None})
+    return ["--run", "real-tiny-tiny-0", "--params", str(params)]
+
+
+def _run_dirs(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """(run folder, checkpoint folder) of the project of `_stage_args`."""
+    root = tmp_path / name / "results"
+    return root / "runs" / "tiny" / "tiny" / "seed0", root / "checkpoints" / "tiny" / "tiny" / "seed0"
 
 
 def test_disk_full_gives_one_clear_line_and_the_rerun_resumes(
@@ -217,7 +219,7 @@ def test_disk_full_gives_one_clear_line_and_the_rerun_resumes(
     args = _stage_args(tiny, tmp_path, "kill")
     assert stage.main(args) == 1
     err = capsys.readouterr().err
-    ck, out = tmp_path / "ck_kill", tmp_path / "out_kill"
+    out, ck = _run_dirs(tmp_path, "kill")
     line = f"error: no space left on {ck / ckpt.LAST} (needed ~{mio._megabytes(attempted[1])} MB"
     assert line in err and "Traceback" not in err, err
     assert not list(ck.glob("*.tmp")) and not list(ck.glob(".*.tmp"))  # no half-written file stays
@@ -225,11 +227,11 @@ def test_disk_full_gives_one_clear_line_and_the_rerun_resumes(
     # space is freed; a save killed by SIGKILL in between left temporaries: the re-run removes them
     monkeypatch.setattr(mio, "_write_chunks", real_write)
     (ck / f".{ckpt.LAST}.k1ll3d.tmp").write_bytes(b"partial")
-    out.mkdir()
+    out.mkdir(parents=True, exist_ok=True)
     (out / ".metrics.json.k1ll3d.tmp").write_text("{")
     assert stage.main(args) == 0
     assert not list(ck.glob(".*.tmp")) and not list(out.glob(".*.tmp"))
-    a = json.loads((tmp_path / "out_full" / "metrics.json").read_text())
+    a = json.loads((_run_dirs(tmp_path, "full")[0] / "metrics.json").read_text())
     b = json.loads((out / "metrics.json").read_text())
     assert b["resumed_from_epoch"] == 1 and _strip(a) == _strip(b)
 
@@ -327,12 +329,13 @@ def test_dvc_train_stage_keeps_its_results_through_a_failed_rerun(tmp_path: Path
     for item in ("stages", "src", "hparams"):  # hparams/authors.yaml: a link into src (train.hparams)
         shutil.copytree(ROOT / item, repo / item, ignore=ignore, symlinks=True)
     (repo / ".gitignore").write_text((ROOT / ".gitignore").read_text())
-    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["train"]
-    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": stage}}, sort_keys=False))
+    (repo / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(["train"]), sort_keys=False))
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["train"].update(datasets=["higgs"], models=["stl_mlp"], seeds=[0], device="cpu", max_epochs=1,
-                           max_train_rows=None, progress=False, num_threads=1)
+    params["train"].update(device="cpu", max_epochs=1, max_train_rows=None, progress=False, num_threads=1)
+    params["runs"] = {"real": {"data": {"datasets": ["higgs"]}, "models": ["stl_mlp"], "seeds": [0]}}
+    del params["study"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_runs_file(repo)
     write_tiny_processed(repo / "data" / "processed" / "higgs", n={"train": 300, "val": 100, "test": 100})
     verdict = repo / "data" / "validated" / "higgs.json"
     verdict.parent.mkdir(parents=True)
@@ -342,7 +345,7 @@ def test_dvc_train_stage_keeps_its_results_through_a_failed_rerun(tmp_path: Path
     _dvc(["init", "-q"], repo)
     subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-qm", "init"], cwd=repo, check=True)  # dvclive reads HEAD
-    target = "train@higgs-stl_mlp-0"
+    target = "train@real-higgs-stl_mlp-0"
     _dvc(["repro", target], repo)
     run = repo / "results" / "runs" / "higgs" / "stl_mlp" / "seed0"
     metrics = (run / "metrics.json").read_bytes()

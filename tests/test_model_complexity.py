@@ -94,17 +94,20 @@ def test_complexity_stage_writes_tables(tmp_path: Path) -> None:
         "tasks": [{"name": "y", "type": "binary", "n_classes": None}],
         "standin": True,
     }
-    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "processed" / "tiny").mkdir(parents=True)
+    (tmp_path / "processed" / "tiny" / "meta.json").write_text(json.dumps(meta))
     (tmp_path / "params.yaml").write_text("complexity: {batch_size: 1}\n")
     out = tmp_path / "tables" / "complexity"
-    rc = main(["--params", str(tmp_path / "params.yaml"), "--meta", str(tmp_path / "meta.json"), "--out", str(out)])
+    args = ["--params", str(tmp_path / "params.yaml"), "--out", str(out)]
+    rc = main([*args, "--processed", str(tmp_path / "processed")])
     assert rc == 0
     df = pd.read_csv(out.with_suffix(".csv"))
     assert list(df["model"]) == list(MODELS) and (df["dataset"] == "tiny").all() and df["standin"].all()
     torch_rows = df[df["params"].notna()]
     assert (torch_rows["flops"] > 0).all()
     assert "stand-in data: tiny" in out.with_suffix(".md").read_text()
-    assert main(["--params", str(tmp_path / "params.yaml"), "--meta", str(tmp_path / "nope.json"), "--out", str(out)]) == BAD_INPUT
+    (tmp_path / "processed" / "empty").mkdir()  # a dataset folder without meta.json: one clear error
+    assert main([*args, "--processed", str(tmp_path / "processed")]) == BAD_INPUT
 
 
 def test_flops_follow_table4_convention() -> None:

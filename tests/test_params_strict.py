@@ -42,9 +42,16 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
                                "train.model_overrides: 'higs' is not a dataset"),
     "overrides_model_typo": (_set("train", "model_overrides", {"sant": {"n_blocks": 2}}),
                              "train.model_overrides: 'sant' is not a registered model"),
-    "train_model_typo": (_set("train", "models", ["stl_mlp", "mmoee"]), "train.models: 'mmoee'"),
-    "study_model_typo": (_set("study", "models", ["stl_mlp", "mmoe", "ple", "stem", "multitab-net"]),
-                         "study.models: 'multitab-net'"),
+    "group_model_typo": (_set("runs", "real", "models", ["stl_mlp", "mmoee"]), "runs.real.models: 'mmoee'"),
+    "study_model_typo": (_set("runs", "study", "models", ["stl_mlp", "mmoe", "ple", "stem", "multitab-net"]),
+                         "runs.study.models: 'multitab-net'"),
+    "variant_typo": (_set("runs", "ablation", "models", ["multitab_net@single_nne"]),
+                     "runs.ablation.models: 'single_nne' is not a train variant"),
+    "group_data_typo": (_set("runs", "bench", "data", {"bench": ["p06_pd3_t9"]}), "runs.bench.data.bench: 'p06_pd3_t9'"),
+    "group_data_kind": (_set("runs", "bench", "data", "synthetic"), "runs.bench: data='synthetic': expected one of"),
+    "group_train_key": (_set("runs", "bench", "train", {"max_epoch": 3}), "runs.bench.train.max_epoch: unknown key"),
+    "claim_outside_the_study": (_set("study", "claim", "rivals", ["mmoe", "saint"]),
+                                "study.claim: 'saint' is not one of runs.study.models"),
     "aggregate_dataset_typo": (_set("aggregate", "datasets", ["higs"]), "aggregate.datasets: 'higs'"),
     "negative_noise": (_set("datasets", "higgs", "preprocess", "noise", -1),
                        "datasets.higgs.preprocess.noise=-1.0: must be >= 0"),
@@ -59,7 +66,7 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
                              "datasets.acs_income.split.val_fraction=15.0: must be < 1"),
     "no_training_rows": (_set("datasets", "acs_income", "split", "test_fraction", 0.9),
                          "datasets.acs_income.split: val_fraction 0.15 + test_fraction 0.9"),
-    "repeated_seed": (_set("train", "seeds", [0, 0]), "train.seeds=[0, 0]: lists 0 more than once"),
+    "repeated_seed": (_set("runs", "real", "seeds", [0, 0]), "runs.real.seeds=[0, 0]: lists 0 more than once"),
     "negative_retries": (_set("datasets", "higgs", "remote", "retries", -1),
                          "datasets.higgs.remote.retries=-1: must be >= 0"),
     "fraction_above_one": (_set("validation", "raw", "duplicates_max_fraction", 2),
@@ -86,12 +93,12 @@ def test_a_key_given_twice_is_an_error_for_every_reader(tmp_path: Path, capsys: 
     from stages.train import read_selections
 
     text = (ROOT / "params.yaml").read_text()
-    twice = text.replace("  seeds: [0]\n", "  seeds: [0]\n  seeds: [0, 1]\n", 1)
+    twice = text.replace("\n  device: auto", "\n  device: cpu\n  device: auto", 1)
     assert twice != text
     params = tmp_path / "params.yaml"
     params.write_text(twice)
-    line = twice[: twice.index("  seeds: [0, 1]\n")].count("\n") + 1
-    with pytest.raises(ConfigError, match=rf"line {line}, column 3: key 'seeds' appears twice in one mapping \(first at line {line - 1}\)"):
+    line = twice[: twice.index("\n  device: auto")].count("\n") + 2
+    with pytest.raises(ConfigError, match=rf"line {line}, column 3: key 'device' appears twice in one mapping \(first at line {line - 1}\)"):
         read_yaml(params)
     # a stage: one line naming the file, exit 3 (the cause is the input), no traceback
     rc = split.main(["--params", str(params), "--dataset", "higgs", "--raw", str(tmp_path), "--out",

@@ -166,8 +166,14 @@ def test_dvc_reruns_every_stage_the_protocol_affects() -> None:
     for name in ("split", "validate_raw"):
         assert "protocol" in stages[name]["do"]["params"], name
     # aggregate: it refuses a run trained under another protocol than params.yaml's (metrics.json `params`)
-    for name in ("train", "train_bench", "train_ablation", "complexity", "aggregate"):
+    for name in ("complexity", "aggregate"):
         assert "protocol" in stages[name]["params"], name
+    # every training run: its runs.yaml entry (its DVC params dependency) holds the protocol
+    assert stages["train"]["do"]["params"] == [{"runs.yaml": ["train_runs.${key}"]}]
+    from multitab.config import load_params
+    from multitab.runs import entries
+
+    assert {e["settings"]["protocol"] for e in entries(load_params(ROOT / "params.yaml")).values()} == {"paper"}
     for name in ("acquire", "preprocess", "synthesize"):
         block = stages[name].get("do", stages[name])
         assert "protocol" not in block.get("params", []), name

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from multitab.config import load_params
 from multitab.exit_codes import BAD_INPUT
+from multitab.runs import RUNS_FILE, render
 from stages import acquire, preprocess, split, train, validate_processed, validate_raw
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,30 +52,28 @@ def write_params(tmp: Path, dataset: str, path: Path, split_cfg: dict[str, Any],
     # ~30 training rows: the quantile map sends the extremes to +-5.2 (std ~1.6), a small-sample artefact
     ds["preprocess"]["numerical"] = "standard"
     params["validation"]["policy"][dataset].update(policy)
-    params["train"].update(
-        datasets=[dataset], models=["stl_mlp"], seeds=[0], device="cpu", max_epochs=1, batch_size=32,
-        max_train_rows=None, progress=False,
-    )
+    params["train"].update(device="cpu", max_epochs=1, batch_size=32, max_train_rows=None, progress=False)
+    params["runs"]["real"] = {"data": {"datasets": [dataset]}, "models": ["stl_mlp"], "seeds": [0]}
     out = tmp / "params.yaml"
     out.write_text(yaml.safe_dump(params, sort_keys=False))
+    (tmp / RUNS_FILE).write_text(render(load_params(out)))
     return out
 
 
 def run_pipeline(tmp: Path, dataset: str, params: Path) -> dict[str, Any]:
     p = ["--params", str(params)]
     d = ["--dataset", dataset]
-    raw, splits, processed = tmp / "raw", tmp / "splits", tmp / "processed"
+    raw, splits, processed = tmp / "raw", tmp / "splits", tmp / "data" / "processed" / dataset
     gx_args = ["--context", str(tmp / "gx"), "--report", str(tmp / "reports")]
     assert acquire.main([*p, *d, "--out", str(raw)]) == 0
     assert split.main([*p, *d, "--raw", str(raw), "--out", str(splits)]) == 0
     assert validate_raw.main([*p, *d, "--splits", str(splits), "--out", str(tmp / "raw.json"), *gx_args]) == 0
     assert preprocess.main([*p, *d, "--splits", str(splits), "--out", str(processed), "--verdict", str(tmp / "raw.json")]) == 0
-    assert validate_processed.main([*p, "--processed", str(processed), "--out", str(tmp / "v.json"), *gx_args]) == 0
-    assert train.main([*p, *d, "--model", "stl_mlp", "--seed", "0", "--data", str(processed),
-                       "--verdict", str(tmp / "v.json"), "--out", str(tmp / "run"),
-                       "--checkpoints", str(tmp / "ck")]) == 0
-    verdict: dict[str, Any] = json.loads((tmp / "raw.json").read_text())
-    return verdict
+    verdict = tmp / "data" / "validated" / f"{dataset}.json"
+    assert validate_processed.main([*p, "--processed", str(processed), "--out", str(verdict), *gx_args]) == 0
+    assert train.main([*p, "--run", f"real-{dataset}-stl_mlp-0"]) == 0
+    raw_verdict: dict[str, Any] = json.loads((tmp / "raw.json").read_text())
+    return raw_verdict
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -87,11 +87,11 @@ def test_release_layouts_run_through_training(case: str, tmp_path: Path) -> None
         assert any("class_balance" in w for w in verdict["warnings"]), verdict["warnings"]
     else:
         assert not [w for w in verdict["warnings"] if "class_balance" in w]
-    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "results" / "runs" / dataset / "stl_mlp" / "seed0" / "metrics.json").read_text())
     assert metrics["dataset"] == dataset and metrics["epochs"] == 1
     # the warnings travel with the data: meta.json -> metrics.json -> the report's banner
     assert metrics["validation_warnings"] == verdict["warnings"]
-    meta = json.loads((tmp_path / "processed" / "meta.json").read_text())
+    meta = json.loads((tmp_path / "data" / "processed" / dataset / "meta.json").read_text())
     assert meta["standin"] is False
     if dataset == "aliexpress":
         # Embedding sizes come from train's codes (ids far above the schema's guesses are fine), and the

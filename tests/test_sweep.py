@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from _toy_dvc import repo_dvc_yaml
 from _training_tiny import write_tiny_processed
 from multitab.config import ConfigError, load_params, parse_params
-from multitab.config.sweep import PAPER_GRIDS
-from multitab.evaluation.sweep import Point, Sweep, SweepError, collect, point_id, write_sweep_outputs
+from multitab.config.runs import PAPER_GRIDS
+from multitab.evaluation.sweep import Point, Sweep, SweepError, collect, write_sweep_outputs
 from multitab.models import build_model
 from multitab.models.defaults import apply_point, model_defaults, selected_entry, training_defaults
-from stages.train import parse_point
+from multitab.runs import data_names, expand, point_id
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = {"name": "p06_pd3_t3", "features": [{"name": f"x{i:02d}", "kind": "numerical", "cardinality": None}
@@ -35,32 +36,41 @@ def raw_params() -> dict:
     return yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
-def test_repo_params_write_out_the_papers_grids() -> None:
-    sweep = load_params(ROOT / "params.yaml").sweep
-    for family, grid in PAPER_GRIDS.items():
-        assert sweep.family(family).grid == grid, family
-    assert load_params(ROOT / "params.yaml").train.hparams == "authors"  # the default replays the authors'
+def test_repo_params_sweep_groups_write_out_the_papers_grids() -> None:
+    params = load_params(ROOT / "params.yaml")
+    sweeps = {name: g for name, g in params.runs.items() if g.sweep is not None}
+    assert {g.sweep for g in sweeps.values()} == {"mlp", "inter_sample"}
+    for name, group in sweeps.items():
+        assert group.sweep is not None and group.grid == PAPER_GRIDS[group.sweep], name
+        assert group.opt_in and group.out == "results/sweep_runs", name
+    assert params.train.hparams == "authors"  # the default replays the authors'
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda s: s["mlp"]["grid"].pop("dropout"), r"sweep.mlp.grid: axes must be \['lr', 'dropout'\], got \['lr'\]"),
-    (lambda s: s["mlp"].update(models=["multitab_net"]), r"sweep.mlp.models: \['multitab_net'\] cannot be swept"),
-    (lambda s: s["mlp"]["grid"].update(lr=[]), r"sweep.mlp.grid.lr: expected a non-empty list"),
-    (lambda s: s["train"].update(hparams="swept"), r"sweep.train.hparams: set train.hparams instead"),
+    (lambda g: g["grid"].pop("dropout"), r"runs.sweep_mlp: grid: axes must be \['lr', 'dropout'\] \(family mlp\), got \['lr'\]"),
+    (lambda g: g.update(models=["multitab_net"]), r"runs.sweep_mlp: models: \['multitab_net'\] cannot be swept"),
+    (lambda g: g["grid"].update(lr=[]), r"runs.sweep_mlp: grid.lr: expected a non-empty list"),
+    (lambda g: g.pop("sweep"), r"runs.sweep_mlp: sweep and grid go together"),
+    (lambda g: g["train"].update(max_epochs=0), r"runs.sweep_mlp.train: .*max_epochs=0 must be >= 1"),
 ])
-def test_bad_sweep_section_fails_at_load_naming_the_key(change, message) -> None:
+def test_bad_sweep_group_fails_at_load_naming_the_key(change, message) -> None:
     raw = raw_params()
-    change(raw["sweep"])
+    raw["runs"]["sweep_mlp"]["train"] = dict(raw["runs"]["sweep_mlp"]["train"])
+    change(raw["runs"]["sweep_mlp"])
     with pytest.raises(ConfigError, match=message):
-        parse_params(raw)
+        from multitab.profiles import group_train
+        group_train(parse_params(raw), "sweep_mlp")
 
 
-def test_parse_point_reads_numbers_and_booleans() -> None:
-    assert parse_point(["lr=0.0001", "rope=True", "max_depth=3", "ff_dropout=1e-05"]) == {
-        "lr": 0.0001, "rope": True, "max_depth": 3, "ff_dropout": 1e-05}
-    for bad in ("lr", "lr=fast", "=1"):
-        with pytest.raises(ValueError, match="--point"):
-            parse_point([bad])
+def test_a_sweep_group_expands_to_one_run_per_point_with_the_point_as_its_folder() -> None:
+    params = load_params(ROOT / "params.yaml")
+    runs = [r for r in expand(params).values() if r.group == "sweep_inter_sample"]
+    assert len(runs) == 4 * 4 * 4 * 2
+    first = runs[0]
+    assert first.point == {"lr": 0.0001, "att_dropout": 0.0, "ff_dropout": 0.0, "rope": False}
+    assert first.key == "sweep_inter_sample-p06_pd3_t3-multitab_net-lr0_0001-att_dropout0_0-ff_dropout0_0-ropefalse-0"
+    assert first.out == "results/sweep_runs/p06_pd3_t3/multitab_net/lr0.0001-att_dropout0.0-ff_dropout0.0-ropefalse/seed0"
+    assert first.data == "data/synthetic/p06_pd3_t3" and first.opt_in
 
 
 def test_a_grid_point_is_the_authors_selection_with_its_coordinates_put_in() -> None:
@@ -127,10 +137,9 @@ def _write_point(root: Path, dataset: str, model: str, coords: dict, seed: int, 
 
 def _small_sweep_params(tmp_path: Path) -> tuple[Path, dict]:
     raw = raw_params()
-    for fam in ("mlp", "transformer", "inter_sample", "xgboost"):
-        raw["sweep"][fam]["data"] = []
-    raw["sweep"]["mlp"].update(models=["mmoe"], grid={"lr": [0.001, 0.01], "dropout": [0.0, 0.1]}, data=[
-        {"name": "p06_pd3_t3", "data": "x", "verdict": "y"}])
+    del raw["runs"]["sweep_inter_sample"]
+    raw["runs"]["sweep_mlp"].update(models=["mmoe"], grid={"lr": [0.001, 0.01], "dropout": [0.0, 0.1]},
+                                    data={"bench": ["p06_pd3_t3"]})
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path, raw
@@ -138,30 +147,33 @@ def _small_sweep_params(tmp_path: Path) -> tuple[Path, dict]:
 
 def test_collect_names_a_missing_point_and_a_point_of_another_grid(tmp_path: Path) -> None:
     path, _ = _small_sweep_params(tmp_path)
-    sweep = load_params(path).sweep
+    params = load_params(path)
+    sweep = {"sweep_mlp": params.group("sweep_mlp")}
+    kinds = data_names(params)
     runs = tmp_path / "runs"
     coords = [{"lr": a, "dropout": b} for a in (0.001, 0.01) for b in (0.0, 0.1)]
     for c in coords[:3]:
         _write_point(runs, "p06_pd3_t3", "mmoe", c, 0, 0.5)
     with pytest.raises(SweepError, match=r"lr0.01-dropout0.1/seed0/metrics.json: grid point not trained"):
-        collect(runs, sweep)
+        collect(runs, sweep, kinds)
     _write_point(runs, "p06_pd3_t3", "mmoe", {"lr": 0.01, "dropout": 0.2}, 0, 0.9)  # another grid's leftover
     shutil.copytree(runs / "p06_pd3_t3/mmoe/lr0.01-dropout0.2", runs / "p06_pd3_t3/mmoe/lr0.01-dropout0.1")
     with pytest.raises(SweepError, match=r"holds grid point \{'lr': 0.01, 'dropout': 0.2\}"):
-        collect(runs, sweep)
+        collect(runs, sweep, kinds)
     _write_point(runs, "p06_pd3_t3", "mmoe", coords[3], 0, 0.7)
-    sweeps = collect(runs, sweep)  # the leftover folder lr0.01-dropout0.2 is ignored
+    sweeps = collect(runs, sweep, kinds)  # the leftover folder lr0.01-dropout0.2 is ignored
     assert [len(s.points) for s in sweeps] == [4] and sweeps[0].selected.coords == coords[3]
 
 
 def test_outputs_selection_in_the_authors_format_report_and_figure(tmp_path: Path) -> None:
     path, _ = _small_sweep_params(tmp_path)
-    sweep = load_params(path).sweep
+    params = load_params(path)
+    sweep, kinds = {"sweep_mlp": params.group("sweep_mlp")}, data_names(params)
     runs = tmp_path / "runs"
     for c, v in zip([{"lr": a, "dropout": b} for a in (0.001, 0.01) for b in (0.0, 0.1)], [0.4, 0.5, 0.8, 0.6]):
         _write_point(runs, "p06_pd3_t3", "mmoe", c, 0, v)
     out = tmp_path / "sweeps"
-    summary = write_sweep_outputs(collect(runs, sweep), selected_path=tmp_path / "swept.yaml", out=out,
+    summary = write_sweep_outputs(collect(runs, sweep, kinds), selected_path=tmp_path / "swept.yaml", out=out,
                                   protocol="paper")
     assert summary["p06_pd3_t3"]["mmoe"]["point"] == "lr0.01-dropout0.0"
     chosen = yaml.safe_load((tmp_path / "swept.yaml").read_text())
@@ -187,29 +199,26 @@ def test_outputs_selection_in_the_authors_format_report_and_figure(tmp_path: Pat
 # ------------------------------------------------------------------------------------------ end to end
 
 def _toy_project(root: Path) -> Path:
-    """A git + DVC project holding the repo's own stages sweep_mlp, sweep_select and train (dvc.yaml, as
-    written there), its stage scripts and library, params with a 2 x 2 grid of STL on a tiny stand-in, and
-    `train.hparams: swept`."""
+    """A git + DVC project holding the repo's own stages train and sweep_select (dvc.yaml, as written
+    there), its stage scripts and library, params with a run group `real` (STL on a tiny stand-in,
+    `train.hparams: swept`) and a sweep group with a 2 x 2 grid of STL on it."""
     root.mkdir()
     for folder in ("stages", "src/multitab"):
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    keep = {k: stages[k] for k in ("train", "sweep_mlp", "sweep_select")}
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": keep}, sort_keys=False))
+    (root / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(["train", "sweep_select"]), sort_keys=False))
+    (root / "hparams").mkdir()
+    shutil.copy(ROOT / "hparams" / "authors.yaml", root / "hparams" / "authors.yaml")
     raw = raw_params()
+    sweep_mlp = copy.deepcopy(raw["runs"]["sweep_mlp"])
+    sweep_mlp.update(models=["stl_mlp"], grid={"lr": [0.001, 0.1], "dropout": [0.0, 0.2]}, data={"datasets": ["tiny"]},
+                     train={"max_epochs": 3})
     params = {
         "protocol": "paper",
-        "train": {**raw["train"], "datasets": ["tiny"], "models": ["stl_mlp"], "seeds": [0], "max_epochs": 2,
-                  "max_train_rows": None, "batch_size": 64, "progress": False, "hparams": "swept"},
-        "sweep": copy.deepcopy(raw["sweep"]),
+        "train": {**raw["train"], "max_epochs": 2, "max_train_rows": None, "batch_size": 64, "progress": False,
+                  "hparams": "swept"},
+        "runs": {"real": {"data": {"datasets": ["tiny"]}, "models": ["stl_mlp"], "seeds": [0]}, "sweep_mlp": sweep_mlp},
         "orchestration": {**raw["orchestration"], "workers": 1, "retries": 0, "summary": "results/pipeline_summary.json"},
     }
-    for fam in ("mlp", "transformer", "inter_sample", "xgboost"):
-        params["sweep"][fam]["data"] = []
-    params["sweep"]["train"] = {"max_epochs": 3}
-    params["sweep"]["mlp"].update(
-        models=["stl_mlp"], grid={"lr": [0.001, 0.1], "dropout": [0.0, 0.2]},
-        data=[{"name": "tiny", "data": "data/processed/tiny", "verdict": "data/validated/tiny.json"}])
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     tasks = [{"name": "y1", "type": "regression", "n_classes": None}, {"name": "y2", "type": "binary", "n_classes": None}]
     write_tiny_processed(root / "data" / "processed" / "tiny", n={"train": 300, "val": 100, "test": 100}, tasks=tasks)
@@ -239,13 +248,13 @@ def _locked_points(root: Path) -> set[str]:
         lock = yaml.safe_load((root / "dvc.lock").read_text()) or {}
     except (FileNotFoundError, yaml.YAMLError):  # not written yet, or being rewritten
         return set()
-    return {s for s in lock.get("stages", {}) if s.startswith("sweep_mlp@")}
+    return {s for s in lock.get("stages", {}) if s.startswith("train@sweep_mlp-")}
 
 
 def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_path: Path) -> None:
     root = _toy_project(tmp_path / "p")
     home = tmp_path / "prefect"
-    # The default run: train@tiny-stl_mlp-0 reads hparams/swept.yaml (train.hparams: swept), so the flow
+    # The default run: train@real-tiny-stl_mlp-0 reads hparams/swept.yaml (train.hparams: swept), so the flow
     # brings in the opt-in sweep stages. Killed (the flow and its DVC subprocess) once a point is recorded.
     proc = _flow(root, home)
     deadline = time.monotonic() + 240
@@ -259,9 +268,9 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
     assert len(first) < 4 and not (root / "hparams" / "swept.yaml").exists()
     points = root / "results" / "sweep_runs" / "tiny" / "stl_mlp"
     done = {}
-    for stage in first:  # sweep_mlp@data0-stl_mlp-<lr>-<dropout>-<seed>
-        lr, dropout = stage.split("@")[1].split("-")[2:4]
-        done[f"lr{lr}-dropout{dropout}"] = (points / f"lr{lr}-dropout{dropout}" / "seed0" / "metrics.json").read_bytes()
+    for stage in first:  # train@sweep_mlp-tiny-stl_mlp-lr<lr>-dropout<dropout>-<seed>, dots as underscores
+        point = "-".join(stage.split("-")[3:5]).replace("_", ".")
+        done[point] = (points / point / "seed0" / "metrics.json").read_bytes()
 
     proc = _flow(root, home)
     out, _ = proc.communicate(timeout=600)
@@ -270,9 +279,9 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
     stages = summary["stages"]
     # the points recorded before the kill were not trained again; the others ran, then selection, then training
     assert {s for s in first if stages[s]["status"] == "up_to_date" or s not in stages} == first
-    assert {s for s in stages if s.startswith("sweep_mlp@") and stages[s]["status"] == "ran"} == (
-        {s for s in stages if s.startswith("sweep_mlp@")} - first)
-    assert stages["sweep_select"]["status"] == "ran" and stages["train@tiny-stl_mlp-0"]["status"] == "ran"
+    assert {s for s in stages if s.startswith("train@sweep_mlp-") and stages[s]["status"] == "ran"} == (
+        {s for s in stages if s.startswith("train@sweep_mlp-")} - first)
+    assert stages["sweep_select"]["status"] == "ran" and stages["train@real-tiny-stl_mlp-0"]["status"] == "ran"
     for name, data in done.items():
         assert (points / name / "seed0" / "metrics.json").read_bytes() == data, f"{name} was trained again"
     chosen = yaml.safe_load((root / "hparams" / "swept.yaml").read_text())["tiny"]["stl_mlp"]
@@ -285,17 +294,11 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
     assert (root / "results" / "sweeps" / "figures" / "tiny-stl_mlp.png").exists()
 
 
-def test_every_family_has_a_stage_whose_folders_are_the_point_ids() -> None:
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for family, grid in PAPER_GRIDS.items():
-        stage = stages[f"sweep_{family}"]
-        assert list(stage["matrix"]) == ["data", "model", *grid, "seed"], family
-        assert stage["meta"] == {"opt_in": True}
-        folder = "-".join(f"{a}${{item.{a}}}" for a in grid)  # point_id's format, filled in by DVC
-        assert "--point " + " ".join(f"{a}=${{item.{a}}}" for a in grid) in stage["cmd"]
-        assert f"results/sweep_runs/${{item.data.name}}/${{item.model}}/{folder}/seed${{item.seed}}" in stage["cmd"]
-    assert point_id({"lr": 0.0001, "rope": True}) == "lr0.0001-ropetrue"  # as DVC fills them in
-    assert stages["sweep_select"]["meta"] == {"opt_in": True}
-    for name in ("train", "train_bench", "train_ablation", "train_study"):
-        assert "--hparams hparams/${train.hparams}.yaml" in stages[name]["cmd"], name
-        assert "hparams/${train.hparams}.yaml" in stages[name]["deps"], name
+def test_the_train_stage_takes_everything_from_its_run_entry() -> None:
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["train"]
+    assert stage["foreach"] == "${train_runs}" and stage["do"]["cmd"] == "python -m stages.train --run ${key}"
+    assert stage["do"]["meta"] == {"opt_in": "${item.opt_in}"}
+    assert "${item.settings.hparams_file}" in stage["do"]["deps"]
+    assert stage["do"]["params"] == [{"runs.yaml": ["train_runs.${key}"]}]
+    assert point_id({"lr": 0.0001, "rope": True}) == "lr0.0001-ropetrue"
+    assert yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["sweep_select"]["meta"] == {"opt_in": True}

@@ -12,7 +12,15 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from _training_tiny import TINY_OPTIM, TinyModel, TinyNet, register_tiny, write_tiny_processed
+from _training_tiny import (
+    TINY_OPTIM,
+    TinyModel,
+    TinyNet,
+    register_tiny,
+    write_tiny_processed,
+    write_tiny_project,
+)
+from multitab.config import load_params
 from multitab.config.train import TrainConfig
 from multitab.datasets.schema import Task
 from multitab.evaluation import metrics as M
@@ -28,7 +36,7 @@ torch.set_num_threads(1)
 
 def make_config(**kw: object) -> TrainConfig:
     base: dict[str, object] = dict(
-        datasets=("tiny",), models=("tiny",), seeds=(0,), device="cpu", precision="fp32", compile=False,
+        device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None, patience={"default": 5},
         xgboost_early_stopping_rounds=5, progress=False, optim=TINY_OPTIM,
     )
@@ -241,37 +249,36 @@ def test_real_data_is_not_labelled_standin(tmp_path: Path) -> None:
 
 
 def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stages import train as stage
-
-    params = tmp_path / "params.yaml"
     import yaml
 
-    params.write_text(yaml.safe_dump({"train": {
-        "datasets": ["tiny"], "models": ["tiny"], "seeds": [0], "device": "auto", "precision": "fp32",
-        "compile": False, "deterministic": True, "num_threads": 1, "batch_size": 256, "max_epochs": 2, "max_train_rows": 300,
-        "patience": {"default": 5}, "xgboost_early_stopping_rounds": 5, "progress": False,
-        "optim": {"tiny": {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5}}}}))
-    verdict = tmp_path / "verdict.json"
-    verdict.write_text(json.dumps({"success": False}))
-    args = ["--dataset", "tiny", "--model", "tiny", "--seed", "0", "--data", str(tiny), "--verdict", str(verdict),
-            "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ck"), "--params", str(params)]
+    from multitab.runs import RUNS_FILE, render
+    from stages import train as stage
+
+    params = write_tiny_project(tmp_path, data=tiny, train={"max_train_rows": 300}, success=False)
+    args = ["--run", "real-tiny-tiny-0", "--params", str(params)]
+    out = tmp_path / "results" / "runs" / "tiny" / "tiny" / "seed0"
     assert stage.main(args) == BAD_INPUT  # failed validation: no training (and no retry)
-    assert not (tmp_path / "out").exists()
-    verdict.write_text(json.dumps({"success": True}))
+    assert not out.exists()
+    (tmp_path / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": True}))
     assert stage.main(args) == 0
-    record = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    record = json.loads((out / "metrics.json").read_text())
     jsonschema.validate(record, METRICS_SCHEMA)
     assert record["n_rows"] == {"train": 300, "val": 200, "test": 200} and record["max_train_rows"] == 300
-    tsv = tmp_path / "out" / "dvclive" / "plots" / "metrics" / "val_mean.tsv"
+    assert (tmp_path / "results" / "checkpoints" / "tiny" / "tiny" / "seed0" / "best.pt").is_file()
+    tsv = out / "dvclive" / "plots" / "metrics" / "val_mean.tsv"
     assert len(tsv.read_text().strip().splitlines()) == 1 + 2  # header + one row per epoch
-    assert record["protocol"] == "paper" and record["profile"] == "default"
-    # the top-level protocol reaches the run under every profile (bench lays bench.train over train)
+    assert record["protocol"] == "paper" and record["group"] == "real" == record["params"]["group"]
+    # the top-level protocol reaches the run, and a group's `train` is laid over `train`
     raw = yaml.safe_load(params.read_text())
-    bench = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())["bench"]
-    params.write_text(yaml.safe_dump({**raw, "protocol": "authors_code", "bench": {**bench, "train": {"max_epochs": 1}}}))
-    assert stage.main([*args, "--profile", "bench"]) == 0
-    record = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert record["protocol"] == "authors_code" and record["profile"] == "bench" and record["epochs"] == 1
+    raw["protocol"] = "authors_code"
+    raw["runs"]["real"]["train"] = {"max_epochs": 1}
+    params.write_text(yaml.safe_dump(raw))
+    assert stage.main(args) == BAD_INPUT  # runs.yaml no longer says what params.yaml declares
+    (tmp_path / RUNS_FILE).write_text(render(load_params(params)))
+    assert stage.main(args) == 0
+    record = json.loads((out / "metrics.json").read_text())
+    assert record["protocol"] == "authors_code" and record["epochs"] == 1
+    assert stage.main(["--run", "real-tiny-nope-0", "--params", str(params)]) == BAD_INPUT
 
 
 class HookedNet(TinyNet):
@@ -327,40 +334,36 @@ def test_non_finite_loss_stops_with_a_clear_error(tiny: Path, tmp_path: Path) ->
         loop_mod.train(NanNet(data.meta), data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
 
 
-def param_keys(stage: dict) -> set[str]:
-    """The params.yaml keys a dvc.yaml stage names: plain keys and `{params.yaml: [keys]}` entries (the
-    train stages share theirs through a YAML anchor)."""
-    keys: set[str] = set()
-    for entry in stage["params"]:
-        keys.update(entry["params.yaml"] if isinstance(entry, dict) else [entry])
-    return keys
-
-
-def test_dvc_train_stages_list_every_param_that_changes_a_run() -> None:
-    """dvc.yaml's train stages name every `train.*` key a run reads (so DVC re-runs on change), except
-    the matrix axes and the progress bar, and pass the paths they depend on."""
+def test_a_run_entry_holds_every_train_setting_that_changes_a_run() -> None:
+    """runs.yaml's entry (the train stage's DVC params dependency) holds every `train` key a run reads, so
+    DVC re-runs the run when one changes; only the progress bar is left out, and the run's own part of
+    `model_overrides` and the variant table is resolved into `overrides`."""
     import dataclasses
 
-    import yaml
+    from multitab.runs import entries
 
-    stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
-    exempt = {"datasets", "models", "seeds", "progress", "variants", "protocol"}
-    expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in exempt}
-    expected.add("protocol")  # top-level (multitab.protocol), in TrainConfig.protocol
-    assert param_keys(stages["train_ablation"]) == expected | {"train.variants"}
-    assert set(stages["train_ablation"]["matrix"]) == {"dataset", "variant", "seed"}
-    overlay = {"train": set(), "train_bench": {"bench.train"}, "train_study": {"study.train"}}  # multitab.profiles
-    verdict_dirs = {"train": "data/validated", "train_bench": "data/validated/synthetic",
-                    "train_study": "data/validated/study"}
-    for name, folder, key in (("train", "data/processed", "dataset"), ("train_bench", "data/synthetic", "config"),
-                              ("train_study", "data/study", "config")):
-        stage = stages[name]
-        assert param_keys(stage) == expected | overlay[name], name
-        verdict_dir = verdict_dirs[name]
-        data, verdict = f"{folder}/${{item.{key}}}", f"{verdict_dir}/${{item.{key}}}.json"
-        assert data in stage["deps"] and verdict in stage["deps"], name
-        assert f"--data {data}" in stage["cmd"] and f"--verdict {verdict}" in stage["cmd"], name
-        assert set(stage["matrix"]) == {key, "model", "seed"}, name
+    exempt = {"progress", "variants", "protocol", "model_overrides"}
+    expected = {f.name for f in dataclasses.fields(TrainConfig) if f.name not in exempt} | {"overrides"}
+    params = load_params(Path(__file__).parents[1] / "params.yaml")
+    runs = entries(params)
+    for key, entry in runs.items():
+        assert expected | {"protocol", "hparams_file"} == set(entry["settings"]), key
+    bench = runs["bench-p06_pd3_t3-mmoe-0"]
+    assert (bench["data"], bench["verdict"]) == ("data/synthetic/p06_pd3_t3", "data/validated/synthetic/p06_pd3_t3.json")
+    assert bench["settings"]["batch_size"] == 128 and bench["settings"]["max_epochs"] == 6
+    ablation = runs["ablation-higgs-multitab_net+single_none-0"]
+    assert ablation["out"] == "results/runs/higgs/multitab_net@single_none/seed0"
+    assert ablation["settings"]["overrides"] == {"multi_token": False, "mask": "none"}
+    study = runs["study-p06_pd3_t3-mmoe-2"]
+    assert study["data"] == "data/study/p06_pd3_t3" and study["out"] == "results/study_runs/p06_pd3_t3/mmoe/seed2"
+    assert study["opt_in"] is True and runs["real-higgs-xgboost-0"]["opt_in"] is False
+
+
+def test_committed_runs_file_is_what_params_declare() -> None:
+    from multitab.runs import main as runs_main
+
+    root = Path(__file__).parents[1]
+    assert runs_main(["--params", str(root / "params.yaml"), "--out", str(root / "runs.yaml"), "--check"]) == 0
 
 
 def test_variant_runs_build_the_base_model_with_the_variant_keywords(

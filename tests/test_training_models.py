@@ -27,7 +27,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_model_trains_end_to_end(name: str, tiny: Path, tmp_path: Path) -> None:
     config = TrainConfig(
-        datasets=("tiny",), models=(name,), seeds=(0,), device="cpu", precision="fp32", compile=False,
+        device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=2, max_train_rows=None, patience={"default": 5},
         xgboost_early_stopping_rounds=3, progress=False,
     )
@@ -54,7 +54,7 @@ def test_cpu_training_swaps_in_the_kernels_and_bf16_autocast_takes_effect(
     records = {}
     for precision in ("fp32", "bf16"):
         config = TrainConfig(
-            datasets=("tiny",), models=("multitab_net",), seeds=(0,), device="cpu", precision=precision,  # type: ignore[arg-type]
+            device="cpu", precision=precision,  # type: ignore[arg-type]
             compile=False, deterministic=True, num_threads=1, batch_size=128, max_epochs=1, max_train_rows=None,
             patience={"default": 5}, xgboost_early_stopping_rounds=3, progress=False,
         )

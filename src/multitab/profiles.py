@@ -1,16 +1,13 @@
-"""Run profiles: the same stages with another section of params.yaml laid over their settings.
+"""What one run is trained with: a run group's `train` laid over params.yaml's `train`, and the study's
+data overlay.
 
-- `bench`: the default MultiTab-Bench runs (`train_bench@...`). `bench.train` replaces keys of `train`
-  (e.g. all training rows and more epochs, so the default report shows models that learned).
-- `study`: the Figure 5 + 6 study (`make study`: `synthesize_study@...`, `train_study@...`,
-  `aggregate_study`). `study.data` replaces keys of `bench.data` (the study's sample count) and
-  `study.train` replaces keys of `train` (the paper's protocol: every row, early stopping).
-- `sweep`: the grid points of a hyperparameter sweep (`make sweep`: `sweep_<family>@...`). `sweep.train`
-  replaces keys of `train` (e.g. the epochs a grid point trains).
-
-`profiled(params, profile)` is a function of the typed root config (multitab.config): the overlays were
-checked against their target's fields when params.yaml was loaded, and the replaced sections check their
-values again (e.g. `train.max_epochs >= 1`).
+- `group_train(params, group)`: the TrainConfig of run group `runs.<group>` (its `train` keys replace
+  `train`'s; the keys were checked against TrainConfig's fields when params.yaml was loaded, and the
+  replaced section checks its values again, e.g. `train.max_epochs >= 1`).
+- `profiled(params, "study")`: `study.data` laid over `bench.data` (the study's sample count), for the
+  study's synthesize stages; `"default"` is params unchanged.
+- `run_params(params, group, dataset, model)`: what params.yaml says about one run, which its metrics.json
+  records and the aggregate stage checks.
 """
 
 from __future__ import annotations
@@ -19,30 +16,31 @@ import dataclasses
 from typing import Any
 
 from multitab.config import ConfigError, Params
+from multitab.config.train import TrainConfig
 
-PROFILES = ("default", "bench", "study", "sweep")
+PROFILES = ("default", "study")
 
 
 def profiled(params: Params, profile: str) -> Params:
-    """`params` with the profile's sections laid over the sections they replace (key by key; an absent
-    overlay changes nothing)."""
+    """`params` with the profile's data overlay (`study`: study.data over bench.data)."""
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}; known: {list(PROFILES)}")
     if profile == "default":
         return params
-    source = f"{params.source} (profile {profile})"
     try:
-        if profile == "bench":
-            return params.replace(train=dataclasses.replace(params.train, **params.bench.train))
-        if profile == "sweep":
-            return params.replace(train=dataclasses.replace(params.train, **params.sweep.train))
         study = params.study
         return params.replace(
-            bench=dataclasses.replace(params.bench, data=dataclasses.replace(params.bench.data, **study.data)),
-            train=dataclasses.replace(params.train, **study.train),
-        )
+            bench=dataclasses.replace(params.bench, data=dataclasses.replace(params.bench.data, **study.data)))
     except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
+        raise ConfigError(f"{params.source} (profile {profile}): {e}") from None
+
+
+def group_train(params: Params, group: str) -> TrainConfig:
+    """`train` with run group `group`'s `train` keys laid over it (key by key)."""
+    try:
+        return dataclasses.replace(params.train, **params.group(group).train)
+    except ConfigError as e:
+        raise ConfigError(f"{params.source}: runs.{group}.train: {e}") from None
 
 
 # Settings of `train` that change a run's numbers (device, threads and the progress bar change at most the
@@ -51,59 +49,40 @@ _RUN_TRAIN_KEYS = ("batch_size", "max_epochs", "max_train_rows", "precision", "d
                    "hparams", "xgboost_early_stopping_rounds")
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Dataclasses, tuples and mappings as JSON's plain values (what metrics.json holds after a round trip)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
-def run_params(params: Params, profile: str, dataset: str, model: str) -> dict[str, Any]:
-    """What params.yaml says about run (`dataset`, `model`) under `profile`, resolved: the train settings
-    that change its numbers, its patience, optimiser override, build_model overrides (variant included),
-    the protocol, and the data's settings (`datasets.<dataset>`, or `bench.data` and `bench.configs.<c>` for
-    a MultiTab-Bench configuration). metrics.json records it as `params`; the aggregate stage refuses a run
-    whose record differs from what the current params.yaml resolves to (trained under other settings)."""
-    p = profiled(params, profile)
-    t = p.train
+def run_params(params: Params, group: str, dataset: str, model: str) -> dict[str, Any]:
+    """What params.yaml says about run (`dataset`, `model`) of run group `group`, resolved: the train
+    settings that change its numbers, its patience, optimiser override, build_model overrides (variant
+    included), the protocol, and the data's settings (`datasets.<dataset>`, or `bench.data` and
+    `bench.configs.<c>` for a MultiTab-Bench configuration). metrics.json records it as `params`; the
+    aggregate stage refuses a run whose record differs from what the current params.yaml resolves to
+    (trained under other settings)."""
+    t = group_train(params, group)
     base, _ = t.resolve(model)
+    kinds = params.group(group).data
+    if kinds == "study" or (isinstance(kinds, dict) and "study" in kinds):
+        params = profiled(params, "study")  # its data: study.data over bench.data
     data: Any = None  # a processed folder given directly: no data settings in params
-    if "datasets" in p.sections and dataset in p.datasets:
-        data = p.datasets[dataset]
-    elif "bench" in p.sections and dataset in p.bench.configs:
-        data = {"bench": p.bench.data, "config": p.bench.configs[dataset]}
-    return _plain({
-        "profile": profile,
-        "protocol": p.protocol,
+    if "datasets" in params.sections and dataset in params.datasets:
+        data = params.datasets[dataset]
+    elif "bench" in params.sections and dataset in params.bench.configs:
+        data = {"bench": params.bench.data, "config": params.bench.configs[dataset]}
+    return plain({
+        "group": group,
+        "protocol": params.protocol,
         "train": {k: getattr(t, k) for k in _RUN_TRAIN_KEYS},
         "patience": t.patience_for(dataset),
         "optim": t.optim.get(base),
         "overrides": t.overrides_for(model, dataset),
         "data": data,
     })
-
-
-def declared_runs(params: Params) -> dict[tuple[str, str, int], str]:
-    """(dataset, run model, seed) -> profile of every run the training stages of dvc.yaml declare under
-    these params: `train@D-M-S` (train.datasets x train.models x train.seeds), `train_ablation@D-V-S`
-    (multitab_net@<variant> for train.variants) and `train_bench@C-M-S` (bench.configs x bench.train's
-    models x train.seeds; profile bench)."""
-    t = params.train
-    out: dict[tuple[str, str, int], str] = {}
-    for dataset in t.datasets:
-        for seed in t.seeds:
-            for model in t.models:
-                out[(dataset, model, seed)] = "default"
-            for name in t.variants:
-                out[(dataset, f"multitab_net@{name}", seed)] = "default"  # as dvc.yaml names them
-    if "bench" in params.sections:
-        bench = profiled(params, "bench").train
-        for config in params.bench.configs:
-            for model in bench.models:
-                for seed in t.seeds:
-                    out[(config, model, seed)] = "bench"
-    return out

@@ -3,12 +3,12 @@
     params = load_params("params.yaml")          # every stage, flow and benchmark starts here
     params.train.batch_size, params.datasets["higgs"].split, params.validation.raw.range_margin, ...
 
-One dataclass per section (`datasets`, `validation`, `bench`, `study`, `sweep`, `train`, `complexity`,
+One dataclass per section (`datasets`, `validation`, `bench`, `study`, `train`, `runs`, `complexity`,
 `aggregate`, `orchestration`; the top-level `protocol`), in this package's modules. Unknown keys, missing
 keys and wrong types fail at load with the file and the key path (`params.yaml: train.patinece: unknown
 key; known: [...]`). A section a project leaves out (the tests' small DVC projects hold only
 `orchestration`) fails only when it is asked for. Run profiles (`bench`, `study`) are a function of this
-object: multitab.profiles.profiled.
+object: multitab.profiles.profiled; the run matrix (`runs`) expands in multitab.runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from multitab.config.bench import BenchConfig, BenchDataConfig, StudyConfig
 from multitab.config.data import DatasetConfig
 from multitab.config.names import check_names
 from multitab.config.orchestration import OrchestrationConfig
-from multitab.config.sweep import SweepConfig
+from multitab.config.runs import RunGroup
 from multitab.config.train import TrainConfig
 from multitab.config.validation import ValidationConfig
 from multitab.io import load_yaml, yaml_problem
@@ -45,8 +45,8 @@ _SECTIONS: dict[str, type] = {
     "validation": ValidationConfig,
     "bench": BenchConfig,
     "study": StudyConfig,
-    "sweep": SweepConfig,
     "train": TrainConfig,
+    "runs": dict[str, RunGroup],
     "complexity": ComplexityConfig,
     "aggregate": AggregateConfig,
     "orchestration": OrchestrationConfig,
@@ -91,8 +91,16 @@ class Params:
         return self._get("study", StudyConfig)
 
     @property
-    def sweep(self) -> SweepConfig:
-        return self._get("sweep", SweepConfig)
+    def runs(self) -> dict[str, RunGroup]:
+        """`runs.<group>`: the run matrix (multitab.config.runs; expanded by multitab.runs)."""
+        return self._get("runs", dict)
+
+    def group(self, name: str) -> RunGroup:
+        """`runs.<name>`; an unknown name fails naming the file and the known groups."""
+        runs = self.runs
+        if name not in runs:
+            raise ConfigError(f"{self.source}: no run group `runs.{name}`; known: {sorted(runs)}")
+        return runs[name]
 
     @property
     def train(self) -> TrainConfig:
@@ -155,10 +163,6 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
         raise ConfigError(f"{source}: protocol={protocol!r} must be one of {list(PROTOCOLS)} (see docs/deviations.md)")
     if "protocol" in (raw.get("train") or {}):
         raise ConfigError(f"{source}: `protocol` is a top-level key, not train.protocol")
-    for overlay_key in ("bench", "study", "sweep"):
-        if "hparams" in ((raw.get(overlay_key) or {}).get("train") or {}):
-            raise ConfigError(f"{source}: {overlay_key}.train.hparams: set train.hparams instead (the training "
-                              "stages' dependency on hparams/<authors|swept>.yaml follows it)")
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
         if name in raw:
@@ -174,25 +178,22 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
         }
     if "train" in sections:
         sections["train"] = dataclasses.replace(sections["train"], protocol=protocol)
-    if "bench" in sections:
-        bench = sections["bench"]
-        sections["bench"] = dataclasses.replace(
-            bench, train=overlay(TrainConfig, raw["bench"].get("train"), f"{source}: bench.train"))
+    if "runs" in sections:
+        sections["runs"] = {
+            name: dataclasses.replace(group, train=overlay(TrainConfig, raw["runs"][name].get("train"),
+                                                          f"{source}: runs.{name}.train"))
+            for name, group in sections["runs"].items()
+        }
     if "study" in sections:
         study = sections["study"]
         sections["study"] = dataclasses.replace(
-            study,
-            data=overlay(BenchDataConfig, raw["study"].get("data"), f"{source}: study.data"),
-            train=overlay(TrainConfig, raw["study"].get("train"), f"{source}: study.train"),
-        )
+            study, data=overlay(BenchDataConfig, raw["study"].get("data"), f"{source}: study.data"))
         configs = sections["bench"].configs if "bench" in sections else {}
         unknown = [c for c in study.configs if c not in configs]
         if unknown:
             raise ConfigError(f"{source}: study.configs: {unknown} are not keys of bench.configs ({sorted(configs)})")
-    if "sweep" in sections:
-        sweep = sections["sweep"]
-        sections["sweep"] = dataclasses.replace(
-            sweep, train=overlay(TrainConfig, raw["sweep"].get("train"), f"{source}: sweep.train"))
+    if "aggregate" in sections and not sections["aggregate"].datasets:
+        sections["aggregate"] = dataclasses.replace(sections["aggregate"], datasets=tuple(sections.get("datasets", ())))
     check_names(sections, source)
     return Params(source=source, protocol=protocol, sections=sections)
 

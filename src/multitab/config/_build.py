@@ -68,7 +68,7 @@ def bounded(
 
 
 def overlay(cls: type, value: Any, where: str) -> dict[str, Any]:
-    """Some keys of dataclass `cls` (a profile's overlay, e.g. `bench.train` over `train`), each converted
+    """Some keys of dataclass `cls` (an overlay, e.g. a run group's `train` over `train`), each converted
     to its field's type; unknown keys fail like in `build`."""
     if value is None:
         return {}

@@ -40,7 +40,6 @@ class FiguresConfig:
 @dataclass(frozen=True)
 class AggregateConfig:
     baseline: str  # the single-task baseline b of Equation 5
-    datasets: tuple[str, ...]  # the public datasets of Tables 2–10, in the paper's order
     models: dict[str, str]  # registry name -> the paper's label, in the tables' row order
     seeds: tuple[int, ...] | None  # the seeds every run set must hold; null = every seed found per dataset
     pairing: Literal["mean", "seed"]  # per-seed Δm against the STL seed-mean (paper) or STL's same seed
@@ -49,6 +48,8 @@ class AggregateConfig:
     significance: SignificanceConfig
     figures: FiguresConfig
     ablation: tuple[AblationRow, ...]
+    # the public datasets of Tables 2–10, in the paper's order; left out: the keys of `datasets:` (load_params)
+    datasets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.baseline not in self.models:

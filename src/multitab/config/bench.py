@@ -89,9 +89,6 @@ class BenchConfig:
     data: BenchDataConfig
     configs: dict[str, BenchDatasetConfig]
     label_correlations: LabelCorrelationConfig
-    # Keys of `train` that the bench profile (train_bench@...) replaces, checked against TrainConfig's
-    # fields and types when params.yaml is loaded (multitab.profiles lays them over `train`).
-    train: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, cfg in self.configs.items():
@@ -122,15 +119,13 @@ class ClaimConfig:
 @dataclass(frozen=True)
 class StudyConfig:
     configs: tuple[str, ...] = field(metadata=bounded(unique=True))  # keys of bench.configs
-    models: tuple[str, ...] = field(metadata=bounded(unique=True))
-    seeds: tuple[int, ...] = field(metadata=bounded(ge=0, unique=True))
-    # Keys of `bench.data` and of `train` that the study profile replaces (multitab.profiles), checked
-    # against BenchDataConfig's and TrainConfig's fields when params.yaml is loaded.
+    # Keys of `bench.data` that the study profile replaces (multitab.profiles), checked against
+    # BenchDataConfig's fields when params.yaml is loaded. The study's runs are run group `runs.study`.
     data: dict[str, Any] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
     claim: ClaimConfig = field(default_factory=ClaimConfig)
+    group: str = "study"  # the run group (params.yaml `runs`) that trains the study
 
     def __post_init__(self) -> None:
-        for key in ("configs", "models", "seeds"):
+        for key in ("configs",):
             if not getattr(self, key):
                 raise ConfigError(f"study.{key}: expected a non-empty list")

@@ -32,8 +32,9 @@ def check_names(sections: dict[str, Any], source: str) -> None:
     models = sorted(set(MODEL_NAMES) | set(getattr(registry, "MODELS", {})))
     real = sorted(set(SCHEMAS) | set(sections.get("datasets", {})))
     configs = sorted(sections["bench"].configs) if "bench" in sections else []
-    # train.datasets may also name a processed folder given directly (data/processed/<name>, no datasets: entry)
-    declared = list(sections["train"].datasets) if "train" in sections else []
+    # a run group may also name a processed folder given directly (data/processed/<name>, no datasets: entry)
+    declared = [name for group in sections.get("runs", {}).values() if isinstance(group.data, dict)
+                for name in group.data.get("datasets", ())]
     any_dataset = sorted({*real, *configs, *declared})
     a_model, a_dataset = "a registered model", "a dataset (datasets:) or a MultiTab-Bench config (bench.configs)"
     _unknown(source, "datasets", sections.get("datasets", {}), SCHEMAS, "a dataset with a schema")
@@ -41,7 +42,6 @@ def check_names(sections: dict[str, Any], source: str) -> None:
         _unknown(source, "validation.policy", sections["validation"].policy, real, "a dataset")
     if "train" in sections:
         train = sections["train"]
-        _unknown(source, "train.models", train.models, models, a_model)
         _unknown(source, "train.optim", train.optim, models, a_model)
         _unknown(source, "train.patience", train.patience, ["default", *any_dataset], f"`default` or {a_dataset}")
         for name, variant in train.variants.items():
@@ -51,19 +51,23 @@ def check_names(sections: dict[str, Any], source: str) -> None:
             _unknown(source, "train.model_overrides", [model], models, f"a registered model (in {key!r})")
             if dataset:
                 _unknown(source, "train.model_overrides", [dataset], any_dataset, f"{a_dataset} (in {key!r})")
-    if "bench" in sections:
-        _unknown(source, "bench.train.models", sections["bench"].train.get("models", ()), models, a_model)
+    variants = sections["train"].variants if "train" in sections else {}
+    for name, group in sections.get("runs", {}).items():
+        for model in group.models:
+            base, _, variant = model.partition("@")
+            _unknown(source, f"runs.{name}.models", [base], models, a_model)
+            if variant:
+                _unknown(source, f"runs.{name}.models", [variant], variants, f"a train variant (in {model!r})")
+        if isinstance(group.data, dict):
+            known = {"datasets": [*real, *declared], "bench": configs, "study": configs}
+            for kind, names in group.data.items():
+                _unknown(source, f"runs.{name}.data.{kind}", names, known[kind], a_dataset)
     if "study" in sections:
         study = sections["study"]
-        _unknown(source, "study.models", study.models, models, a_model)
-        _unknown(source, "study.claim", [study.claim.model, *study.claim.rivals], study.models,
-                 "one of study.models")
-        _unknown(source, "study.train.models", study.train.get("models", ()), models, a_model)
-    if "sweep" in sections:
-        sweep = sections["sweep"]
-        for family in ("mlp", "transformer", "inter_sample", "xgboost"):
-            names = [d.name for d in sweep.family(family).data]
-            _unknown(source, f"sweep.{family}.data", names, any_dataset, a_dataset)
+        groups = sections.get("runs", {})
+        _unknown(source, "study.group", [study.group], groups, "a run group (runs:)")
+        _unknown(source, "study.claim", [study.claim.model, *study.claim.rivals], groups[study.group].models,
+                 f"one of runs.{study.group}.models")
     if "aggregate" in sections:
         agg = sections["aggregate"]
         _unknown(source, "aggregate.models", agg.models, models, a_model)
@@ -71,9 +75,8 @@ def check_names(sections: dict[str, Any], source: str) -> None:
         _unknown(source, "aggregate.significance", [agg.significance.model, *agg.significance.baselines],
                  agg.models, "one of aggregate.models")
         _unknown(source, "aggregate.figures.models", agg.figures.models, agg.models, "one of aggregate.models")
-        variants = sections["train"].variants if "train" in sections else None
         for row in agg.ablation:
             model, _, variant = row.model.partition("@")
             _unknown(source, "aggregate.ablation", [model], models, f"a registered model (in {row.model!r})")
-            if variant and variants is not None:
+            if variant and "train" in sections:
                 _unknown(source, "aggregate.ablation", [variant], variants, f"a train variant (in {row.model!r})")

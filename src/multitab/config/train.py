@@ -1,4 +1,5 @@
-"""params.yaml `train`: the run matrix, the trainer's settings and the per-model overrides.
+"""params.yaml `train`: the trainer's settings every run starts from, and the per-model overrides (the
+run matrix is `runs`, multitab.config.runs; a run group's `train` replaces keys of this section).
 
 Defaults live in params.yaml; the per-model optimiser, learning rate, weight decay and dropout default
 to the authors' selected configuration that `multitab.models.build_model` carries for each dataset.
@@ -31,9 +32,6 @@ class Variant:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    datasets: tuple[str, ...]  # the real datasets of the train matrix (data/processed/<dataset>)
-    models: tuple[str, ...]  # registry names (multitab.models.MODELS)
-    seeds: tuple[int, ...] = field(metadata=bounded(ge=0, unique=True))
     device: Literal["auto", "cpu", "cuda"]
     precision: Literal["fp32", "bf16"]  # bf16 = torch.autocast(bfloat16) on CUDA or CPU; fp32 = none
     compile: bool  # torch.compile the model (CUDA only)

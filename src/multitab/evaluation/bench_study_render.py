@@ -149,7 +149,7 @@ def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[
     rest = "; the other configurations' verdicts stand" if set(conv["config"]) - set(configs) else ""
     return [f"> **NOT CONVERGED**: {int(compared['best_at_cap'].sum())} run(s) of the compared models were still "
             f"improving at their epoch cap ({where}): {scope}{rest}. Train longer before reading "
-            "them: `make study` trains to convergence, and raising `study.train.max_epochs` continues the runs at "
+            "them: `make study` trains to convergence, and raising `runs.study.train.max_epochs` continues the runs at "
             "the cap from their checkpoints (docs/study.md).", ""]
 
 

@@ -193,7 +193,7 @@ def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str
                                          rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model),
                                          budget=budget)
     prefix = os.path.relpath(figure_paths["figure5"].parent, report_path.parent) + "/"
-    header = ["From the `train_bench` runs (params `bench.train`; the default is one seed for a few epochs, and "
+    header = ["From the run group `bench` (params `runs.bench`; the default is one seed for a few epochs, and "
               "with one seed no t-test is run). `make study` trains Figures 5-6 to convergence over several seeds "
               "(docs/study.md).", ""]
     study_report = report_path.parent / "study_report" / "report.md"

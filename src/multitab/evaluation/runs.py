@@ -152,23 +152,24 @@ def _differences(recorded: Any, expected: Any, where: str = "") -> list[str]:
 
 
 def select_declared(runs: Iterable[Run], params: Any) -> list[Run]:
-    """The runs of the run matrix the current params declare (multitab.profiles.declared_runs), each
+    """The runs of the run matrix the current params declare (multitab.runs.declared_runs), each
     checked against what those params say about it (`run_params`, which metrics.json records as `params`).
 
-    A run folder the matrix no longer holds (after `train.seeds` shrank, a model left `train.models` ...)
+    A run folder the matrix no longer holds (after a group's seeds shrank, a model left its models ...)
     stays on disk, as DVC leaves it, but enters no table: it is listed in a warning. A declared run trained
     under other settings (its stage not re-run since params.yaml changed, or a metrics.json from before
     runs recorded them) is refused: RunError naming its path and the settings that differ."""
-    from multitab.profiles import declared_runs, run_params
+    from multitab.profiles import run_params
+    from multitab.runs import declared_runs
 
     declared = declared_runs(params)
     kept, undeclared = [], []
     for run in runs:
-        profile = declared.get((run.dataset, run.model, run.seed))
-        if profile is None:
+        group = declared.get((run.dataset, run.model, run.seed))
+        if group is None:
             undeclared.append(run.path)
             continue
-        expected = run_params(params, profile, run.dataset, run.model)
+        expected = run_params(params, group, run.dataset, run.model)
         recorded = run.extra.get("params")
         if recorded is None:
             raise RunError(f"{run.path}: records no `params` (written before runs recorded their settings), so "
@@ -181,8 +182,8 @@ def select_declared(runs: Iterable[Run], params: Any) -> list[Run]:
                            "the params it was trained with")
         kept.append(run)
     if undeclared:
-        log.warning("%d run(s) on disk are not in the run matrix %s declares (train.datasets, models, seeds, "
-                    "variants, bench.configs) and enter no table: %s", len(undeclared), params.source,
+        log.warning("%d run(s) on disk are not in the run matrix %s declares (its `runs` groups) "
+                    "and enter no table: %s", len(undeclared), params.source,
                     ", ".join(undeclared[:5]) + (" ..." if len(undeclared) > 5 else ""))
     return kept
 

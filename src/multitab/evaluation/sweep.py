@@ -1,8 +1,8 @@
 """A hyperparameter sweep's selection and report, from its grid points' metrics (stage sweep_select).
 
-Grid points are runs of stages/train.py (stages sweep_<family>@...) under
+Grid points are runs of stages/train.py (train@<sweep group>-...) under
 ``results/sweep_runs/<dataset>/<model>/<point>/seed<S>/metrics.json``; each record names its coordinates
-(`hparams.point`). For every dataset and model of params.yaml's `sweep`:
+(`hparams.point`). For every dataset and model of params.yaml's sweep groups (`runs.<group>.sweep`):
 
 - **selection**: the grid point with the highest validation metric (the paper's: AUC for
   classification, explained variance for regression, averaged over tasks: `val_mean`) averaged over the
@@ -24,16 +24,18 @@ import csv
 import io
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from multitab.config.sweep import FAMILIES, SweepConfig
+from multitab.config.runs import RunGroup
 from multitab.io import atomic_path, read_json, write_json, write_text
 from multitab.models.defaults import apply_point, config_key, selected_entry
+from multitab.profiles import plain
+from multitab.runs import grid_points, point_id
 
 TIE_DECIMALS = 6
 TIE_RULE = (f"highest mean validation metric over seeds; means equal to {TIE_DECIMALS} decimals are a tie, won by "
@@ -131,35 +133,21 @@ def _same(a: Any, b: Any) -> bool:
     return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
 
 
-def point_id(coords: Mapping[str, Any]) -> str:
-    """`lr0.001-dropout0.1`: the folder name of a point (as dvc.yaml writes it)."""
-    def text(v: Any) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
-    return "-".join(f"{k}{text(v)}" for k, v in coords.items())
-
-
-def grid_points(grid: Mapping[str, Sequence[Any]]) -> Iterator[dict[str, Any]]:
-    """Every point of `grid` in its order (the first axis varies slowest)."""
-    axes = list(grid)
-    for values in itertools.product(*(grid[a] for a in axes)):
-        yield dict(zip(axes, values))
-
-
-def collect(sweeps_dir: Path, config: SweepConfig) -> list[Sweep]:
-    """Every dataset and model of `config` with its grid points' records. A record from another grid or
-    seed (an earlier sweep's leftovers) is ignored; a missing one fails naming its folder."""
+def collect(sweeps_dir: Path, groups: Mapping[str, RunGroup], kinds: Mapping[str, tuple[str, ...]]) -> list[Sweep]:
+    """Every dataset and model of the sweep groups `groups` (name -> group; `kinds`: every name of each data
+    kind, multitab.runs.data_names) with its grid points' records under `sweeps_dir`. A record from another
+    grid or seed (an earlier sweep's leftovers) is ignored; a missing one fails naming its folder."""
     out = []
-    for family in FAMILIES:
-        fam = config.family(family)
-        for data, model in itertools.product(fam.data, fam.models):
-            points = [Point(coords=c, order=i) for i, c in enumerate(grid_points(fam.grid))]
-            sweep = Sweep(data.name, model, family, fam.grid, config.seeds, points)
+    for group in groups.values():
+        assert group.sweep is not None
+        for (_, dataset), model in itertools.product(group.data_names(dict(kinds)), group.models):
+            points = [Point(coords=c, order=i) for i, c in enumerate(grid_points(group.grid))]
+            sweep = Sweep(dataset, model, group.sweep, group.grid, group.seeds, points)
             for p in points:
-                for seed in config.seeds:
-                    path = sweeps_dir / data.name / model / point_id(p.coords) / f"seed{seed}" / "metrics.json"
+                for seed in group.seeds:
+                    path = sweeps_dir / dataset / model / point_id(p.coords) / f"seed{seed}" / "metrics.json"
                     if not path.is_file():
-                        raise SweepError(f"{path}: grid point not trained; run `make sweep` (or "
-                                         f"`dvc repro sweep_{family}`) first")
+                        raise SweepError(f"{path}: grid point not trained; run `make sweep` first")
                     record = read_json(path)
                     got = (record.get("hparams") or {}).get("point") or {}
                     if set(got) != set(p.coords) or not all(_same(got[a], p.coords[a]) for a in p.coords):
@@ -340,16 +328,17 @@ def record(root: Path, target: Path, note: str) -> None:
     shutil.copy(root / "hparams" / "swept.yaml", target / "swept.yaml")
     summary_path = root / "results" / "pipeline_summary.json"
     summary = read_json(summary_path) if summary_path.is_file() else {}
-    from multitab.config import read_yaml
+    from multitab.config import load_params
 
-    sweep_params = read_yaml(root / "params.yaml").get("sweep", {})  # as written, for the record
+    params = load_params(root / "params.yaml")
+    sweep_params = {name: plain(g) for name, g in params.runs.items() if g.sweep is not None}
     lines = [
         "# Sweep record", "", f"> {note}", "",
         f"- Commit: `{git_commit(root)}`; machine: {machine()}; no GPU.",
         f"- Wall time of the `flows.pipeline` run that trained the points and selected: "
         f"{summary.get('wall_seconds', float('nan')):.0f} s ({len(summary.get('ran', []))} stages ran).",
-        "- Command: `make sweep` (python -m flows.pipeline --targets sweep_select) with params.yaml's `sweep`:",
-        "", "```yaml", yaml.safe_dump({"sweep": sweep_params}, sort_keys=False, width=110).rstrip(), "```", "",
+        "- Command: `make sweep` (python -m flows.pipeline --targets sweep_select) with params.yaml's sweep groups:",
+        "", "```yaml", yaml.safe_dump({"runs": sweep_params}, sort_keys=False, width=110).rstrip(), "```", "",
         "Files: report.md (every point, the selection, the authors' selection), points.csv, selection.json, "
         "figures/ (validation metric against each hyperparameter), swept.yaml (hparams/swept.yaml of this run).", "",
     ]

@@ -144,7 +144,7 @@ TRANSLATORS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "stem": _ple_stem,
     "xgboost": _xgboost,
 }
-# Where a grid point's coordinate goes in a selection entry (their keys; multitab.config.sweep's axes).
+# Where a grid point's coordinate goes in a selection entry (their keys; multitab.config.runs.PAPER_GRIDS' axes).
 POINT_SECTIONS = {
     "lr": "optimisation", "dropout": "optimisation", "att_dropout": "optimisation", "ff_dropout": "optimisation",
     "rope": "architecture", "max_depth": "architecture", "learning_rate": "optimisation", "n_rounds": "optimisation",
@@ -166,7 +166,7 @@ def selected_entry(dataset: str, model: str, selections: Selections | None = Non
 
 
 def apply_point(entry: dict[str, Any] | None, point: Mapping[str, Any], *, model: str, dataset: str) -> dict[str, Any]:
-    """A copy of selection `entry` with a grid point's coordinates (multitab.config.sweep axes) put in
+    """A copy of selection `entry` with a grid point's coordinates (multitab.config.runs.PAPER_GRIDS axes) put in
     their places: lr / dropouts / XGBoost's learning rate and rounds in `optimisation`, rope and max depth
     in `architecture`. The rest of the entry (architecture, optimizer, weight decay) stays the selection's."""
     unknown = sorted(set(point) - set(POINT_SECTIONS))
