@@ -17,6 +17,7 @@ from multitab.config import load_params
 from multitab.datasets.schema import get_schema
 from multitab.exit_codes import BAD_INPUT
 from multitab.validation import expected_rows
+from multitab.validation.runner import KEEP_RUNS
 from stages import validate_processed, validate_raw
 
 REPO = Path(__file__).resolve().parents[1]
@@ -415,8 +416,12 @@ def test_data_docs_pages_load_nothing_from_the_network(env: dict, capsys: pytest
 
     assert_fails(run_raw(env, capsys, "acs_income", corrupt), "test", "marital", "labels")
     pages = sorted(env["report"].rglob("*.html"))
+    record = json.loads((env["report"] / "results" / "validate_raw-acs_income-test.json").read_text())
+    # the suite's page and its results' pages: this run's and those kept of earlier runs
     gx_pages = [p for p in pages if "validate_raw-acs_income-test" in p.as_posix()]
-    assert (env["report"] / "gx" / "index.html") in pages and len(gx_pages) == 2, pages  # result + suite page
+    assert (env["report"] / "gx" / "index.html") in pages and env["report"] / record["page"] in gx_pages, pages
+    assert env["report"] / "gx" / "expectations" / "validate_raw-acs_income-test.html" in gx_pages
+    assert 2 <= len(gx_pages) <= 1 + KEEP_RUNS, gx_pages
     # every CDN URL of the manifest but one: the index loads filter-control's .min.css, other pages its .css
     n_cdn = len(assets.load_manifest().urls) - 1
     for page in pages:

@@ -16,10 +16,9 @@ from multitab.validation.failures import Outcome
 GX_SITE_DIR = "gx"  # GX's own site, under the report folder; our static index.html sits above it
 
 
-def page_record(outcome: Outcome, split: str, report_dir: Path, run_time: datetime.datetime) -> dict[str, Any]:
+def page_record(outcome: Outcome, split: str, page: Path, run_time: datetime.datetime) -> dict[str, Any]:
+    """The record of one split's result; `page`: its Great Expectations page, relative to the report folder."""
     r = outcome.splits[split]
-    name = f"{outcome.stage}-{outcome.dataset}-{split}"
-    pages = sorted((report_dir / GX_SITE_DIR / "validations" / name).rglob("*.html"))
     return {
         "stage": outcome.stage,
         "dataset": outcome.dataset,
@@ -35,7 +34,7 @@ def page_record(outcome: Outcome, split: str, report_dir: Path, run_time: dateti
             for f in r.failures
             if f.level != "warn"
         ],
-        "page": pages[-1].relative_to(report_dir).as_posix() if pages else None,
+        "page": page.as_posix(),
         "validated_at": run_time.isoformat(),  # UTC, the same for every split of one stage run
     }
 
@@ -91,7 +90,8 @@ that the per-dataset policy, params.yaml validation.policy, reports instead of f
 Latest result of every stage, dataset and split, with the time it was produced; "stale" marks a split the latest
 run of its stage and dataset did not reach (its result is from an earlier run). Failed expectations are listed
 under their split; each result links to its Great Expectations page
-(<a href="{GX_SITE_DIR}/index.html">Great Expectations' own index</a>: sortable, with a "Failed only" filter).</p>
+(<a href="{GX_SITE_DIR}/index.html">Great Expectations' own index</a>: sortable, with a "Failed only" filter,
+and the results of earlier runs).</p>
 <table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>validated (UTC)</th><th>rows</th><th>expectations</th>
 <th>failed</th><th>details</th></tr></thead><tbody>
 {"".join(rows)}

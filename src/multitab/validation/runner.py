@@ -1,19 +1,21 @@
 """Run expectation suites through a file-based Great Expectations context and build Data Docs.
 
 Layout (one context for the whole repository, `gx/`):
-- gx/great_expectations.yml (committed): stores, one pandas datasource `multitab` with one dataframe
-  asset `frame` and one batch definition `whole_frame` shared by every suite (each run passes its
-  DataFrame as a batch parameter), and the Data Docs site `multitab` whose files go to the report folder
-  (reports/validation/, git-ignored).
-- Built at run time from the schema (git-ignored): suites in gx/expectations/, validation definitions and
-  checkpoints (one each per stage, dataset and split, named `<stage>-<dataset>-<split>`; the checkpoint's
-  UpdateDataDocsAction builds the pages), and the validation results in gx/uncommitted/. The pages load
-  their CSS, scripts and fonts from the site itself (assets.py). Before a suite runs, its earlier results
-  and their pages are removed, so the Data Docs index shows the latest result of every stage, dataset and
-  split: what was checked, what failed.
+- gx/great_expectations.yml (committed): stores, one pandas datasource `multitab`, and the Data Docs site
+  `multitab` whose files go to the report folder (reports/validation/, git-ignored).
+- While a split is validated, the datasource holds one dataframe asset named after its dataset and split
+  (`higgs.train`; GX's store keys forbid '/') with the batch definition `whole_frame`, and a validation
+  definition links it to the split's suite; both go when the split is done, so the committed
+  great_expectations.yml (where GX keeps assets) does not change with every dataset.
+- Built at run time from the schema (git-ignored): suites in gx/expectations/ (one per stage, dataset and
+  split, named `<stage>-<dataset>-<split>`), and in gx/uncommitted/validations/ the validation results: those
+  of the last `KEEP_RUNS` runs of every suite, under their run's name and time. The project's own checks
+  (expectations.py) join each suite and result before the pages are built, so Data Docs count what the project
+  page counts. The pages load their CSS, scripts and fonts from the site itself (assets.py); the Data Docs
+  index lists every result kept, each with its asset.
 
 What the results mean for people is in failures.py (failed checks, summary, verdict); the project's own
-page, reports/validation/index.html, in report_page.py.
+page, reports/validation/index.html (the latest result of every stage, dataset and split), in report_page.py.
 
 Data Docs are not DVC outputs: every validation stage writes into the same site (one index.html), and DVC
 forbids outputs shared by stages. Stages that run at once (Prefect runs independent stages in parallel)
@@ -29,8 +31,8 @@ import decimal
 import fcntl
 import logging
 import os
-import shutil
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -40,13 +42,19 @@ import great_expectations.expectations as gxe
 import great_expectations.util as gx_util
 import numpy as np
 import pandas as pd
-from great_expectations.checkpoint import UpdateDataDocsAction
+from great_expectations.core import ExpectationSuiteValidationResult
 from great_expectations.core.run_identifier import RunIdentifier
+from great_expectations.data_context.types.resource_identifiers import (
+    ExpectationSuiteIdentifier,
+    ValidationResultIdentifier,
+)
+from great_expectations.validator.validation_statistics import calc_validation_statistics
 
 from multitab.config.validation import ReportConfig
 from multitab.io import write_json
 from multitab.validation.assets import make_offline
-from multitab.validation.failures import Failure, Outcome, SplitResult, failure_from_result
+from multitab.validation.expectations import OwnCheck
+from multitab.validation.failures import Outcome, SplitResult, failure_from_result
 from multitab.validation.report_page import GX_SITE_DIR, page_record, write_index
 
 log = logging.getLogger(__name__)
@@ -64,8 +72,13 @@ def _contains_decimal(data: np.ndarray) -> TypeGuard[np.ndarray]:
 gx_util.does_ndarray_contain_decimal_dtype = _contains_decimal
 
 SITE = "multitab"
-DATASOURCE, ASSET, BATCH = "multitab", "frame", "whole_frame"
+DATASOURCE, BATCH = "multitab", "whole_frame"
+KEEP_RUNS = 10  # validation results kept per suite (stage, dataset and split): those of the newest runs
 
+
+def asset_name(dataset: str, split: str) -> str:
+    """The data asset a split is validated as."""
+    return f"{dataset}.{split}"
 
 
 # ------------------------------------------------------------------------------------------------ context
@@ -115,12 +128,10 @@ def _configure(context: Any, context_dir: Path, report_dir: Path) -> None:
         context.variables.save()
     if DATASOURCE not in context.data_sources.all():
         context.data_sources.add_pandas(DATASOURCE)
+    # Assets exist only while a split is validated (`_validate`): one found here was left by a killed run.
     ds = context.data_sources.get(DATASOURCE)
-    if ASSET not in ds.get_asset_names():
-        ds.add_dataframe_asset(ASSET)
-    asset = ds.get_asset(ASSET)
-    if not any(b.name == BATCH for b in asset.batch_definitions):
-        asset.add_batch_definition_whole_dataframe(BATCH)
+    for name in ds.get_asset_names():
+        ds.delete_asset(name)
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -134,60 +145,47 @@ def run_suites(
     report_dir: str | Path,
     report: ReportConfig,
     inputs: Mapping[str, str] | None = None,
-    extra: Mapping[str, tuple[int, Sequence[Failure]]] | None = None,
+    extra: Mapping[str, Sequence[OwnCheck]] | None = None,
     levels: Mapping[str, str] | None = None,
     policy: Mapping[str, str] | None = None,
+    keep_runs: int = KEEP_RUNS,
 ) -> Outcome:
-    """Validate each split's frame with its suite (one validation definition per split), then
-    update Data Docs once. `extra`: split -> (number of checks, failures) of checks run outside Great
-    Expectations (duplicates, overlap ...); `levels`: check id -> "warn" for checks the policy downgrades."""
-    bd = context.data_sources.get(DATASOURCE).get_asset(ASSET).get_batch_definition(BATCH)
+    """Validate each split's frame with its suite, add the split's checks run outside Great Expectations'
+    engine (`extra`: duplicates, overlap ...) to its suite and result, keep the results of the newest
+    `keep_runs` runs of each suite, then update Data Docs once. `levels`: check id -> "warn" for checks the
+    policy downgrades."""
+    if keep_runs < 1:
+        raise ValueError(f"{keep_runs=} must be >= 1")
     report_dir = Path(report_dir)
+    site = report_dir / GX_SITE_DIR
     # One run id for all splits of this call: Data Docs name the run by its time (not "__none__"), and
     # the project page tells the splits of the latest run from older ones.
     run_time = datetime.datetime.now(datetime.UTC)
     run_id = RunIdentifier(run_name=f"{run_time:%Y-%m-%dT%H%M%SZ}", run_time=run_time)
+    result_format = {"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows}
     results: dict[str, SplitResult] = {}
-    pages: list[Path] = [report_dir / GX_SITE_DIR / "index.html"]
+    keys: dict[str, ValidationResultIdentifier] = {}
     for split, frame in frames.items():
         name = f"{stage}-{dataset}-{split}"
+        own = (extra or {}).get(split, ())
         _forget(context, name, report_dir)
-        # add, not add_or_update: GX's add_or_update compares expectations pairwise (quadratic, ~40 s
-        # for a 1,000-expectation suite); _forget removed the old ones.
-        suite = context.suites.add(
-            gx.ExpectationSuite(
-                name=name,
-                expectations=list(suites[split]),
-                meta={"stage": stage, "dataset": dataset, "split": split},
-            )
-        )
-        vd = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=bd, suite=suite))
-        # GX's checkpoint action builds the Data Docs pages of this result and its suite, and the index.
-        checkpoint = context.checkpoints.add(
-            gx.Checkpoint(
-                name=name,
-                validation_definitions=[vd],
-                actions=[UpdateDataDocsAction(name="data_docs", site_names=[SITE])],
-                result_format={"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows},
-            )
-        )
         t0 = time.perf_counter()
-        (vr,) = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run_id).run_results.values()
-        pages += [
-            report_dir / GX_SITE_DIR / "expectations" / f"{name}.html",
-            *(report_dir / GX_SITE_DIR / "validations" / name).rglob("*.html"),
-        ]
-        n_extra, more = (extra or {}).get(split, (0, ()))
+        suite, vr = _validate(
+            context, name, asset_name(dataset, split), frame, suites[split],
+            meta={"stage": stage, "dataset": dataset, "split": split}, run_id=run_id,
+            result_format=result_format,
+        )  # fmt: skip
+        # GX's failed results, then the failed checks of `own` (which _publish adds to the result)
         failures = tuple(
             dataclasses.replace(f, level=(levels or {}).get(f.check, "error"))
             for f in (
                 *(failure_from_result(split, r, frame, report.offending_rows) for r in vr.results if not r.success),
-                *more,
+                *(c.failure for c in own if c.failure is not None),
             )
         )
-        results[split] = SplitResult(
-            split, len(frame), len(vr.results) + n_extra, failures, time.perf_counter() - t0
-        )
+        keys[split] = _publish(context, suite, vr, own, asset_name(dataset, split))
+        _prune(context.validation_results_store, name, keep_runs)
+        results[split] = SplitResult(split, len(frame), len(vr.results), failures, time.perf_counter() - t0)
         log.info(
             "%s: %d expectations, %d failed (%.1f s)",
             name,
@@ -195,31 +193,114 @@ def run_suites(
             len(failures),
             results[split].seconds,
         )
+    # Pages of this run's results and suites, and the index (which drops the pages of results pruned above).
+    suite_keys = [ExpectationSuiteIdentifier(name=k.expectation_suite_identifier.name) for k in keys.values()]
+    context.build_data_docs(site_names=[SITE], resource_identifiers=[*keys.values(), *suite_keys])
+    pages = {split: _page(context, key) for split, key in keys.items()}
     # GX's pages load their CSS, scripts and fonts from CDNs: serve them from the site instead.
-    make_offline(report_dir / GX_SITE_DIR, pages)
+    suite_pages = [site / "expectations" / f"{k.name}.html" for k in suite_keys]
+    make_offline(site, [site / "index.html", *suite_pages, *pages.values()])
     outcome = Outcome(
         stage, dataset, results, report_dir / "index.html", dict(inputs or {}), dict(policy or {})
     )
     for split in results:
         write_json(
             report_dir / "results" / f"{stage}-{dataset}-{split}.json",
-            page_record(outcome, split, report_dir, run_time),
+            page_record(outcome, split, Path(os.path.relpath(pages[split], report_dir)), run_time),
         )
     write_index(report_dir)
     return outcome
 
 
+def _validate(
+    context: Any,
+    name: str,
+    asset: str,
+    frame: pd.DataFrame,
+    expectations: Sequence[gxe.Expectation],
+    *,
+    meta: Mapping[str, str],
+    run_id: RunIdentifier,
+    result_format: Mapping[str, Any],
+) -> tuple[gx.ExpectationSuite, ExpectationSuiteValidationResult]:
+    """Validate `frame`, as data asset `asset`, with a new suite `name` of `expectations`; GX stores the
+    result. The asset and the validation definition exist only for this call (see the module docstring)."""
+    ds = context.data_sources.get(DATASOURCE)
+    batch = ds.add_dataframe_asset(asset).add_batch_definition_whole_dataframe(BATCH)
+    try:
+        # add, not add_or_update: GX's add_or_update compares expectations pairwise (quadratic, ~40 s
+        # for a 1,000-expectation suite); _forget removed the old suite.
+        suite = context.suites.add(
+            gx.ExpectationSuite(name=name, expectations=list(expectations), meta=dict(meta))
+        )
+        vd = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
+        vr = vd.run(batch_parameters={"dataframe": frame}, result_format=dict(result_format), run_id=run_id)
+    finally:
+        _remove(context.validation_definition_store, name)
+        ds.delete_asset(asset)
+    return suite, vr
+
+
+def _publish(
+    context: Any,
+    suite: gx.ExpectationSuite,
+    vr: ExpectationSuiteValidationResult,
+    own: Sequence[OwnCheck],
+    asset: str,
+) -> ValidationResultIdentifier:
+    """Add the checks evaluated outside GX's engine to the suite and the result (GX's statistics recounted),
+    store both (the result under the key GX stored it), and return the result's key."""
+    if own:
+        suite.expectations.extend(c.expectation for c in own)
+        suite.save()  # gives each its id, which its result's configuration then carries
+        vr.results.extend(c.validation_result() for c in own)
+        stats = calc_validation_statistics(vr.results)
+        vr.success = stats.success
+        vr.statistics = {
+            "evaluated_expectations": stats.evaluated_expectations,
+            "successful_expectations": stats.successful_expectations,
+            "unsuccessful_expectations": stats.unsuccessful_expectations,
+            "success_percent": stats.success_percent,
+        }
+    # NOTE: GX's result page reads the asset from the batch spec, which fluent datasources leave without it
+    # (GX's site_builder._resolve_asset_name says so): without this the page reads "Data asset: None".
+    vr.meta["batch_spec"]["data_asset_name"] = asset
+    key = ValidationResultIdentifier(
+        expectation_suite_identifier=ExpectationSuiteIdentifier(name=suite.name),
+        run_id=vr.meta["run_id"],
+        batch_identifier=vr.batch_id,
+    )
+    context.validation_results_store.set(key, vr)
+    return key
+
+
+def _prune(store: Any, name: str, keep: int) -> None:
+    """Remove the validation results of suite `name` beyond those of its newest `keep` runs."""
+    kept = sorted(
+        (k for k in store.list_keys() if k.expectation_suite_identifier.name == name),
+        key=lambda k: k.run_id.run_time,
+        reverse=True,
+    )
+    for key in kept[keep:]:
+        store.remove_key(key)
+
+
+def _page(context: Any, key: ValidationResultIdentifier) -> Path:
+    """The Data Docs page of a validation result."""
+    (url,) = context.get_docs_sites_urls(resource_identifier=key, site_names=[SITE], only_if_exists=False)
+    return Path(os.path.normpath(urllib.parse.unquote(urllib.parse.urlparse(url["site_url"]).path)))
+
+
+def _remove(store: Any, name: str) -> None:
+    key = store.get_key(name=name, id=None)
+    if store.has_key(key):
+        store.remove_key(key)
+
+
 def _forget(context: Any, name: str, report_dir: Path) -> None:
-    """Remove the checkpoint (if any), validation definition and suite called `name`, earlier validation results
-    of the suite and their Data Docs pages."""
-    for named in (context.checkpoint_store, context.validation_definition_store, context.expectations_store):
-        key = named.get_key(name=name, id=None)
-        if named.has_key(key):
-            named.remove_key(key)
-    store = context.validation_results_store
-    for key in store.list_keys():
-        if key.expectation_suite_identifier.name == name:
-            store.remove_key(key)
-    shutil.rmtree(report_dir / GX_SITE_DIR / "validations" / name, ignore_errors=True)
+    """Remove the suite called `name` (and a validation definition a killed run left), its Data Docs page and
+    the project page's record of it; its validation results stay (`_prune` keeps the newest)."""
+    for store in (context.validation_definition_store, context.expectations_store):
+        _remove(store, name)
     (report_dir / GX_SITE_DIR / "expectations" / f"{name}.html").unlink(missing_ok=True)
     (report_dir / "results" / f"{name}.json").unlink(missing_ok=True)

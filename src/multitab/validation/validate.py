@@ -15,8 +15,16 @@ from multitab.config.validation import RawConfig, ValidationConfig
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.io import read_json, sha256_file
 from multitab.validation import suites
+from multitab.validation.expectations import (
+    ExpectColumnClassesToOccurInSomeSplit,
+    ExpectColumnValuesToBeWithinTrainBounds,
+    ExpectTableRowsToBeUnique,
+    ExpectTableRowsToNotBeInTrain,
+    OwnCheck,
+    counted,
+)
 from multitab.validation.failures import Failure, Outcome
-from multitab.validation.runner import open_context, run_suites
+from multitab.validation.runner import KEEP_RUNS, open_context, run_suites
 
 log = logging.getLogger(__name__)
 
@@ -150,18 +158,12 @@ def _absent_classes(schema: DatasetSchema, frames: Mapping[str, pd.DataFrame]) -
     return out
 
 
-def extra_checks(
-    schema: DatasetSchema, frames: Mapping[str, pd.DataFrame], cfg: ValidationConfig
-) -> dict[str, tuple[int, list[Failure]]]:
-    """Checks outside Great Expectations (numpy, one pass each): duplicate rows within a split, val/test
-    rows identical to a train row (leakage), regression targets within robust bounds of train."""
-    k = cfg.report.offending_rows
-    raw = cfg.raw
-    out: dict[str, tuple[int, list[Failure]]] = {}
-    hashes = {s: _row_hashes(f) for s, f in frames.items()}
-    train_set = np.unique(hashes["train"]) if "train" in hashes else np.zeros(0, np.uint64)
-    bounds: dict[str, tuple[float, float]] = {}
-    train = frames.get("train")
+def _target_bounds(
+    schema: DatasetSchema, train: pd.DataFrame | None, raw: RawConfig
+) -> dict[str, tuple[float, float]]:
+    """Regression task -> robust bounds from train: its 1-99 % quantile range widened `target_spread_factor`
+    times its width, within the task's published bounds."""
+    bounds = {}
     for t in schema.tasks:
         if t.type != "regression" or train is None or t.name not in train.columns or not len(train):
             continue
@@ -174,7 +176,92 @@ def extra_checks(
         lo, hi = q01 - spread, q99 + spread
         lo = max(lo, t.low) if t.low is not None else lo
         hi = min(hi, t.high) if t.high is not None else hi
-        bounds[t.name] = (lo, hi)
+        bounds[t.name] = (float(lo), float(hi))
+    return bounds
+
+
+def _rows_check(
+    expectation: ExpectTableRowsToBeUnique | ExpectTableRowsToNotBeInTrain,
+    split: str,
+    frame: pd.DataFrame,
+    bad: np.ndarray,
+    what: str,
+    why: str,
+    k: int,
+) -> OwnCheck:
+    """A check of whole rows, `bad` the offending row numbers: failed beyond the tolerated share of rows,
+    saying "<n> of <rows> rows <what> (<share>): <why>"."""
+    n, tolerated = len(frame), expectation.max_fraction
+    failure = None
+    if n and len(bad) > tolerated * n:
+        share = f"{100 * len(bad) / n:.3g}%, tolerated {100 * tolerated:g}%"
+        failure = Failure(
+            split, None, (expectation.meta or {})["check"], expectation.title,
+            f"{len(bad)} of {n} rows {what} ({share}): {why}", _rows_text(frame, bad, k),
+        )  # fmt: skip
+    return OwnCheck(expectation, counted(n, bad, k), failure)
+
+
+def _class_absent_check(schema: DatasetSchema, task: str, missing: list[int]) -> OwnCheck:
+    """A multiclass task with classes in no split (`_absent_classes`): a failed check of train."""
+    title = ExpectColumnClassesToOccurInSomeSplit.title
+    n_classes = schema.task(task).n_classes or 0
+    expectation = ExpectColumnClassesToOccurInSomeSplit(
+        column=task,
+        n_classes=n_classes,
+        meta={"check": "class_absent", "column": task},
+        description=f"{title}: each of the {n_classes} classes of '{task}' occurs in train, val or test",
+    )
+    failure = Failure(
+        "train", task, "class_absent", title,
+        f"class(es) {missing} of '{task}' occur in no split (train, val or test): the model cannot learn "
+        "them and their one-vs-rest AUC is undefined; use a larger sample",
+    )  # fmt: skip
+    return OwnCheck(expectation, {"observed_value": {"absent_classes": missing}}, failure)
+
+
+def _target_range_check(
+    schema: DatasetSchema, split: str, frame: pd.DataFrame, task: str, bounds: tuple[float, float],
+    raw: RawConfig, k: int,
+) -> OwnCheck:  # fmt: skip
+    """Every finite value of regression task `task` within `bounds` (`_target_bounds`)."""
+    lo, hi = bounds
+    title = ExpectColumnValuesToBeWithinTrainBounds.title
+    y = pd.to_numeric(frame[task], errors="coerce").to_numpy(np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(np.isfinite(y) & ((y < lo) | (y > hi)))
+    failure = None
+    if len(bad):
+        published = any(t.name == task and (t.low is not None or t.high is not None) for t in schema.tasks)
+        failure = Failure(
+            split, task, "target_range", title,
+            f"{len(bad)} of {len(frame)} values outside [{lo:.4g}, {hi:.4g}] (train's 1-99 % quantile range "
+            f"widened {raw.target_spread_factor:g} times its width"
+            + (", and the published bounds" if published else "")
+            + "): wrong units or a scaled column?",
+            tuple((int(i), frame[task].iloc[int(i)]) for i in bad[:k]),
+        )  # fmt: skip
+    expectation = ExpectColumnValuesToBeWithinTrainBounds(
+        column=task,
+        min_value=lo,
+        max_value=hi,
+        meta={"check": "target_range", "column": task},
+        description=f"{title}: every finite value in [{lo:.4g}, {hi:.4g}]",
+    )
+    return OwnCheck(expectation, counted(len(frame), bad, k, y[bad]), failure)
+
+
+def extra_checks(
+    schema: DatasetSchema, frames: Mapping[str, pd.DataFrame], cfg: ValidationConfig
+) -> dict[str, list[OwnCheck]]:
+    """Checks outside Great Expectations' engine (numpy, one pass each; expectations.py): duplicate rows
+    within a split, val/test rows identical to a train row (leakage), every class of a multiclass task in
+    some split, regression targets within robust bounds of train. Split -> its checks, passed or failed."""
+    k = cfg.report.offending_rows
+    raw = cfg.raw
+    hashes = {s: _row_hashes(f) for s, f in frames.items()}
+    train_set = np.unique(hashes["train"]) if "train" in hashes else np.zeros(0, np.uint64)
+    bounds = _target_bounds(schema, frames.get("train"), raw)
     # Survey microdata repeats people by nature (schema.records_repeat): judge repeats against its own rate.
     dup_max, overlap_max = (
         (raw.repeated_records_max_fraction,) * 2
@@ -187,70 +274,47 @@ def extra_checks(
         else None
     )
     absent = _absent_classes(schema, frames)
+    out: dict[str, list[OwnCheck]] = {}
     for split, frame in frames.items():
-        fails: list[Failure] = []
-        n = len(frame)
         h = hashes[split]
-        dup = pd.Series(h).duplicated().to_numpy()
-        if n and dup.sum() > dup_max * n:
-            fails.append(
-                Failure(
-                    split, None, "duplicates", "duplicate rows (multitab)",
-                    f"{int(dup.sum())} of {n} rows repeat an earlier row of the split "
-                    f"({100 * dup.mean():.3g}%, tolerated {100 * dup_max:g}%): "
-                    + (nature or "the file holds copied rows")
-                    + " (or is it concatenated with itself?)",
-                    _rows_text(frame, np.flatnonzero(dup), k),
-                )
+        duplicates = ExpectTableRowsToBeUnique(
+            max_fraction=dup_max,
+            meta={"check": "duplicates", "column": None},
+            description=f"{ExpectTableRowsToBeUnique.title}: at most {100 * dup_max:g}% of rows repeat an "
+            "earlier row of the split",
+        )
+        checks = [
+            _rows_check(
+                duplicates, split, frame, np.flatnonzero(pd.Series(h).duplicated().to_numpy()),
+                "repeat an earlier row of the split",
+                (nature or "the file holds copied rows") + " (or is it concatenated with itself?)",
+                k,
             )
-        n_checks = 1
+        ]  # fmt: skip
         if split != "train":
-            n_checks += 1
-            inside = np.isin(h, train_set)
-            if n and inside.sum() > overlap_max * n:
-                fails.append(
-                    Failure(
-                        split, None, "overlap", "rows also in train (multitab)",
-                        f"{int(inside.sum())} of {n} rows are identical to a train row "
-                        f"({100 * inside.mean():.3g}%, tolerated {100 * overlap_max:g}%): they leak "
-                        "between the splits; "
-                        + (f"{nature}; " if nature else "")
-                        + "remove duplicate rows from the source file",
-                        _rows_text(frame, np.flatnonzero(inside), k),
-                    )
+            overlap = ExpectTableRowsToNotBeInTrain(
+                max_fraction=overlap_max,
+                meta={"check": "overlap", "column": None},
+                description=f"{ExpectTableRowsToNotBeInTrain.title}: at most {100 * overlap_max:g}% of rows "
+                "identical to a train row",
+            )
+            checks.append(
+                _rows_check(
+                    overlap, split, frame, np.flatnonzero(np.isin(h, train_set)),
+                    "are identical to a train row",
+                    "they leak between the splits; " + (f"{nature}; " if nature else "")
+                    + "remove duplicate rows from the source file",
+                    k,
                 )
+            )  # fmt: skip
         if split == "train":
-            for task, missing in absent.items():
-                n_checks += 1
-                fails.append(
-                    Failure(
-                        split, task, "class_absent", "every class present (multitab)",
-                        f"class(es) {missing} of '{task}' occur in no split (train, val or test): the model "
-                        "cannot learn them and their one-vs-rest AUC is undefined; use a larger sample",
-                    )
-                )
-        for name, (lo, hi) in bounds.items():
-            if name not in frame.columns:
-                continue
-            n_checks += 1
-            y = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
-            with np.errstate(invalid="ignore"):
-                bad = np.isfinite(y) & ((y < lo) | (y > hi))
-            if bad.any():
-                idx = np.flatnonzero(bad)
-                fails.append(
-                    Failure(
-                        split, name, "target_range", "target within robust train bounds (multitab)",
-                        f"{len(idx)} of {n} values outside [{lo:.4g}, {hi:.4g}] (train's 1-99 % quantile range "
-                        f"widened {raw.target_spread_factor:g} times its width"
-                        + (", and the published bounds" if any(
-                            t.name == name and (t.low is not None or t.high is not None) for t in schema.tasks
-                        ) else "")
-                        + "): wrong units or a scaled column?",
-                        tuple((int(i), frame[name].iloc[int(i)]) for i in idx[:k]),
-                    )
-                )
-        out[split] = (n_checks, fails)
+            checks += [_class_absent_check(schema, task, missing) for task, missing in absent.items()]
+        checks += [
+            _target_range_check(schema, split, frame, task, b, raw, k)
+            for task, b in bounds.items()
+            if task in frame.columns
+        ]
+        out[split] = checks
     return out
 
 
@@ -262,8 +326,10 @@ def validate_raw(
     *,
     context_dir: str | Path,
     report_dir: str | Path,
+    keep_runs: int = KEEP_RUNS,
 ) -> Outcome:
-    """Validate data/splits/<D>/{train,val,test}.parquet against the schema's raw suite."""
+    """Validate data/splits/<D>/{train,val,test}.parquet against the schema's raw suite (and the checks of
+    `extra_checks`); keep the validation results of the newest `keep_runs` runs."""
     splits_dir = Path(splits_dir)
     frames, inputs = _read_splits(splits_dir, "validate_raw")
     rows = expected_rows(schema, data, cfg.raw.row_count_slack, {s: len(f) for s, f in frames.items()})
@@ -300,6 +366,7 @@ def validate_raw(
             extra=extra,
             levels=policy.levels(),
             policy=policy.as_dict(),
+            keep_runs=keep_runs,
         )
 
 
@@ -309,8 +376,10 @@ def validate_processed(
     *,
     context_dir: str | Path,
     report_dir: str | Path,
+    keep_runs: int = KEEP_RUNS,
 ) -> Outcome:
-    """Validate data/processed/<D>/ (or a MultiTab-Bench output folder) against its meta.json."""
+    """Validate data/processed/<D>/ (or a MultiTab-Bench output folder) against its meta.json; keep the
+    validation results of the newest `keep_runs` runs."""
     processed_dir = Path(processed_dir)
     meta_path = processed_dir / "meta.json"
     if not meta_path.exists():
@@ -347,4 +416,5 @@ def validate_processed(
             report_dir=report_dir,
             report=cfg.report,
             inputs=inputs,
+            keep_runs=keep_runs,
         )
