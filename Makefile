@@ -57,11 +57,12 @@ benchmarks: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# The MultiTab-Bench study (Figures 5 and 6 to convergence, several seeds; params `study`): the same DVC
-# stages and Prefect flow as `repro`, in their study variant, which `make repro` leaves out.
+# The MultiTab-Bench study (Figures 5 and 6 to convergence, several seeds; params `study`, run group
+# runs.study): the same DVC stages and Prefect flow as `repro`, with the opt-in group `study` put in the DAG
+# (runs.yaml); `make repro` and plain `dvc repro` leave it out.
 # Outputs: results/study_report/ (report.md, figures, tables, metrics.csv).
 study: $(STAMP) $(ASSETS)
-	$(BIN)/python -m flows.pipeline --targets aggregate_study
+	$(BIN)/python -m flows.pipeline --groups study --targets aggregate_study
 
 # Where a study that is still training stands: the aggregate_study stage's script over the runs finished so
 # far (absent runs read `missing`), written to results/study_interim/, outside DVC; safe while `make study`
@@ -69,7 +70,7 @@ study: $(STAMP) $(ASSETS)
 study-interim: $(STAMP)
 	$(BIN)/python -m stages.aggregate_study --params params.yaml --runs results/study_runs --out results/study_interim
 
-# The hyperparameter sweeps (params `sweep`, docs/sweeps.md): every grid point, then the selection
+# The hyperparameter sweeps (run groups runs.sweep_*, docs/sweeps.md): every grid point, then the selection
 # (hparams/swept.yaml, which `train.hparams: swept` trains with) and results/sweeps/report.md.
 sweep: $(STAMP) $(ASSETS)
-	$(BIN)/python -m flows.pipeline --targets sweep_select
+	$(BIN)/python -m flows.pipeline --groups 'sweep_*' --targets sweep_select

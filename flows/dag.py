@@ -15,27 +15,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multitab.config import Params, load_params
+from multitab.config import ConfigError, load_params
 from multitab.config.orchestration import OrchestrationConfig
-from multitab.io import write_text
 from multitab.runs import RUNS_FILE
-from multitab.runs import render as render_runs
+from multitab.runs import write as write_runs
 
 
 def load_config(root: str | Path, params: str | Path = "params.yaml") -> OrchestrationConfig:
-    """`orchestration:` of `params` (relative to the project `root` unless absolute); first runs.yaml, the
-    run matrix dvc.yaml's `train` stage iterates, is brought in line with the params' run groups."""
+    """`orchestration:` of `params` (relative to the project `root` unless absolute)."""
+    return load_params(Path(root) / params).orchestration
+
+
+def sync_runs_file(root: str | Path, params: str | Path = "params.yaml", groups: Sequence[str] = ()) -> None:
+    """Bring runs.yaml, the run matrix dvc.yaml's stages iterate, in line with the params' run groups and
+    the opt-in `groups` asked for (multitab.runs), before DVC reads dvc.yaml. A project without `runs:`
+    has no runs.yaml."""
     loaded = load_params(Path(root) / params)
     if "runs" in loaded.sections:
-        sync_runs_file(loaded, Path(root) / RUNS_FILE)
-    return loaded.orchestration
-
-
-def sync_runs_file(params: Params, path: Path) -> None:
-    """Rewrite `path` (runs.yaml) when it is not what `params` declares (multitab.runs)."""
-    text = render_runs(params)
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        write_text(path, text)
+        write_runs(loaded, Path(root) / RUNS_FILE, groups)
+    elif groups:
+        raise ConfigError(f"{loaded.source}: --groups {list(groups)}: the params declare no run groups (`runs:`)")
 
 
 @dataclass(frozen=True)
@@ -46,9 +45,6 @@ class StagePlan:
     order: tuple[str, ...]
     upstream: dict[str, tuple[str, ...]]
     changed: frozenset[str] | None = None
-    # Stages with `meta: {opt_in: true}` in dvc.yaml (the study, the sweeps): run only when a target asks
-    # for them (or for a stage downstream of them), by default only when a stage that is not opt-in needs them.
-    opt_in: frozenset[str] = frozenset()
 
     def descendants(self, stage: str) -> set[str]:
         below: dict[str, list[str]] = {s: [] for s in self.order}
@@ -108,11 +104,10 @@ def read_stage_graph(root: str | Path, changed: bool = False) -> StagePlan:
             for s in stages
         }
         order = [name(s) for s in reversed(stages)]
-        opt_in = frozenset(name(s) for s in stages if isinstance(s.meta, dict) and s.meta.get("opt_in") is True)
         stale: frozenset[str] | None = None
         if changed:
             stale = frozenset(name(s) for s in _changed_stages(repo, stages))
-    return StagePlan(order=tuple(order), upstream=upstream, changed=stale, opt_in=opt_in)
+    return StagePlan(order=tuple(order), upstream=upstream, changed=stale)
 
 
 def _changed_stages(repo: Any, stages: list[Any], tries: int = 20) -> list[Any]:
@@ -150,17 +145,11 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
     """Restrict the plan to `targets` and everything they depend on (like `dvc repro <targets>`).
 
     A target is a stage name (`split@higgs`), a foreach/matrix group (`split`: every `split@...`), or a
-    shell pattern (`train@higgs-*`). Without targets: every stage but the opt-in ones, which run only when
-    a stage that is not opt-in depends on them.
+    shell pattern (`train@real-higgs-*`). Without targets: every stage (the opt-in run groups are in
+    dvc.yaml's DAG only when runs.yaml holds them: multitab.runs).
     """
     if not targets:
-        if not plan.opt_in:
-            return plan
-        # every stage that is not opt-in, with everything it depends on: an opt-in stage runs by default
-        # only when a default stage needs it (the sweep that `train.hparams: swept` reads)
-        targets = [s for s in plan.order if s not in plan.opt_in]
-        if not targets:
-            return StagePlan(order=(), upstream={}, changed=None if plan.changed is None else frozenset())
+        return plan
     wanted: set[str] = set()
     for target in targets:
         matched = {
@@ -185,5 +174,4 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
             frontier.extend(plan.upstream[stage])
     order = tuple(s for s in plan.order if s in closure)
     changed = None if plan.changed is None else plan.changed & closure
-    return StagePlan(order=order, upstream={s: plan.upstream[s] for s in order}, changed=changed,
-                     opt_in=frozenset(s for s in plan.opt_in if s in closure))
+    return StagePlan(order=order, upstream={s: plan.upstream[s] for s in order}, changed=changed)

@@ -30,7 +30,7 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import Task
 
-from flows.dag import load_config, read_stage_graph, select
+from flows.dag import load_config, read_stage_graph, select, sync_runs_file
 from flows.dvc_output import LOCK_ERROR, cause, dvc_outcome, exit_code, stream_command
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
 from flows.provenance import label_run, run_provenance
@@ -195,6 +195,7 @@ def _collect(stage: str, future: PrefectFuture[Any], started: float) -> StageRes
 def pipeline(
     root: str = ".",
     targets: list[str] | None = None,
+    groups: list[str] | None = None,
     workers: int | None = None,
     retries: int | None = None,
     retry_delay: float | None = None,
@@ -206,8 +207,10 @@ def pipeline(
 
     Args:
         root: the DVC project (a checkout of this repository); relative paths are from the worker's folder.
-        targets: stages (`split@higgs`), foreach groups (`train`) or shell patterns (`train@higgs-*`) to
-            bring up to date with everything they depend on; empty: the whole dvc.yaml.
+        targets: stages (`split@higgs`), foreach groups (`train`) or shell patterns (`train@real-higgs-*`)
+            to bring up to date with everything they depend on; empty: the whole dvc.yaml.
+        groups: opt-in run groups of params.yaml (`study`, the sweep groups) to put in the DAG: runs.yaml
+            is written with them (multitab.runs); empty: the default DAG, as `make repro` runs it.
         workers: stages at once (default: params.yaml orchestration.workers).
         retries: extra attempts of a stage that crashed, was killed or hit a lock (never of a bad-input
             failure such as a failed validation); default: orchestration.retries.
@@ -220,6 +223,7 @@ def pipeline(
         signal.signal(signal.SIGTERM, STOP_HANDLER)
     root = str(check_root(root))
     cfg = load_config(root, params)
+    sync_runs_file(root, params, groups or ())
     n_workers = workers or cfg.workers
     n_retries = cfg.retries if retries is None else retries
     delay = cfg.retry_delay_seconds if retry_delay is None else retry_delay

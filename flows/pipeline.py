@@ -1,7 +1,7 @@
 """Run the DVC DAG through Prefect: only the stages with work to do, in parallel, retried only where a
 retry can help, with states and artifacts that say what DVC did.
 
-    python -m flows.pipeline [--targets STAGE ...] [--workers N] [--retries N] [--retry-delay S]
+    python -m flows.pipeline [--targets STAGE ...] [--groups GROUP ...] [--workers N] [--retries N] [--retry-delay S]
                              [--gpu-concurrency N] [--params params.yaml] [--root .] [--record]
 
 dvc.yaml stays the only DAG. The flow asks DVC once, with the project open, for its stage graph
@@ -49,6 +49,7 @@ from flows.dag import (
     load_config,
     read_stage_graph,
     select,
+    sync_runs_file,
 )
 from multitab.exit_codes import BAD_INPUT
 from multitab.io import os_error_line
@@ -121,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default=".", help="DVC project root (default: the current folder)")
     parser.add_argument("--targets", nargs="+", help="stages, foreach groups or patterns (default: all)")
+    parser.add_argument("--groups", nargs="+", default=[], help="opt-in run groups to put in the DAG (e.g. study)")
     parser.add_argument("--workers", type=int, help="stages at once (default: orchestration.workers)")
     parser.add_argument("--retries", type=int, help="retries of a crashed stage (orchestration.retries)")
     parser.add_argument("--retry-delay", type=float, help="seconds before each retry (orchestration)")
@@ -131,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     try:  # fail fast, before Prefect starts; one look at the project
         cfg = load_config(args.root, args.params)
+        sync_runs_file(args.root, args.params, args.groups)
         plan = select(read_stage_graph(args.root, changed=True), args.targets)
     except UnknownTarget as e:
         print(f"flows.pipeline: {e}", file=sys.stderr)
@@ -151,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         state = pipeline(
             root=args.root,
             targets=args.targets,
+            groups=args.groups,
             workers=args.workers,
             retries=args.retries,
             retry_delay=args.retry_delay,

@@ -3,6 +3,7 @@ the profile overlays, and the flow leaving opt-in (study) stages out of the defa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -12,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.pipeline import StagePlan, select
 from multitab.config import ConfigError
 from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation.bench_study import (
@@ -194,16 +194,26 @@ def test_groups_and_the_study_profile_lay_their_sections_over_train_and_bench_da
         group_train(bad, "bench")
 
 
-def test_default_run_leaves_out_the_opt_in_stages_no_default_stage_needs():
-    plan = StagePlan(order=("a", "s", "t", "u"), upstream={"a": (), "s": ("a",), "t": ("s",), "u": ("a",)},
-                     opt_in=frozenset({"s", "t"}))
-    assert select(plan, None).order == ("a", "u")
-    assert select(plan, ["t"]).order == ("a", "s", "t")
-    assert select(plan, ["u"]).order == ("a", "u")
-    # a default stage that needs an opt-in one (training with `train.hparams: swept`) brings it in
-    swept = StagePlan(order=("a", "s", "t", "v"), upstream={"a": (), "s": ("a",), "t": ("s",), "v": ("s",)},
-                      opt_in=frozenset({"s", "t"}))
-    assert select(swept, None).order == ("a", "s", "v")
+def test_opt_in_groups_are_in_runs_yaml_only_when_asked_for():
+    from multitab.config import load_params
+    from multitab.runs import active_groups, document
+
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    assert active_groups(params) == ["real", "ablation", "bench"]
+    default = document(params)
+    assert default["opt_in_groups"] == [] and default["study_configs"] == default["study_reports"] == []
+    assert default["sweep_selections"] == [] and {r["group"] for r in default["train_runs"].values()} == {
+        "real", "ablation", "bench"}
+    study = document(params, ["study"])
+    assert study["opt_in_groups"] == ["study"] and study["study_configs"] == list(params.study.configs)
+    assert study["study_reports"] == ["study"] and len(study["train_runs"]) == len(default["train_runs"]) + 9 * 5 * 3
+    assert active_groups(params, ["sweep_*"]) == ["real", "ablation", "bench", "sweep_mlp", "sweep_inter_sample"]
+    with pytest.raises(ConfigError, match="no run group matches 'stduy'"):
+        active_groups(params, ["stduy"])
+    # a default run that trains with the sweep's selection brings the sweep groups in
+    swept = params.replace(train=dataclasses.replace(params.train, hparams="swept"))
+    assert active_groups(swept) == ["real", "ablation", "bench", "sweep_mlp", "sweep_inter_sample"]
+    assert document(swept)["sweep_selections"] == ["sweeps"]
 
 
 def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
@@ -224,10 +234,10 @@ def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
     import yaml
 
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    for stage in ("synthesize_study", "validate_study", "aggregate_study"):
-        body = stages[stage].get("do", stages[stage])
-        assert body["meta"] == {"opt_in": True}, stage
-    assert stages["train"]["do"]["meta"] == {"opt_in": "${item.opt_in}"}
+    iterates = {"synthesize_study": "${study_configs}", "validate_study": "${study_configs}",
+                "aggregate_study": "${study_reports}", "sweep_select": "${sweep_selections}", "train": "${train_runs}"}
+    for stage, lists in iterates.items():  # runs.yaml's lists: empty unless it holds the opt-in groups
+        assert stages[stage]["foreach"] == lists, stage
 
 
 def test_explained_variance_and_mse_equal_sklearn_exactly():

@@ -281,7 +281,7 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
     assert {s for s in first if stages[s]["status"] == "up_to_date" or s not in stages} == first
     assert {s for s in stages if s.startswith("train@sweep_mlp-") and stages[s]["status"] == "ran"} == (
         {s for s in stages if s.startswith("train@sweep_mlp-")} - first)
-    assert stages["sweep_select"]["status"] == "ran" and stages["train@real-tiny-stl_mlp-0"]["status"] == "ran"
+    assert stages["sweep_select@sweeps"]["status"] == "ran" and stages["train@real-tiny-stl_mlp-0"]["status"] == "ran"
     for name, data in done.items():
         assert (points / name / "seed0" / "metrics.json").read_bytes() == data, f"{name} was trained again"
     chosen = yaml.safe_load((root / "hparams" / "swept.yaml").read_text())["tiny"]["stl_mlp"]
@@ -297,8 +297,7 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
 def test_the_train_stage_takes_everything_from_its_run_entry() -> None:
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["train"]
     assert stage["foreach"] == "${train_runs}" and stage["do"]["cmd"] == "python -m stages.train --run ${key}"
-    assert stage["do"]["meta"] == {"opt_in": "${item.opt_in}"}
     assert "${item.settings.hparams_file}" in stage["do"]["deps"]
     assert stage["do"]["params"] == [{"runs.yaml": ["train_runs.${key}"]}]
     assert point_id({"lr": 0.0001, "rope": True}) == "lr0.0001-ropetrue"
-    assert yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["sweep_select"]["meta"] == {"opt_in": True}
+    assert yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["sweep_select"]["foreach"] == "${sweep_selections}"

@@ -345,7 +345,7 @@ def test_a_run_entry_holds_every_train_setting_that_changes_a_run() -> None:
     exempt = {"progress", "variants", "protocol", "model_overrides"}
     expected = {f.name for f in dataclasses.fields(TrainConfig) if f.name not in exempt} | {"overrides"}
     params = load_params(Path(__file__).parents[1] / "params.yaml")
-    runs = entries(params)
+    runs = entries(params, ["study", "sweep_*"])  # the opt-in groups too
     for key, entry in runs.items():
         assert expected | {"protocol", "hparams_file"} == set(entry["settings"]), key
     bench = runs["bench-p06_pd3_t3-mmoe-0"]
