@@ -111,6 +111,7 @@ TINY_TRAIN: dict[str, Any] = {
     "batch_size": 256, "max_epochs": 2, "max_train_rows": None, "patience": {"default": 5},
     "xgboost_early_stopping_rounds": 5, "progress": False,
     "optim": {"tiny": {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5}},
+    "model_overrides": {}, "hparams": "authors", "variants": {},
 }
 
 
@@ -137,7 +138,7 @@ def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, model
             write_tiny_processed(processed)
     (root / "data" / "validated").mkdir(parents=True, exist_ok=True)
     (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": success}))
-    groups = groups or {"real": {"data": {"datasets": ["tiny"]}, "models": models or ["tiny"], "seeds": [0]}}
+    groups = groups or {"real": {"data": {"datasets": ["tiny"]}, "models": models or ["tiny"], "seeds": [0], "train": {}}}
     raw = {"train": {**TINY_TRAIN, **(train or {})}, "runs": groups, **(extra or {})}
     params = root / "params.yaml"
     params.write_text(yaml.safe_dump(raw, sort_keys=False))

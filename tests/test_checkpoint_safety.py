@@ -332,7 +332,7 @@ def test_dvc_train_stage_keeps_its_results_through_a_failed_rerun(tmp_path: Path
     (repo / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(["train"]), sort_keys=False))
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["train"].update(device="cpu", max_epochs=1, max_train_rows=None, progress=False, num_threads=1)
-    params["runs"] = {"real": {"data": {"datasets": ["higgs"]}, "models": ["stl_mlp"], "seeds": [0]}}
+    params["runs"] = {"real": {"data": {"datasets": ["higgs"]}, "models": ["stl_mlp"], "seeds": [0], "train": {}}}
     del params["study"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     write_runs_file(repo)

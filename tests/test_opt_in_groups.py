@@ -46,7 +46,7 @@ def _project(root: Path) -> Path:
         "study": {**raw["study"], "configs": ["p06_pd3_t3"]},
         "train": {**TINY_TRAIN, "max_epochs": 1, "device": "cpu", "optim": {}},
         "runs": {
-            "real": {"data": {"datasets": ["tiny"]}, "models": ["stl_mlp"], "seeds": [0]},
+            "real": {"data": {"datasets": ["tiny"]}, "models": ["stl_mlp"], "seeds": [0], "train": {}},
             "study": {**raw["runs"]["study"], "seeds": [0]},
             "sweep_mlp": {**raw["runs"]["sweep_mlp"], "data": {"datasets": ["tiny"]}, "models": ["stl_mlp"],
                           "grid": {"lr": [0.001], "dropout": [0.0, 0.1]}},
@@ -96,3 +96,24 @@ def test_makefile_targets_name_their_groups() -> None:
     text = (ROOT / "Makefile").read_text()
     assert "flows.pipeline --groups study --targets aggregate_study" in text
     assert "flows.pipeline --groups 'sweep_*' --targets sweep_select" in text
+
+
+def test_two_dvc_experiments_differing_in_one_param_show_side_by_side(tmp_path: Path) -> None:
+    """DVC's own experiment machinery on the repository's stages: `dvc exp run -S <param>` twice, then
+    `dvc exp show --json` holds both runs' params and metrics (runs.yaml needs no rewrite: it holds the
+    matrix's shape, the settings are params.yaml's)."""
+    root = _project(tmp_path / "p")
+    for epochs in (1, 2):
+        out = _dvc(root, "exp", "run", "-n", f"epochs{epochs}", "-S", f"train.max_epochs={epochs}")
+        assert "train@real-tiny-stl_mlp-0" in out
+    shown = json.loads(_dvc(root, "exp", "show", "--json"))
+    seen = {}
+    for commit in shown:
+        for exp in commit.get("experiments") or []:
+            for rev in exp.get("revs") or []:
+                data = rev.get("data") or {}
+                metrics = data.get("metrics", {}).get("results/runs/tiny/stl_mlp/seed0/metrics.json", {}).get("data", {})
+                params = data.get("params", {}).get("params.yaml", {}).get("data", {})
+                if metrics:
+                    seen[rev.get("name") or exp.get("name")] = (params["train"]["max_epochs"], metrics["epochs"])
+    assert seen == {"epochs1": (1, 1), "epochs2": (2, 2)}, seen

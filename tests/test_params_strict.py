@@ -50,6 +50,7 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "group_data_typo": (_set("runs", "bench", "data", {"bench": ["p06_pd3_t9"]}), "runs.bench.data.bench: 'p06_pd3_t9'"),
     "group_data_kind": (_set("runs", "bench", "data", "synthetic"), "runs.bench: data='synthetic': expected one of"),
     "group_train_key": (_set("runs", "bench", "train", {"max_epoch": 3}), "runs.bench.train.max_epoch: unknown key"),
+    "group_without_train": (lambda raw: raw["runs"]["real"].pop("train"), "runs.real: missing key 'train'"),
     "claim_outside_the_study": (_set("study", "claim", "rivals", ["mmoe", "saint"]),
                                 "study.claim: 'saint' is not one of runs.study.models"),
     "aggregate_dataset_typo": (_set("aggregate", "datasets", ["higs"]), "aggregate.datasets: 'higs'"),

@@ -168,12 +168,7 @@ def test_dvc_reruns_every_stage_the_protocol_affects() -> None:
     # aggregate: it refuses a run trained under another protocol than params.yaml's (metrics.json `params`)
     for name in ("complexity", "aggregate"):
         assert "protocol" in stages[name]["params"], name
-    # every training run: its runs.yaml entry (its DVC params dependency) holds the protocol
-    assert stages["train"]["do"]["params"] == [{"runs.yaml": ["train_runs.${key}"]}]
-    from multitab.config import load_params
-    from multitab.runs import entries
-
-    assert {e["settings"]["protocol"] for e in entries(load_params(ROOT / "params.yaml")).values()} == {"paper"}
+    assert "protocol" in stages["train"]["do"]["params"]
     for name in ("acquire", "preprocess", "synthesize"):
         block = stages[name].get("do", stages[name])
         assert "protocol" not in block.get("params", []), name

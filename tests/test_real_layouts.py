@@ -53,7 +53,7 @@ def write_params(tmp: Path, dataset: str, path: Path, split_cfg: dict[str, Any],
     ds["preprocess"]["numerical"] = "standard"
     params["validation"]["policy"][dataset].update(policy)
     params["train"].update(device="cpu", max_epochs=1, batch_size=32, max_train_rows=None, progress=False)
-    params["runs"]["real"] = {"data": {"datasets": [dataset]}, "models": ["stl_mlp"], "seeds": [0]}
+    params["runs"]["real"] = {"data": {"datasets": [dataset]}, "models": ["stl_mlp"], "seeds": [0], "train": {}}
     out = tmp / "params.yaml"
     out.write_text(yaml.safe_dump(params, sort_keys=False))
     (tmp / RUNS_FILE).write_text(render(load_params(out)))

@@ -216,7 +216,8 @@ def _toy_project(root: Path) -> Path:
         "protocol": "paper",
         "train": {**raw["train"], "max_epochs": 2, "max_train_rows": None, "batch_size": 64, "progress": False,
                   "hparams": "swept"},
-        "runs": {"real": {"data": {"datasets": ["tiny"]}, "models": ["stl_mlp"], "seeds": [0]}, "sweep_mlp": sweep_mlp},
+        "runs": {"real": {"data": {"datasets": ["tiny"]}, "models": ["stl_mlp"], "seeds": [0], "train": {}},
+                 "sweep_mlp": sweep_mlp},
         "orchestration": {**raw["orchestration"], "workers": 1, "retries": 0, "summary": "results/pipeline_summary.json"},
     }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -297,7 +298,7 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
 def test_the_train_stage_takes_everything_from_its_run_entry() -> None:
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["train"]
     assert stage["foreach"] == "${train_runs}" and stage["do"]["cmd"] == "python -m stages.train --run ${key}"
-    assert "${item.settings.hparams_file}" in stage["do"]["deps"]
-    assert stage["do"]["params"] == [{"runs.yaml": ["train_runs.${key}"]}]
+    assert "${item.hparams_file}" in stage["do"]["deps"]
+    assert "runs.${item.group}.train" in stage["do"]["params"]
     assert point_id({"lr": 0.0001, "rope": True}) == "lr0.0001-ropetrue"
     assert yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["sweep_select"]["foreach"] == "${sweep_selections}"

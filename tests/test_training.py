@@ -273,11 +273,14 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     raw["protocol"] = "authors_code"
     raw["runs"]["real"]["train"] = {"max_epochs": 1}
     params.write_text(yaml.safe_dump(raw))
-    assert stage.main(args) == BAD_INPUT  # runs.yaml no longer says what params.yaml declares
-    (tmp_path / RUNS_FILE).write_text(render(load_params(params)))
-    assert stage.main(args) == 0
+    assert stage.main(args) == 0  # settings live in params.yaml: runs.yaml holds the matrix's shape only
     record = json.loads((out / "metrics.json").read_text())
     assert record["protocol"] == "authors_code" and record["epochs"] == 1
+    raw["runs"]["real"]["seeds"] = [0, 1]  # the matrix changed: runs.yaml must be written again first
+    params.write_text(yaml.safe_dump(raw))
+    assert stage.main(args) == BAD_INPUT
+    (tmp_path / RUNS_FILE).write_text(render(load_params(params)))
+    assert stage.main(args) == 0
     assert stage.main(["--run", "real-tiny-nope-0", "--params", str(params)]) == BAD_INPUT
 
 
@@ -334,26 +337,27 @@ def test_non_finite_loss_stops_with_a_clear_error(tiny: Path, tmp_path: Path) ->
         loop_mod.train(NanNet(data.meta), data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
 
 
-def test_a_run_entry_holds_every_train_setting_that_changes_a_run() -> None:
-    """runs.yaml's entry (the train stage's DVC params dependency) holds every `train` key a run reads, so
-    DVC re-runs the run when one changes; only the progress bar is left out, and the run's own part of
-    `model_overrides` and the variant table is resolved into `overrides`."""
+def test_the_train_stage_depends_on_every_train_setting_that_changes_a_run() -> None:
+    """dvc.yaml's `train` stage names every `train` key a run reads (so DVC re-runs it when one changes;
+    only the progress bar is left out), the protocol and its group's own `train` keys; runs.yaml gives each
+    run its data, verdict, folders and selections file."""
     import dataclasses
+
+    import yaml
 
     from multitab.runs import entries
 
-    exempt = {"progress", "variants", "protocol", "model_overrides"}
-    expected = {f.name for f in dataclasses.fields(TrainConfig) if f.name not in exempt} | {"overrides"}
+    stage = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]["train"]["do"]
+    expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in ("progress", "protocol")}
+    assert set(stage["params"]) == expected | {"protocol", "runs.${item.group}.train"}
+    assert {"${item.data}", "${item.verdict}", "${item.hparams_file}"} <= set(stage["deps"])
     params = load_params(Path(__file__).parents[1] / "params.yaml")
     runs = entries(params, ["study", "sweep_*"])  # the opt-in groups too
-    for key, entry in runs.items():
-        assert expected | {"protocol", "hparams_file"} == set(entry["settings"]), key
     bench = runs["bench-p06_pd3_t3-mmoe-0"]
     assert (bench["data"], bench["verdict"]) == ("data/synthetic/p06_pd3_t3", "data/validated/synthetic/p06_pd3_t3.json")
-    assert bench["settings"]["batch_size"] == 128 and bench["settings"]["max_epochs"] == 6
+    assert bench["hparams_file"] == "hparams/authors.yaml"
     ablation = runs["ablation-higgs-multitab_net+single_none-0"]
     assert ablation["out"] == "results/runs/higgs/multitab_net@single_none/seed0"
-    assert ablation["settings"]["overrides"] == {"multi_token": False, "mask": "none"}
     study = runs["study-p06_pd3_t3-mmoe-2"]
     assert study["data"] == "data/study/p06_pd3_t3" and study["out"] == "results/study_runs/p06_pd3_t3/mmoe/seed2"
     assert study["opt_in"] is True and runs["real-higgs-xgboost-0"]["opt_in"] is False

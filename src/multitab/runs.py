@@ -13,10 +13,11 @@ trains with `train.hparams: swept` (it reads the sweep's selection).
 runs.yaml is generated (like dvc.lock, it is committed): one entry per run, keyed
 `<group>-<dataset>-<model>[-<point>]-<seed>` (a variant `multitab_net@single_none` is spelt
 `multitab_net+single_none` and a point's dots are underscores there, see Run.key), with its data, validation
-verdict, output folders and `settings`, the resolved training settings it is trained with. The `train`
-stage depends on its own entry (DVC `params:`), so changing a group's `train` re-runs that group only.
+verdict, output folders and selections file: the matrix's shape, not its settings. The `train` stage
+depends on the settings in params.yaml itself (`train` and its group's `train`), so `dvc exp run -S
+train.max_epochs=3` needs no new runs.yaml, and changing one group's `train` re-runs that group only.
 `make repro` and `make study` / `make sweep` regenerate it first (flows.pipeline); a training stage
-refuses to run from an entry that params.yaml no longer declares.
+refuses to run from a runs.yaml that params.yaml no longer declares (runs, seeds or models changed).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Run:
     out: str  # run folder: metrics.json, dvclive/
     checkpoints: str
     opt_in: bool
+    hparams_file: str  # the selections it starts from (train.hparams; a grid point: the authors')
 
     @property
     def key(self) -> str:
@@ -105,9 +107,10 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
                 group.data_names(kinds), group.models, points, group.seeds):
             folder = "/".join([dataset, model, *([point_id(point)] if point else []), f"seed{seed}"])
             data, verdict = (pattern.format(dataset) for pattern in DATA_KINDS[kind])
+            selection = "authors" if point else group_train(params, name).hparams
             run = Run(group=name, dataset=dataset, model=model, seed=seed, point=point, data=data,
                       verdict=verdict, out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
-                      opt_in=group.opt_in)
+                      opt_in=group.opt_in, hparams_file=f"hparams/{selection}.yaml")
             if run.key in out:
                 raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
             out[run.key] = run
@@ -118,21 +121,6 @@ def declared_runs(params: Params) -> dict[tuple[str, str, int], str]:
     """(dataset, run model, seed) -> group of every run `make repro` trains (the groups that are not opt-in):
     the runs the aggregate stage reads."""
     return {(r.dataset, r.model, r.seed): r.group for r in expand(params).values() if not r.opt_in}
-
-
-def settings(params: Params, run: Run) -> dict[str, Any]:
-    """The resolved settings run `run` is trained with (what its `train` stage reads from params.yaml)."""
-    t = group_train(params, run.group)
-    base, _ = t.resolve(run.model)
-    selection = "authors" if run.point else t.hparams  # a grid point starts from the authors' selection
-    return plain({
-        "protocol": params.protocol, "device": t.device, "precision": t.precision, "compile": t.compile,
-        "deterministic": t.deterministic, "num_threads": t.num_threads, "batch_size": t.batch_size,
-        "max_epochs": t.max_epochs, "max_train_rows": t.max_train_rows, "patience": t.patience_for(run.dataset),
-        "xgboost_early_stopping_rounds": t.xgboost_early_stopping_rounds, "optim": t.optim.get(base),
-        "overrides": t.overrides_for(run.model, run.dataset), "hparams": selection,
-        "hparams_file": f"hparams/{selection}.yaml",
-    })
 
 
 def active_groups(params: Params, groups: Iterable[str] = ()) -> list[str]:
@@ -153,14 +141,14 @@ def active_groups(params: Params, groups: Iterable[str] = ()) -> list[str]:
 
 def document(params: Params, groups: Iterable[str] = ()) -> dict[str, Any]:
     """runs.yaml's content with the opt-in `groups`: which opt-in groups it holds, the runs (`train_runs`:
-    key -> the run's fields and settings), and the lists the opt-in stages of dvc.yaml iterate (empty
+    key -> the run's fields: what it trains on, where it writes), and the lists the opt-in stages of dvc.yaml iterate (empty
     without their groups)."""
     active = active_groups(params, groups)
     runs = expand(params, active)
     study = "study" in params.sections and params.study.group in active
     return {
         "opt_in_groups": [name for name in active if params.runs[name].opt_in],
-        KEY: {key: {**plain(asdict(run)), "settings": settings(params, run)} for key, run in runs.items()},
+        KEY: {key: plain(asdict(run)) for key, run in runs.items()},
         "study_configs": list(params.study.configs) if study else [],  # synthesize_study@, validate_study@
         "study_reports": ["study"] if study else [],  # aggregate_study@study
         "sweep_selections": ["sweeps"] if any(params.runs[n].sweep for n in active) else [],  # sweep_select@sweeps
@@ -168,13 +156,13 @@ def document(params: Params, groups: Iterable[str] = ()) -> dict[str, Any]:
 
 
 def entries(params: Params, groups: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
-    """runs.yaml's `train_runs` with the opt-in `groups`: key -> the run's fields and settings."""
+    """runs.yaml's `train_runs` with the opt-in `groups`: key -> the run's fields."""
     entries_: dict[str, dict[str, Any]] = document(params, groups)[KEY]
     return entries_
 
 
 def render(params: Params, groups: Iterable[str] = ()) -> str:
-    return HEADER + yaml.safe_dump(document(params, groups), sort_keys=False, default_flow_style=None, width=120)
+    return HEADER + yaml.safe_dump(document(params, groups), sort_keys=False, default_flow_style=False, width=120)
 
 
 def _read(path: Path) -> dict[str, Any] | None:

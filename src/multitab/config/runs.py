@@ -10,7 +10,7 @@ run group is a params.yaml change only:
         data: {bench: [p06_pd3_t3]}    # or `datasets` (every real dataset), `bench`, `study`
         models: [mmoe, multitab_net]
         seeds: [0, 1]
-        train: {max_epochs: 20}        # keys of `train` replaced for these runs
+        train: {max_epochs: 20}        # keys of `train` replaced for these runs ({} for none)
         opt_in: true                   # `make repro` leaves it out; `python -m flows.pipeline --targets train@my_group-...`
 
 A sweep group names its family (`sweep: mlp | transformer | inter_sample | xgboost`) and its `grid`
@@ -59,8 +59,9 @@ class RunGroup:
     data: str | dict[str, tuple[str, ...]]
     models: tuple[str, ...] = field(metadata=bounded(unique=True))  # registry names or `<model>@<variant>`
     seeds: tuple[int, ...] = field(metadata=bounded(ge=0, unique=True))
-    # keys of `train` replaced for this group's runs, checked against TrainConfig's fields at load
-    train: dict[str, Any] = field(default_factory=dict)
+    # keys of `train` replaced for this group's runs, checked against TrainConfig's fields at load; `{}`
+    # for none (required: the group's train stages depend on it, and DVC needs the key to exist)
+    train: dict[str, Any]
     opt_in: bool = False  # true: `make repro` leaves the group out; a target that needs it runs it
     sweep: str | None = None  # a sweep group's family (FAMILIES)
     grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # a sweep group's axes -> values
