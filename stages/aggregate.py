@@ -16,6 +16,7 @@ from multitab.config import Params, load_params
 from multitab.config.aggregate import synthetic_configs
 from multitab.datasets.split import split_sizes
 from multitab.evaluation.bench_study import Budget
+from multitab.evaluation.entry_page import write_entry_page
 from multitab.evaluation.published import load_published
 from multitab.evaluation.report import Outputs, build_results
 from multitab.evaluation.report_markdown import Provenance
@@ -23,6 +24,7 @@ from multitab.evaluation.runs import RunSet, load_runs, select_declared
 from multitab.io import all_or_nothing, remove_stale_temporaries
 from multitab.profiles import group_train, profiled
 from multitab.provenance import git_commit
+from multitab.runs import declared_runs
 from stages._common import parser, run
 
 
@@ -33,16 +35,29 @@ def aggregate(a: argparse.Namespace) -> None:
     # exactly the runs params.yaml declares, each trained under the settings it declares now
     runs = RunSet(select_declared(load_runs(a.runs), params), seeds=config.seeds)
     outputs = Outputs(tables=a.tables, figures=a.figures, plots=a.plots, report=a.report, metrics=a.metrics)
-    # Debris of a killed earlier run: its temporaries (only this stage's: label_correlations and complexity
-    # write into the same folders, and may run beside it).
+    # Debris of a killed earlier run: its temporaries.
     for folder in (a.tables, a.figures):
         remove_stale_temporaries(folder, stems=OWN_STEMS)
     remove_stale_temporaries(a.plots)
-    for path in (a.report, a.metrics):
+    for path in (a.report, a.metrics, a.index):
         remove_stale_temporaries(path.parent, path.name)
-    with all_or_nothing():  # every table, figure and the report: all new, or all as they were
-        build_results(runs, config, load_published(), synthetic, a.complexity, outputs, runs_dir=a.runs,
-                      provenance=provenance(a.params, params))
+    prov = provenance(a.params, params)
+    with all_or_nothing():  # every table, figure, the report and the entry page: all new, or all as they were
+        written = build_results(runs, config, load_published(), synthetic, a.complexity, outputs,
+                                runs_dir=a.runs, provenance=prov)
+        write_entry_page(a.index, Path(a.params).resolve().parent, prov, params.protocol, what_ran(params),
+                         written)
+
+
+def what_ran(params: Params) -> list[str]:
+    """The entry page's short account of the run matrix: each dataset's source, each default group's runs."""
+    lines = [f"dataset {name}: source {cfg.source}" for name, cfg in params.datasets.items()] \
+        if "datasets" in params.sections else []
+    runs = declared_runs(params)
+    for group in dict.fromkeys(runs.values()):
+        n = sum(g == group for g in runs.values())
+        lines.append(f"run group {group}: {n} runs (runs.{group} in params.yaml)")
+    return lines
 
 
 def provenance(params_path: Path, params: Params) -> Provenance:
@@ -61,7 +76,7 @@ def provenance(params_path: Path, params: Params) -> Provenance:
     return Provenance(commit=git_commit(Path(params_path).resolve().parent), params_sha256=digest, budget=budget)
 
 
-# The names of this stage's files in results/tables and results/figures (dvc.yaml's outs).
+# The names of this stage's files in results/tables and results/figures (dvc.yaml's outs: the folders).
 OWN_STEMS = ("table", "figure5", "figure6", "comparison_with_paper", "learning_curves")
 
 
@@ -74,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plots", required=True, type=Path, help="results/plots (data series for dvc plots)")
     p.add_argument("--metrics", required=True, type=Path, help="results/metrics.json (for dvc metrics)")
     p.add_argument("--report", required=True, type=Path, help="results/report.md")
+    p.add_argument("--index", required=True, type=Path, help="results/index.html (the entry page)")
     a = p.parse_args(argv)
     return run("aggregate", lambda: aggregate(a))
 

@@ -73,7 +73,45 @@ def run_stage(root: Path, params: Path) -> int:
         "--params", str(params), "--runs", str(root / "runs"), "--complexity", str(root / "complexity.csv"),
         "--tables", str(out / "tables"), "--figures", str(out / "figures"), "--plots", str(out / "plots"),
         "--metrics", str(out / "metrics.json"), "--report", str(out / "report.md"),
+        "--index", str(out / "index.html"),
     ])
+
+
+def test_entry_page_links_every_output_offline_with_the_provenance_block(tmp_path: Path) -> None:
+    """results/index.html: the provenance block, then links; no address outside the checkout, no script,
+    and every link resolves to a file."""
+    import hashlib
+    from html.parser import HTMLParser
+
+    params = make_inputs(tmp_path)
+    (tmp_path / "reports" / "validation").mkdir(parents=True)
+    (tmp_path / "reports" / "validation" / "index.html").write_text("<html></html>")
+    assert run_stage(tmp_path, params) == 0
+    page = tmp_path / "results" / "index.html"
+    text = page.read_text()
+
+    class Links(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hrefs: list[str] = []
+            self.tags: set[str] = set()
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.tags.add(tag)
+            self.hrefs += [v for k, v in attrs if k in ("href", "src") and v is not None]
+
+    parser = Links()
+    parser.feed(text)
+    assert "http:" not in text and "https:" not in text and "//" not in "".join(parser.hrefs)
+    assert not parser.tags & {"script", "link", "img", "iframe"}
+    assert parser.hrefs and all((page.parent / h).is_file() for h in parser.hrefs), parser.hrefs
+    for expected in ("report.md", "tables/table3_test_results.md", "figures/figure5_delta_m.png",
+                     "../reports/validation/index.html"):
+        assert expected in parser.hrefs, expected
+    digest = hashlib.sha256(params.read_bytes()).hexdigest()
+    head = text[: text.index("<h2>What ran")]
+    assert "Commit <code>" in head and digest in head and "Protocol <code>paper</code>" in head
+    assert "run group bench: " in text
 
 
 def test_stage_end_to_end(tmp_path: Path) -> None:
