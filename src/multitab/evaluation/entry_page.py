@@ -12,8 +12,10 @@ from __future__ import annotations
 import fnmatch
 import html
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from multitab.evaluation.report_markdown import Provenance
 from multitab.io import write_text
@@ -41,8 +43,13 @@ def entry_links(root: Path, written: Sequence[Path] = ()) -> list[tuple[str, lis
         files |= {w for w in fresh for pattern in patterns if w.is_relative_to(root)
                   and fnmatch.fnmatchcase(w.relative_to(root).as_posix(), pattern)}
         if files:
-            out.append((title, sorted(files)))
+            out.append((title, sorted(files, key=_natural)))
     return out
+
+
+def _natural(path: Path) -> list[Any]:
+    """table2 before table10: digits compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.as_posix())]
 
 
 def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenance: Provenance, protocol: str,
