@@ -14,10 +14,10 @@ import pytest
 
 import validation_frames as vf  # tests/ is on sys.path (pytest's default import mode)
 from multitab.config import load_params
+from multitab.config.validation import ReportConfig
 from multitab.datasets.schema import get_schema
 from multitab.exit_codes import BAD_INPUT
 from multitab.validation import expected_rows
-from multitab.validation.runner import KEEP_RUNS
 from stages import validate_processed, validate_raw
 
 REPO = Path(__file__).resolve().parents[1]
@@ -421,7 +421,7 @@ def test_data_docs_pages_load_nothing_from_the_network(env: dict, capsys: pytest
     gx_pages = [p for p in pages if "validate_raw-acs_income-test" in p.as_posix()]
     assert (env["report"] / "gx" / "index.html") in pages and env["report"] / record["page"] in gx_pages, pages
     assert env["report"] / "gx" / "expectations" / "validate_raw-acs_income-test.html" in gx_pages
-    assert 2 <= len(gx_pages) <= 1 + KEEP_RUNS, gx_pages
+    assert 2 <= len(gx_pages) <= 1 + ReportConfig.keep_runs, gx_pages
     # every CDN URL of the manifest but one: the index loads filter-control's .min.css, other pages its .css
     n_cdn = len(assets.load_manifest().urls) - 1
     for page in pages:

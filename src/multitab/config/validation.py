@@ -67,6 +67,7 @@ class ProcessedConfig:
 class ReportConfig:
     offending_rows: int = field(metadata=bounded(ge=0))  # rows shown per failed expectation (summary and Data Docs)
     max_failures: int = field(metadata=bounded(ge=1))  # failed expectations listed in the printed summary (all are in Data Docs)
+    keep_runs: int = field(default=10, metadata=bounded(ge=1))  # validation results kept per suite: the newest runs'
 
 
 Level = Literal["error", "warn"]

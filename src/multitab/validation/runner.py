@@ -9,7 +9,7 @@ Layout (one context for the whole repository, `gx/`):
   great_expectations.yml (where GX keeps assets) does not change with every dataset.
 - Built at run time from the schema (git-ignored): suites in gx/expectations/ (one per stage, dataset and
   split, named `<stage>-<dataset>-<split>`), and in gx/uncommitted/validations/ the validation results: those
-  of the last `KEEP_RUNS` runs of every suite, under their run's name and time. The project's own checks
+  of the last `validation.report.keep_runs` runs of every suite, under their run's name and time. The project's own checks
   (expectations.py) join each suite and result before the pages are built, so Data Docs count what the project
   page counts. The pages load their CSS, scripts and fonts from the site itself (assets.py); the Data Docs
   index lists every result kept, each with its asset.
@@ -73,7 +73,6 @@ gx_util.does_ndarray_contain_decimal_dtype = _contains_decimal
 
 SITE = "multitab"
 DATASOURCE, BATCH = "multitab", "whole_frame"
-KEEP_RUNS = 10  # validation results kept per suite (stage, dataset and split): those of the newest runs
 
 
 def asset_name(dataset: str, split: str) -> str:
@@ -148,12 +147,13 @@ def run_suites(
     extra: Mapping[str, Sequence[OwnCheck]] | None = None,
     levels: Mapping[str, str] | None = None,
     policy: Mapping[str, str] | None = None,
-    keep_runs: int = KEEP_RUNS,
+    keep_runs: int | None = None,
 ) -> Outcome:
     """Validate each split's frame with its suite, add the split's checks run outside Great Expectations'
     engine (`extra`: duplicates, overlap ...) to its suite and result, keep the results of the newest
-    `keep_runs` runs of each suite, then update Data Docs once. `levels`: check id -> "warn" for checks the
+    `keep_runs` runs of each suite (None: params' `validation.report.keep_runs`), then update Data Docs once. `levels`: check id -> "warn" for checks the
     policy downgrades."""
+    keep_runs = report.keep_runs if keep_runs is None else keep_runs
     if keep_runs < 1:
         raise ValueError(f"{keep_runs=} must be >= 1")
     report_dir = Path(report_dir)

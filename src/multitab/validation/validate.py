@@ -24,7 +24,7 @@ from multitab.validation.expectations import (
     counted,
 )
 from multitab.validation.failures import Failure, Outcome
-from multitab.validation.runner import KEEP_RUNS, open_context, run_suites
+from multitab.validation.runner import open_context, run_suites
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +326,7 @@ def validate_raw(
     *,
     context_dir: str | Path,
     report_dir: str | Path,
-    keep_runs: int = KEEP_RUNS,
+    keep_runs: int | None = None,
 ) -> Outcome:
     """Validate data/splits/<D>/{train,val,test}.parquet against the schema's raw suite (and the checks of
     `extra_checks`); keep the validation results of the newest `keep_runs` runs."""
@@ -376,7 +376,7 @@ def validate_processed(
     *,
     context_dir: str | Path,
     report_dir: str | Path,
-    keep_runs: int = KEEP_RUNS,
+    keep_runs: int | None = None,
 ) -> Outcome:
     """Validate data/processed/<D>/ (or a MultiTab-Bench output folder) against its meta.json; keep the
     validation results of the newest `keep_runs` runs."""
