@@ -157,3 +157,16 @@ def test_results_of_the_newest_runs_are_kept(tmp_path: Path) -> None:
     assert not (site / pages[0]).exists() and (site / pages[-1]).exists()
     with pytest.raises(ValueError, match="keep_runs=0 must be >= 1"):
         _processed(tmp_path, "acs_income", keep_runs=0)
+
+
+def test_a_half_written_context_file_is_restored_from_the_last_good_copy(tmp_path: Path, caplog) -> None:
+    """GX writes great_expectations.yml while a split is validated (its asset comes and goes): a run killed
+    in that write leaves it cut short. The next run restores the last good copy and goes on."""
+    assert _processed(tmp_path, "acs_income", keep_runs=2).success
+    yml = tmp_path / "gx" / "great_expectations.yml"
+    good = yml.read_bytes()
+    yml.write_bytes(good[: len(good) // 2] + b"\n  - {broken: [")  # cut short mid-write
+    with caplog.at_level("WARNING"):
+        assert _processed(tmp_path, "acs_income", keep_runs=2).success
+    assert "unreadable" in caplog.text and "restored from" in caplog.text
+    assert yml.read_bytes() == good

@@ -51,7 +51,7 @@ from great_expectations.data_context.types.resource_identifiers import (
 from great_expectations.validator.validation_statistics import calc_validation_statistics
 
 from multitab.config.validation import ReportConfig
-from multitab.io import write_json
+from multitab.io import write_bytes, write_json
 from multitab.validation.assets import make_offline
 from multitab.validation.expectations import OwnCheck
 from multitab.validation.failures import Outcome, SplitResult, failure_from_result
@@ -99,11 +99,33 @@ def open_context(context_dir: str | Path, report_dir: str | Path) -> Iterator[An
     with lock_path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            context = gx.get_context(mode="file", context_root_dir=context_dir)
+            context = _load(context_dir)
             _configure(context, context_dir, report_dir)
+            # great_expectations.yml as configured (no asset): the copy a half-written one is restored from
+            good = context_dir / "uncommitted" / GOOD_YML
+            if not good.is_file() or good.read_bytes() != (context_dir / "great_expectations.yml").read_bytes():
+                write_bytes(good, (context_dir / "great_expectations.yml").read_bytes())
             yield context
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+GOOD_YML = "great_expectations.yml.good"
+
+
+def _load(context_dir: Path) -> Any:
+    """The file context; a great_expectations.yml that GX cannot read (a run killed while GX wrote it: it
+    adds and removes each split's asset there) is replaced by the last good copy, with a warning."""
+    try:
+        return gx.get_context(mode="file", context_root_dir=context_dir)
+    except Exception as e:  # noqa: BLE001 - GX raises many kinds for a broken config file
+        good = context_dir / "uncommitted" / GOOD_YML
+        if not good.is_file():
+            raise
+        log.warning("%s unreadable (%s): restored from %s", context_dir / "great_expectations.yml",
+                    " ".join(str(e).split())[:200], good)
+        write_bytes(context_dir / "great_expectations.yml", good.read_bytes())  # atomic
+        return gx.get_context(mode="file", context_root_dir=context_dir)
 
 
 def _configure(context: Any, context_dir: Path, report_dir: Path) -> None:
