@@ -79,9 +79,9 @@ def train_one(a: argparse.Namespace) -> None:
     spec = RunSpec(dataset=run_.dataset, model=run_.model, seed=run_.seed, data_path=root / run_.data,
                    checkpoint_dir=root / run_.checkpoints)
     config = group_train(params, run_.group)
-    selections = None
-    if config.hparams == "swept" and not run_.point:  # a grid point starts from the authors' selection
-        selections = read_selections(root / "hparams" / f"{config.hparams}.yaml")
+    # the selections file multitab.runs chose for the run (`authors` is the package's own copy: a grid
+    # point starts from it too); another (`swept`) is read
+    selections = None if Path(run_.hparams_file).stem == "authors" else read_selections(root / run_.hparams_file)
     record, history = run_training(spec, config, selections=selections, point=run_.point)
     record["group"] = run_.group
     # what params.yaml said about this run (the aggregate stage compares it with the params of its time)
