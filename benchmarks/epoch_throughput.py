@@ -37,7 +37,8 @@ import pandas as pd
 import torch
 
 from multitab.datasets.schema import HIGGS
-from multitab.models import build_model, training_defaults
+from multitab.hparams import load
+from multitab.models import build_model
 from multitab.models.accelerate import accelerate_cpu
 from multitab.runtime import tune_cpu_runtime
 from multitab.training.data import iterate_batches, load_processed, place
@@ -125,12 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     res["data_path_samples_per_second"] = round(statistics.median(rates))
 
     torch.manual_seed(0)
-    model = build_model("multitab_net", data.meta, protocol="authors_code").to(device)
+    hp = load("higgs", "multitab_net", protocol="authors_code", root=Path(__file__).resolve().parents[1])
+    model = build_model("multitab_net", data.meta, hp.model).to(device)
     if device.type == "cpu":
         accelerate_cpu(model)  # as training does
-    res["model_config"] = "multitab_net, Higgs selected configuration (build_model defaults)"
+    res["model_config"] = "multitab_net, Higgs selected configuration (hparams/authors/higgs/multitab_net.yaml)"
     res["n_params"] = sum(p.numel() for p in model.parameters())
-    opt = training_defaults("higgs", "multitab_net", protocol="authors_code")
+    opt = hp.optim or {}
     settings = RunSettings(seed=0, max_epochs=1, patience=1, optimizer=opt["optimizer"], lr=opt["lr"],
                            weight_decay=opt["weight_decay"], device=str(device),  # type: ignore[arg-type]
                            precision="bf16" if a.bf16 else "fp32", compile=a.compile, progress=sys.stderr.isatty())

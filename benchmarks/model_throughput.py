@@ -37,10 +37,13 @@ import torch
 import torch.nn.functional as F
 
 from multitab.datasets.schema import SCHEMAS, DatasetSchema
-from multitab.models import MODELS, build_model, training_defaults
+from multitab.hparams import BENCH, load
+from multitab.models import MODELS, build_model
 from multitab.models.accelerate import accelerate_cpu
 from multitab.provenance import cpu_model
 from multitab.runtime import tune_cpu_runtime
+
+ROOT = Path(__file__).resolve().parents[1]  # the project: its hparams/ folder
 
 AUTHORS_HIGGS = {"per_sample_mixing": 5918.0, "attention": 3443.0}
 TARGETS_CPU = {"per_sample_mixing": 2.0, "attention": 1.3}  # x the authors' figure
@@ -162,10 +165,11 @@ def measure(
 ) -> float | None:
     """Median training samples/s, or None for models that are not torch modules (XGBoost)."""
     torch.manual_seed(0)
-    model = build_model(name, schema, **(overrides or {}), protocol="authors_code")
+    hp = load(schema.name if schema.name in SCHEMAS else BENCH, name, protocol="authors_code", root=ROOT)
+    model = build_model(name, schema, {**hp.model, **(overrides or {})})
     if not isinstance(model, torch.nn.Module):
         return None
-    cfg = training_defaults(schema.name, name, protocol="authors_code")
+    cfg = hp.optim or {}
     run = make_stepper(model, schema, optimizer=cfg["optimizer"], lr=cfg["lr"], weight_decay=cfg["weight_decay"],
                        batch_size=batch_size, device=device, compile_=compile_, bf16=bf16,
                        cuda_graph=cuda_graph)
@@ -183,9 +187,10 @@ def compare_with_authors_style(
     from authors_reference import AuthorsStyleMultiTabNet
 
     schema = SCHEMAS["higgs"]
-    cfg = training_defaults("higgs", "multitab_net", protocol="authors_code")
+    hp = load("higgs", "multitab_net", protocol="authors_code", root=ROOT)
+    cfg = hp.optim or {}
     torch.manual_seed(0)
-    ours = build_model("multitab_net", schema, inter_sample=mode, protocol="authors_code")
+    ours = build_model("multitab_net", schema, {**hp.model, "inter_sample": mode})
     ref = AuthorsStyleMultiTabNet(schema, rope=mode == "per_sample_mixing")
     kw = dict(optimizer=cfg["optimizer"], lr=cfg["lr"], weight_decay=cfg["weight_decay"], batch_size=batch_size,
               device=device, bf16=bf16)
@@ -226,8 +231,9 @@ def bench_throughput(models: list[str], *, batch_size: int, warmup: int, steps: 
         runs = {}
         for precision in ("fp32", "bf16"):
             torch.manual_seed(0)
-            model = build_model(name, schema, protocol="paper")
-            cfg = training_defaults(schema.name, name, "paper")
+            hp = load(BENCH, name, protocol="paper", root=ROOT)
+            model = build_model(name, schema, hp.model)
+            cfg = hp.optim or {}
             runs[precision] = make_stepper(model, schema, optimizer=cfg["optimizer"], lr=cfg["lr"],
                                            weight_decay=cfg["weight_decay"], batch_size=batch_size, device=device,
                                            bf16=precision == "bf16")

@@ -97,6 +97,11 @@ def run(out: Path, models: list[str]) -> None:
     import multitab
     from multitab.training.run import RunSpec, run_training
 
+    try:  # hyperparameters as data (multitab.hparams); an older package chose them inside run_training
+        from multitab.hparams import BENCH, for_run, selection_file
+    except ImportError:
+        for_run = None
+
     out.mkdir(parents=True, exist_ok=True)
     package = Path(multitab.__file__).parent
     commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -114,7 +119,12 @@ def run(out: Path, models: list[str]) -> None:
             if run_dir.exists():
                 shutil.rmtree(run_dir)
             spec = RunSpec(dataset=dataset, model=model, seed=0, data_path=path, checkpoint_dir=run_dir / "ckpt")
-            record, history = run_training(spec, cfg)
+            if for_run is None:
+                record, history = run_training(spec, cfg)  # type: ignore[call-arg]
+            else:  # both datasets are MultiTab-Bench shaped: the authors' MultiTab-Bench selection
+                file = selection_file("authors", BENCH, model)
+                hp = for_run(package.parents[1], file, model=model, dataset=dataset, point=None, config=cfg)
+                record, history = run_training(spec, cfg, hp)
             (run_dir / "metrics.json").write_text(json.dumps(record, indent=1))
             (run_dir / "history.json").write_text(json.dumps(history, indent=1))
             print(f"{dataset}/{model}: test_mean {record['test_mean']}, {record['train_seconds']} s", flush=True)

@@ -62,6 +62,7 @@ from multitab.config.train import TrainConfig
 from multitab.datasets.bench import synthesize_config, write_dataset
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.evaluation.complexity import complexity
+from multitab.hparams import BENCH, for_run, load, selection_file
 from multitab.models import build_model
 from multitab.profiles import group_train, profiled
 from multitab.provenance import cpu_model
@@ -108,7 +109,8 @@ def matmul_peak(precision: str, threads: int, repeats: int = 5) -> dict[str, flo
 def forward_flops(schema: DatasetSchema, model: str, protocol: str, batch_size: int) -> float:
     """Forward FLOPs per sample of `model` as the study builds it (at its batch: inter-sample attention
     grows with the batch)."""
-    return float(complexity(build_model(model, schema, protocol=protocol), schema, batch_size=batch_size)["flops"])
+    built = build_model(model, schema, load(BENCH, model, protocol=protocol, root=ROOT).model)
+    return float(complexity(built, schema, batch_size=batch_size)["flops"])
 
 
 def measure(params: Params, config: TrainConfig, name: str, models: list[str], epochs: int,
@@ -120,7 +122,8 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
     for model in models:
         cfg = replace(config, max_epochs=epochs, progress=False)
         t0 = time.perf_counter()
-        record, history = run_training(RunSpec(name, model, 0, folder / name, folder / "ckpt" / name / model), cfg)
+        hp = for_run(ROOT, selection_file("authors", BENCH, model), model=model, dataset=name, point=None, config=cfg)
+        record, history = run_training(RunSpec(name, model, 0, folder / name, folder / "ckpt" / name / model), cfg, hp)
         wall = time.perf_counter() - t0
         # steady state: the epochs after the first (which pays one-off warm-up), validation and checkpoints included
         steady = [float(h["epoch_seconds"]) for h in history[1:]] or [float(history[0]["epoch_seconds"])]

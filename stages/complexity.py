@@ -14,6 +14,7 @@ from multitab.config import ComplexityConfig, load_params
 from multitab.datasets.schema import schema_from_meta
 from multitab.evaluation.complexity import complexity_rows
 from multitab.evaluation.tables import Cell, Table, Value
+from multitab.hparams import load
 from multitab.io import atomic_path
 from multitab.models import MODELS, build_model
 from multitab.protocol import DEFAULT
@@ -33,7 +34,10 @@ def complexity_table(df: pd.DataFrame, standin: list[str], note: str) -> Table:
     return Table("complexity", "Parameters and FLOPs per sample", list(df.columns), rows, standin, [note])
 
 
-def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, protocol: str = DEFAULT) -> None:
+def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, protocol: str = DEFAULT,
+                 root: Path = Path(".")) -> None:
+    """The table of every registered model on every dataset of `meta_paths`, each built with its authors'
+    hyperparameter file under `root` (hparams/authors/<dataset>/<model>.yaml) and `protocol`'s overlay."""
     schemas, standin = {}, {}
     for path in meta_paths:
         try:
@@ -43,7 +47,8 @@ def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, proto
         schema = schema_from_meta(meta)
         schemas[schema.name] = schema
         standin[schema.name] = bool(meta.get("standin", False))
-    models = {name: (lambda s, n=name: build_model(n, s, protocol=protocol)) for name in MODELS}
+    models = {name: (lambda s, n=name: build_model(n, s, load(s.name, n, protocol=protocol, root=root).model))
+              for name in MODELS}
     df = pd.DataFrame(complexity_rows(schemas, models, batch_size=cfg.batch_size, standin=standin))
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out.with_suffix(".csv")) as tmp:
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         names = list(params.datasets) if "datasets" in params.sections else sorted(
             p.name for p in a.processed.iterdir() if p.is_dir())
         meta = [a.processed / name / "meta.json" for name in names]
-        write_tables(meta, a.out, params.complexity, params.protocol)
+        write_tables(meta, a.out, params.complexity, params.protocol, Path(a.params).parent)
 
     return run("complexity", go, stems=[a.out])
 

@@ -1,12 +1,12 @@
 """sweep_select: the hyperparameter sweeps' selection and report (`make sweep`) from results/sweep_runs.
 
     python -m stages.sweep_select --params params.yaml --sweeps results/sweep_runs \
-        --selected hparams/swept.yaml --out results/sweeps
+        --selected hparams/swept --out results/sweeps
 
 Reads every grid point of params.yaml's sweep groups (`runs.<group>.sweep`; their metrics.json), selects
 per dataset and model on the mean validation metric over the sweep's seeds (ties: the first point in the
-grid's order; multitab.evaluation.sweep), and writes the selections to hparams/swept.yaml (the authors'
-format; `train.hparams: swept` trains with them) and <out>/report.md, points.csv, selection.json and one
+grid's order; multitab.evaluation.sweep), and writes the selections to hparams/swept/<dataset>/<model>.yaml
+(multitab.hparams' files; `train.hparams: swept` trains with them) and <out>/report.md, points.csv, selection.json and one
 figure per dataset and model.
 """
 
@@ -31,7 +31,7 @@ def sweep_select(a: argparse.Namespace) -> None:
     elsewhere = [f"runs.{name}.out={g.out}" for name, g in groups.items() if Path(g.out) != Path(a.sweeps)]
     if elsewhere:
         raise ValueError(f"{a.params}: sweep groups write outside {a.sweeps}: {elsewhere}; set their `out` to it")
-    sweeps = collect(a.sweeps, groups, data_names(params))
+    sweeps = collect(a.sweeps, groups, data_names(params), Path(a.params).parent)
     if not sweeps:
         raise ValueError(f"{a.params}: runs: no sweep group lists a dataset and a model; nothing to select")
     header = " ".join(
@@ -49,7 +49,7 @@ def sweep_select(a: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = parser((__doc__ or "").splitlines()[0])
     p.add_argument("--sweeps", required=True, type=Path, help="results/sweep_runs (the grid points' runs)")
-    p.add_argument("--selected", required=True, type=Path, help="hparams/swept.yaml")
+    p.add_argument("--selected", required=True, type=Path, help="hparams/swept (a folder, replaced whole)")
     p.add_argument("--out", required=True, type=Path, help="results/sweeps")
     a = p.parse_args(argv)
     return run("sweep_select", lambda: sweep_select(a), outputs=[a.selected, a.out])

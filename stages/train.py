@@ -8,8 +8,10 @@ verdict, output folders (relative to the params file's folder, the project root)
 dvclive log in <out>/dvclive, and the checkpoints (best.pt is the tested one; last.pt lets a killed run
 resume: just run the stage again). Every file is replaced atomically and durably, so a failed attempt
 leaves the previous results; a full disk ends the stage with one line, "no space left on <path> (needed
-~N MB)", and exit status 1. `train.hparams` names the selections file (hparams/<authors|swept>.yaml; read
-when it is `swept`, `authors` is the package's own copy); a sweep's grid point starts from the authors'.
+~N MB)", and exit status 1. The hyperparameters: the one file runs.yaml names for the run
+(hparams/<authors|swept>/<dataset>/<model>.yaml; a grid point starts from the authors'), with the grid point,
+the protocol's overlay and the group's laid over it (multitab.hparams.for_run); a missing file ends the stage
+with exit status 3, naming it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from multitab.config import load_params
-from multitab.io import atomic_dir, read_json, read_yaml_file, remove_stale_temporaries, write_json
+from multitab.hparams import for_run
+from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
 from multitab.profiles import group_train, run_params
 from multitab.runs import RUNS_FILE, entry
 from multitab.training.run import RunSpec, run_training
@@ -35,17 +37,6 @@ def check_verdict(path: Path, dataset: str) -> None:
     ok = verdict.get("success")
     if ok is not True:
         raise ValueError(f"{path}: the data of {dataset} failed validation (success={ok!r}); see reports/validation/")
-
-
-def read_selections(path: Path) -> dict[str, Any]:
-    """A selections file (dataset -> model -> entry, the authors' format; yaml.safe_load: data only)."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: selections file not found; `make sweep` writes hparams/swept.yaml, "
-                                "or set train.hparams: authors")
-    data = read_yaml_file(path) or {}
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ValueError(f"{path}: expected dataset -> model -> selection (as src/multitab/models/selected_hparams.yaml)")
-    return data
 
 
 def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
@@ -79,10 +70,9 @@ def train_one(a: argparse.Namespace) -> None:
     spec = RunSpec(dataset=run_.dataset, model=run_.model, seed=run_.seed, data_path=root / run_.data,
                    checkpoint_dir=root / run_.checkpoints)
     config = group_train(params, run_.group)
-    # the selections file multitab.runs chose for the run (`authors` is the package's own copy: a grid
-    # point starts from it too); another (`swept`) is read
-    selections = None if Path(run_.hparams_file).stem == "authors" else read_selections(root / run_.hparams_file)
-    record, history = run_training(spec, config, selections=selections, point=run_.point)
+    # the one file multitab.runs chose for the run, with its grid point, the protocol's and the group's overlay
+    hparams = for_run(root, run_.hparams_file, model=run_.model, dataset=run_.dataset, point=run_.point, config=config)
+    record, history = run_training(spec, config, hparams)
     record["group"] = run_.group
     # what params.yaml said about this run (the aggregate stage compares it with the params of its time)
     record["params"] = run_params(params, run_.group, run_.dataset, run_.model)

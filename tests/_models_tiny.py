@@ -3,16 +3,19 @@ per-family test files)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multitab.datasets.schema import DatasetSchema, Feature, RawColumn, Task
-from multitab.models import MODELS, build_model, hyperparameters
+from multitab.datasets.schema import SCHEMAS, DatasetSchema, Feature, RawColumn, Task
+from multitab.hparams import BENCH, load
+from multitab.models import MODELS, as_schema, build_model, hyperparameters
 from multitab.models.multitab_net import INTER_SAMPLE
 
+ROOT = Path(__file__).resolve().parents[1]
 _TRANSFORMER = {"d_embedding": 8, "n_blocks": 1, "n_heads": 2, "ffn_d_hidden": 16, "head_d_hidden": (16,)}
 _EXTRACTION = {"d_embedding": 4, "n_layers": 2, "n_task_experts": 1, "n_shared_experts": 2, "expert_d_hidden": (32, 16)}
 TINY: dict[str, dict[str, Any]] = {
@@ -107,6 +110,14 @@ def dropout(name: str, p: float) -> dict[str, float]:
     return {k: p for k in ("attention_dropout", "ffn_dropout", "dropout") if k in hp}
 
 
+def build_authors(name: str, schema: DatasetSchema, protocol: str = "authors_code", **overrides: Any) -> Any:
+    """`name` built with its authors' hyperparameter file (hparams/authors/: the schema's dataset, or the
+    MultiTab-Bench example's for any other schema) under `protocol`, `overrides` laid over it."""
+    schema = as_schema(schema)
+    folder = schema.name if schema.name in SCHEMAS else BENCH
+    return build_model(name, schema, {**load(folder, name, protocol=protocol, root=ROOT).model, **overrides})
+
+
 def build(name: str, overrides: dict[str, Any], schema: DatasetSchema = SCHEMA, seed: int = 0) -> Any:
     torch.manual_seed(seed)
-    return build_model(name, schema, **{**TINY[name], **overrides}, protocol="authors_code")
+    return build_authors(name, schema, **{**TINY[name], **overrides})

@@ -11,7 +11,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from multitab.config.train import OptimOverride
+from multitab.hparams import Hparams
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FEATURES = [
     {"name": "n1", "kind": "numerical", "cardinality": None},
@@ -95,8 +97,29 @@ def schema_meta(schema: Any) -> dict[str, Any]:
             "tasks": [{"name": t.name, "n_classes": t.n_classes} for t in schema.tasks]}
 
 
-# The tiny runs' optimiser (params.yaml's train.optim): the registry has no authors' selection for them.
-TINY_OPTIM = {"tiny": OptimOverride(optimizer="adamw", lr=1e-2, weight_decay=1e-5)}
+# The tiny model's hyperparameters: its constructor's defaults and this optimiser (hparams/authors/tiny/tiny.yaml
+# in a tiny project, write_tiny_hparams).
+TINY_OPTIM = {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5, "max_epochs": 100}
+TINY_HPARAMS = Hparams(model={}, optim=TINY_OPTIM, file="hparams/authors/tiny/tiny.yaml")
+
+
+def write_tiny_hparams(root: Path, models: list[str], dataset: str = "tiny") -> None:
+    """The hyperparameter files of `models` (run model names) on `dataset` in a project at `root`: the tiny
+    model's (TINY_OPTIM), the registry models' the authors' MultiTab-Bench example files; and the protocols'
+    overlays (hparams/protocol/)."""
+    import shutil
+
+    import yaml
+
+    folder = root / "hparams" / "authors" / dataset
+    folder.mkdir(parents=True, exist_ok=True)
+    for model in {m.partition("@")[0] for m in models}:
+        source = ROOT / "hparams" / "authors" / "multitab_bench" / f"{model}.yaml"
+        if source.is_file():
+            shutil.copy(source, folder / f"{model}.yaml")
+        else:
+            (folder / f"{model}.yaml").write_text(yaml.safe_dump({"model": {}, "optim": TINY_OPTIM}))
+    shutil.copytree(ROOT / "hparams" / "protocol", root / "hparams" / "protocol", dirs_exist_ok=True)
 
 
 def register_tiny(monkeypatch: Any, cls: type = TinyModel, name: str = "tiny") -> None:
@@ -110,8 +133,7 @@ TINY_TRAIN: dict[str, Any] = {
     "device": "auto", "precision": "fp32", "compile": False, "deterministic": True, "num_threads": 1,
     "batch_size": 256, "max_epochs": 2, "max_train_rows": None, "patience": {"default": 5},
     "xgboost_early_stopping_rounds": 5, "progress": False,
-    "optim": {"tiny": {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5}},
-    "model_overrides": {}, "hparams": "authors", "variants": {},
+    "optim": {}, "model_overrides": {}, "hparams": "authors", "variants": {},
 }
 
 
@@ -121,7 +143,7 @@ def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, model
     """A project folder for `python -m stages.train --run <key> --params <root>/params.yaml`: params.yaml
     with `train` (TINY_TRAIN updated by `train`) and run group `real` (`models` on the processed folder
     data/processed/tiny, seed 0; or `groups`), the data (a copy of `data`, else written), its verdict
-    (`success`) and runs.yaml. Returns the params path; the run keys are `real-tiny-<model>-0`."""
+    (`success`), the models' hyperparameter files (write_tiny_hparams) and runs.yaml. Returns the params path; the run keys are `real-tiny-<model>-0`."""
     import shutil
 
     import yaml
@@ -140,6 +162,7 @@ def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, model
     (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": success}))
     groups = groups or {"real": {"data": {"datasets": ["tiny"]}, "models": models or ["tiny"], "seeds": [0], "train": {}}}
     raw = {"train": {**TINY_TRAIN, **(train or {})}, "runs": groups, **(extra or {})}
+    write_tiny_hparams(root, [m for g in groups.values() for m in g["models"]])
     params = root / "params.yaml"
     params.write_text(yaml.safe_dump(raw, sort_keys=False))
     (root / RUNS_FILE).write_text(render(load_params(params)))

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _training_tiny import TINY_OPTIM, TinyModel  # noqa: E402
+from _training_tiny import TINY_HPARAMS, TinyModel  # noqa: E402
 from multitab.config.train import TrainConfig  # noqa: E402
 from multitab.models import MODELS  # noqa: E402
 from multitab.training.run import RunSpec, run_training  # noqa: E402
@@ -32,11 +32,11 @@ def main() -> None:
     config = TrainConfig(
         device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=5, max_train_rows=None, patience={"default": 5},
-        xgboost_early_stopping_rounds=5, progress=False, optim=TINY_OPTIM,
+        xgboost_early_stopping_rounds=5, progress=False,
     )
     MODELS["tiny"] = TinyModel  # this process's registry: the tiny model
     spec = RunSpec(dataset="tiny", model="tiny", seed=3, data_path=data, checkpoint_dir=ck)
-    record, history = run_training(spec, config, on_step=on_step)
+    record, history = run_training(spec, config, TINY_HPARAMS, on_step=on_step)
     out.write_text(json.dumps({"record": record, "history": history}))
 
 

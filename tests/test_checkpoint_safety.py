@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from _toy_dvc import repo_dvc_yaml, write_runs_file
-from _training_tiny import TINY_OPTIM, register_tiny, write_tiny_processed, write_tiny_project
+from _training_tiny import TINY_HPARAMS, register_tiny, write_tiny_processed, write_tiny_project
 from multitab import io as mio
 from multitab.config.train import TrainConfig
 from multitab.training import checkpoint as ckpt
@@ -37,7 +37,7 @@ def make_config(**kw: object) -> TrainConfig:
     base: dict[str, object] = dict(
         device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None,
-        patience={"default": 5}, xgboost_early_stopping_rounds=5, progress=False, optim=TINY_OPTIM,
+        patience={"default": 5}, xgboost_early_stopping_rounds=5, progress=False,
     )
     base.update(kw)
     return TrainConfig(**base)  # type: ignore[arg-type]
@@ -61,7 +61,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _train(tiny: Path, ck: Path, **config: object) -> tuple[dict[str, Any], list[dict[str, float]]]:
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=ck)
-    return run_training(spec, make_config(**config))
+    return run_training(spec, make_config(**config), TINY_HPARAMS)
 
 
 # ------------------------------------------------------------------------------ nothing loaded runs code
@@ -252,12 +252,12 @@ def test_changing_num_threads_between_kill_and_resume_starts_fresh(
             raise Killed
 
     with pytest.raises(Killed):
-        run_training(spec, make_config(), on_step=kill_in_epoch_3)
+        run_training(spec, make_config(), TINY_HPARAMS, on_step=kill_in_epoch_3)
     assert torch.load(tmp_path / "ck" / ckpt.LAST, weights_only=True)["epoch"] == 2
     shutil.copytree(tmp_path / "ck", tmp_path / "ck_same")
     try:
         with caplog.at_level(logging.WARNING):
-            two, _ = run_training(spec, make_config(num_threads=2))
+            two, _ = run_training(spec, make_config(num_threads=2), TINY_HPARAMS)
     finally:
         torch.set_num_threads(1)
     assert "checkpoint of other settings (num_threads: 1 -> 2); starting from scratch" in caplog.text
@@ -265,7 +265,7 @@ def test_changing_num_threads_between_kill_and_resume_starts_fresh(
     caplog.clear()
     same_spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck_same")
     with caplog.at_level(logging.WARNING):  # the control: the same settings resume
-        same, _ = run_training(same_spec, make_config())
+        same, _ = run_training(same_spec, make_config(), TINY_HPARAMS)
     assert same["resumed_from_epoch"] == 2 and "other settings" not in caplog.text
 
 
@@ -290,7 +290,7 @@ def test_fingerprint_holds_every_setting_that_changes_results(tiny: Path, tmp_pa
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=copy, checkpoint_dir=ck)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        record, _ = run_training(spec, make_config(max_epochs=1))
+        record, _ = run_training(spec, make_config(max_epochs=1), TINY_HPARAMS)
     assert record["resumed_from_epoch"] == 0 and "data.meta.json:" in caplog.text
 
 
@@ -326,7 +326,7 @@ def test_dvc_train_stage_keeps_its_results_through_a_failed_rerun(tmp_path: Path
     repo = tmp_path / "repo"
     repo.mkdir()
     ignore = shutil.ignore_patterns("__pycache__")
-    for item in ("stages", "src", "hparams"):  # hparams/authors.yaml: a link into src (train.hparams)
+    for item in ("stages", "src", "hparams"):  # hparams/: the runs' hyperparameter files
         shutil.copytree(ROOT / item, repo / item, ignore=ignore, symlinks=True)
     (repo / ".gitignore").write_text((ROOT / ".gitignore").read_text())
     (repo / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(["train"]), sort_keys=False))

@@ -1,6 +1,6 @@
 """docs/extending.md cannot rot: in a copy of the repository, a toy model is added the way the page says
-(its class, the registry, the registry's names) and a run group that trains it is a params.yaml change
-only; `dvc repro` then trains the new run through the repository's own `train` stage."""
+(its class, its line in the registry, its hyperparameter file) and a run group that trains it is a
+params.yaml change only; `dvc repro` then trains the new run through the repository's own `train` stage."""
 
 from __future__ import annotations
 
@@ -33,6 +33,16 @@ TOY = textwrap.dedent('''
 
 
     class Toy(MultitaskModel):
+        """A toy model: one linear layer and a head per task.
+
+        Shape:
+            x_num (B, n_num) float32 and x_cat (B, n_cat) int64 in; {task: (B,) or (B, C)} out.
+
+        Examples:
+            >>> Toy  # doctest: +ELLIPSIS
+            <class '...Toy'>
+        """
+
         def __init__(self, *, schema: Any, width: int = 4) -> None:
             super().__init__(schema=schema)
             self.body = nn.Linear(schema.n_num, width)
@@ -58,24 +68,25 @@ def test_a_toy_model_and_a_toy_run_group_run_through_dvc_repro(tmp_path: Path) -
     (root / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(["train"]), sort_keys=False))
     before = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
-    # A model: its class, and its name in the registry and in the registry's names (docs/extending.md)
-    models = root / "src" / "multitab" / "models"
-    (models / "toy.py").write_text(TOY)
-    _edit(models / "__init__.py", "from multitab.models.xgboost_model import XGBoost\n",
-          "from multitab.models.toy import Toy\nfrom multitab.models.xgboost_model import XGBoost\n")
-    _edit(models / "__init__.py", '    "xgboost": XGBoost,\n', '    "xgboost": XGBoost,\n    "toy": Toy,\n')
-    _edit(root / "src" / "multitab" / "names.py", '    "xgboost",\n', '    "xgboost",\n    "toy",\n')
+    # A model: its class, its line in the registry, its hyperparameter file (docs/extending.md)
+    (root / "src" / "multitab" / "models" / "toy.py").write_text(TOY)
+    _edit(root / "src" / "multitab" / "names.py", '    "xgboost": "multitab.models.xgboost_model:XGBoost",\n',
+          '    "xgboost": "multitab.models.xgboost_model:XGBoost",\n    "toy": "multitab.models.toy:Toy",\n')
+    (root / "hparams" / "authors" / "higgs" / "toy.yaml").write_text(
+        "model: {width: 8}\noptim: {optimizer: adam, lr: 0.01, weight_decay: 0.0, max_epochs: 10}\n")
     # A run group: params.yaml only
-    _edit(root / "params.yaml", "\nruns:\n", "\nruns:\n  toy_group:\n    data: {datasets: [tiny]}\n"
-          "    models: [toy, stl_mlp]\n    seeds: [0]\n    train: {max_epochs: 1, max_train_rows: null, batch_size: 64}\n")
+    _edit(root / "params.yaml", "\nruns:\n", "\nruns:\n  toy_group:\n    data: {datasets: [higgs]}\n"
+          "    models: [toy, stl_mlp]\n    seeds: [0]\n    train: {max_epochs: 1, max_train_rows: null, batch_size: 64}\n"
+          "    out: results/toy_runs\n    checkpoints: results/toy_checkpoints\n")
     after = {p.relative_to(root) for p in root.rglob("*") if p.is_file() and before.get(p.relative_to(root)) != p.read_bytes()}
-    assert after == {Path("src/multitab/models/toy.py"), Path("src/multitab/models/__init__.py"),
-                     Path("src/multitab/names.py"), Path("params.yaml")}
+    assert after == {Path("src/multitab/models/toy.py"), Path("src/multitab/names.py"),
+                     Path("hparams/authors/higgs/toy.yaml"), Path("params.yaml")}
 
     # its data (a processed dataset and its verdict, as the pipeline's stages write them)
-    write_tiny_processed(root / "data" / "processed" / "tiny", n={"train": 200, "val": 100, "test": 100})
+    # (a tiny stand-in in its place: the stage trains whatever processed folder the run names)
+    write_tiny_processed(root / "data" / "processed" / "higgs", n={"train": 200, "val": 100, "test": 100})
     (root / "data" / "validated").mkdir(parents=True)
-    (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": True}))
+    (root / "data" / "validated" / "higgs.json").write_text(json.dumps({"success": True}))
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1",
            "DVC_NO_UPDATER": "1", "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)]),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -90,9 +101,15 @@ def test_a_toy_model_and_a_toy_run_group_run_through_dvc_repro(tmp_path: Path) -
     run(sys.executable, "-m", "dvc", "init", "-q")
     run("git", "add", "-A")
     run("git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "commit", "-qm", "init")
-    out = run(sys.executable, "-m", "dvc", "repro", "train@toy_group-tiny-toy-0", "train@toy_group-tiny-stl_mlp-0")
-    assert "Running stage 'train@toy_group-tiny-toy-0'" in out
+    out = run(sys.executable, "-m", "dvc", "repro", "train@toy_group-higgs-toy-0", "train@toy_group-higgs-stl_mlp-0")
+    assert "Running stage 'train@toy_group-higgs-toy-0'" in out
     for model in ("toy", "stl_mlp"):
-        record = json.loads((root / "results" / "runs" / "tiny" / model / "seed0" / "metrics.json").read_text())
+        record = json.loads((root / "results" / "toy_runs" / "higgs" / model / "seed0" / "metrics.json").read_text())
         assert record["model"] == model and record["group"] == "toy_group" and record["epochs"] == 1
+        assert record["hparams"]["file"] == f"hparams/authors/higgs/{model}.yaml"
         assert all(v is not None for v in record["test"].values())
+    assert record["hparams"]["model"]["d_hidden"] == [256, 128, 64]  # the authors' Higgs STL file
+    toy = json.loads((root / "results" / "toy_runs" / "higgs" / "toy" / "seed0" / "metrics.json").read_text())
+    # the toy's file, with protocol `paper`'s optimiser laid over it (Adam, weight decay 1e-5)
+    assert toy["hparams"]["model"] == {"width": 8} and toy["optimizer"] == {"optimizer": "adam", "lr": 0.01,
+                                                                          "weight_decay": 1e-05}

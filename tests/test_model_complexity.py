@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +12,14 @@ import pytest
 import torch
 from torch import nn
 
+from _models_tiny import build_authors
 from multitab.datasets.schema import get_schema
 from multitab.evaluation import complexity
 from multitab.evaluation.complexity import PAPER_TABLE4, count_macs
 from multitab.exit_codes import BAD_INPUT
-from multitab.models import MODELS, build_model
+from multitab.models import MODELS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 torch.set_num_threads(1)
 HIGGS = get_schema("higgs")
@@ -53,12 +57,12 @@ def test_unknown_parametrised_module_raises() -> None:
 
 
 def test_per_task_models_sum_and_batch_dependence() -> None:
-    ft = build_model("ft_transformer", HIGGS, protocol="authors_code")
+    ft = build_authors("ft_transformer", HIGGS)
     parts = [complexity(m, HIGGS)["flops"] for m in ft.models.values()]
     assert complexity(ft, HIGGS)["flops"] == pytest.approx(sum(parts))
     # per-sample cost: flat for per-sample models, growing with the batch under inter-sample attention
-    mix = build_model("multitab_net", HIGGS, protocol="authors_code")  # per_sample_mixing
-    att = build_model("multitab_net", HIGGS, inter_sample="attention", protocol="authors_code")
+    mix = build_authors("multitab_net", HIGGS)  # per_sample_mixing
+    att = build_authors("multitab_net", HIGGS, inter_sample="attention")
     assert complexity(mix, HIGGS, batch_size=64)["flops"] == pytest.approx(complexity(mix, HIGGS)["flops"], rel=0.01)
     # scores and weighted sum over the batch: + 2 (B - 1) D MACs per sample, D = 29 tokens x 16
     grown = complexity(att, HIGGS, batch_size=256)["macs"] - complexity(att, HIGGS)["macs"]
@@ -78,13 +82,13 @@ def test_higgs_matches_paper_table4(name: str) -> None:
     if name not in MODELS:
         pytest.skip(f"{name} is not registered on this branch")
     paper_params, paper_flops = PAPER_TABLE4[(name, "higgs")]
-    c = complexity(build_model(name, HIGGS, **TABLE4_CONFIG.get(name, {}), protocol="authors_code"), HIGGS)
+    c = complexity(build_authors(name, HIGGS, **TABLE4_CONFIG.get(name, {})), HIGGS)
     assert c["params"] / 1e6 == pytest.approx(paper_params, rel=0.005, abs=0.005)
     # NOTE: our ptflops-rule count is 3.0-3.4% below Table 4 for the transformers (see the report)
     assert c["flops"] / 1e6 == pytest.approx(paper_flops, rel=0.04)
 
 
-def test_complexity_stage_writes_tables(tmp_path: Path) -> None:
+def test_complexity_stage_writes_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from stages.complexity import main
 
     meta = {
@@ -99,6 +103,11 @@ def test_complexity_stage_writes_tables(tmp_path: Path) -> None:
     (tmp_path / "params.yaml").write_text("complexity: {batch_size: 1}\n")
     out = tmp_path / "tables" / "complexity"
     args = ["--params", str(tmp_path / "params.yaml"), "--out", str(out)]
+    # every model is built from its hyperparameter file: none for dataset `tiny` yet, one clear error naming it
+    assert main([*args, "--processed", str(tmp_path / "processed")]) == BAD_INPUT
+    assert "hparams/authors/tiny/multitab_net.yaml: hyperparameter file not found" in capsys.readouterr().err
+    shutil.copytree(ROOT / "hparams" / "authors" / "multitab_bench", tmp_path / "hparams" / "authors" / "tiny")
+    shutil.copytree(ROOT / "hparams" / "protocol", tmp_path / "hparams" / "protocol")
     rc = main([*args, "--processed", str(tmp_path / "processed")])
     assert rc == 0
     df = pd.read_csv(out.with_suffix(".csv"))
@@ -118,7 +127,7 @@ def test_flops_follow_table4_convention() -> None:
     for ds in ["higgs", "acs_income"]:
         for name in ["mmoe", "ple", "stem"]:
             schema = get_schema(ds)
-            flops = complexity(build_model(name, schema, protocol="authors_code"), schema)["flops"] / 1e6
+            flops = complexity(build_authors(name, schema), schema)["flops"] / 1e6
             assert flops == pytest.approx(PAPER_TABLE4[(name, ds)][1], rel=0.01), (name, ds, flops)
 
 
@@ -127,7 +136,7 @@ def test_an_accelerated_model_is_refused() -> None:
 
     schema = get_schema("higgs")
     torch.manual_seed(0)
-    model = build_model("multitab_net", schema, protocol="authors_code")
+    model = build_authors("multitab_net", schema)
     x_num, x_cat = torch.zeros(4, schema.n_num), torch.zeros(4, len(schema.features) - schema.n_num, dtype=torch.long)
     assert count_macs(model, x_num, x_cat) > 0
     # the kernels use the FFN's Linear weights without calling the modules, so hooks would miss them

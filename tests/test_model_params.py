@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
+from _models_tiny import build_authors
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn, Task, get_schema
-from multitab.models import build_model
 
 HIGGS = get_schema("higgs")  # 17 numerical + 4 categorical of 3 values, 8 tasks, as in their runs
 
@@ -47,7 +47,7 @@ CASES: list[tuple[str, DatasetSchema, dict[str, Any], int, int]] = [
 def test_parameter_count_equals_the_authors(
     name: str, schema: DatasetSchema, overrides: dict[str, Any], authors: int, diff: int
 ) -> None:
-    ours = n_params(build_model(name, schema, **overrides, protocol="authors_code"))
+    ours = n_params(build_authors(name, schema, **overrides))
     assert ours == authors - diff
     assert abs(ours - authors) / authors < 0.005
 
@@ -55,7 +55,7 @@ def test_parameter_count_equals_the_authors(
 def test_per_sample_mixing_drops_the_dead_query_key_weights() -> None:
     # the Higgs default (their `rope: true` configuration): their 1,123,074 minus the rotary
     # frequencies minus the query/key projections that never train (38% of their parameters)
-    ours = n_params(build_model("multitab_net", HIGGS, protocol="authors_code"))
+    ours = n_params(build_authors("multitab_net", HIGGS))
     dead = 2 * (464 * 464 + 464)
     assert ours == 1_123_074 - rotary(29 * 16) - dead
     assert 0.38 < dead / 1_123_074 < 0.39
@@ -65,7 +65,7 @@ def test_acs_income_multitab_net_count() -> None:
     # the authors' figure assumes a total cardinality of 1,038; each extra code is one e = 16 row
     acs = get_schema("acs_income")
     total = sum(f.cardinality or 0 for f in acs.features)
-    assert n_params(build_model("multitab_net", acs, protocol="authors_code")) == 276_598 + 16 * (total - 1038)
+    assert n_params(build_authors("multitab_net", acs)) == 276_598 + 16 * (total - 1038)
 
 
 def test_processed_cardinalities_add_the_reserved_row() -> None:
@@ -77,7 +77,7 @@ def test_processed_cardinalities_add_the_reserved_row() -> None:
         ],
         "tasks": [{"name": t.name, "type": t.type, "n_classes": t.n_classes} for t in HIGGS.tasks],
     }
-    a, b = build_model("ft_transformer", HIGGS, protocol="authors_code"), build_model("ft_transformer", meta, protocol="authors_code")
+    a, b = build_authors("ft_transformer", HIGGS), build_authors("ft_transformer", meta)
     assert n_params(b) - n_params(a) == 8 * 4 * 16  # 8 models x 4 columns x one e-row each
 
 
@@ -94,7 +94,7 @@ def test_processed_cardinalities_add_the_reserved_row() -> None:
 )
 def test_param_counts_higgs(name: str, expected: int) -> None:
     # The registry's Higgs schema counts the b-tags with 3 values, as their code does (no reserved index).
-    assert n_params(build_model(name, HIGGS, protocol="authors_code")) == expected
+    assert n_params(build_authors(name, HIGGS)) == expected
 
 
 @pytest.mark.parametrize(
@@ -102,10 +102,10 @@ def test_param_counts_higgs(name: str, expected: int) -> None:
     [("stl_mlp", 2_892_295), ("mmoe", 1_408_831), ("ple", 3_118_147), ("stem", 3_168_407)],
 )
 def test_param_counts_multitab_bench_example(name: str, expected: int) -> None:
-    assert n_params(build_model(name, bench_schema(), protocol="authors_code")) == expected
+    assert n_params(build_authors(name, bench_schema())) == expected
 
 
 def test_param_counts_match_the_papers_table4_for_acs_income() -> None:
     # Table 4 (ACS Income): MMoE 0.64 M, PLE 0.65 M, STEM 0.69 M with the schema's cardinalities.
     for name, millions in [("mmoe", 0.64), ("ple", 0.65), ("stem", 0.69)]:
-        assert round(n_params(build_model(name, get_schema("acs_income"), protocol="authors_code")) / 1e6, 2) == millions
+        assert round(n_params(build_authors(name, get_schema("acs_income"))) / 1e6, 2) == millions

@@ -1,13 +1,30 @@
-"""The model registry and the authors' selected configurations as constructor keywords (defaults.py)."""
+"""The model registry (multitab.names.MODEL_CLASSES -> multitab.models.MODELS) and `build_model(name, schema,
+hparams)` with the authors' hyperparameter files (hparams/authors/, multitab.hparams)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from _models_tiny import SCHEMA, TINY
 from multitab.datasets.schema import get_schema
-from multitab.models import MODELS, build_model, hyperparameters, model_defaults
-from multitab.models.defaults import SELECTED_HPARAMS
+from multitab.hparams import load
+from multitab.models import MODELS, build_model, hyperparameters
+from multitab.names import MODEL_CLASSES, MODEL_NAMES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def authors(dataset: str, model: str) -> dict:
+    return load(dataset, model, protocol="authors_code", root=ROOT).model
+
+
+def test_the_registry_is_one_table() -> None:
+    assert list(MODELS) == list(MODEL_CLASSES) == list(MODEL_NAMES)
+    for name, path in MODEL_CLASSES.items():
+        module, _, cls = path.partition(":")
+        assert MODELS[name].__module__ == module and MODELS[name].__name__ == cls
 
 
 def test_registry_and_build_model_from_meta() -> None:
@@ -17,52 +34,47 @@ def test_registry_and_build_model_from_meta() -> None:
         + [{"name": "c0", "kind": "categorical", "cardinality": 4}],
         "tasks": [{"name": "t0", "type": "regression", "n_classes": None}],
     }
-    model = build_model("multitab_net", meta, protocol="authors_code")
-    # MultiTab-Bench configurations use the authors' multitab_bench_example entry
+    # the authors' MultiTab-Bench example configuration, verbatim
+    model = build_model("multitab_net", meta, authors("multitab_bench", "multitab_net"))
     assert model.inter_sample == "per_sample_mixing" and model.mask is None
-    assert build_model("multitab_net", meta, mask="f_t", protocol="authors_code").mask is not None
+    assert build_model("multitab_net", meta, {"mask": "f_t"}).mask is not None
+    assert build_model("multitab_net", meta, {}).inter_sample == "attention"  # {}: the constructor's defaults
     with pytest.raises(ValueError, match="no hyperparameter"):
-        build_model("multitab_net", meta, learning_rat=1e-3, protocol="authors_code")
+        build_model("multitab_net", meta, {"learning_rat": 1e-3})
     with pytest.raises(KeyError, match="unknown model"):
-        build_model("nope", meta, protocol="authors_code")
+        build_model("nope", meta, {})
     with pytest.raises(ValueError, match="inter_sample"):
-        build_model("multitab_net", meta, inter_sample="rope", protocol="authors_code")
+        build_model("multitab_net", meta, {"inter_sample": "rope"})
 
 
-@pytest.mark.parametrize("dataset", [*SELECTED_HPARAMS, "some_bench_config"])
-def test_defaults_are_constructor_keywords(dataset: str) -> None:
-    for name in MODELS:
-        assert set(model_defaults(dataset, name, protocol="authors_code")) <= set(hyperparameters(name)), name
-
-
-def test_higgs_defaults_reproduce_the_published_configuration() -> None:
-    d = model_defaults("higgs", "multitab_net", protocol="authors_code")
+def test_higgs_files_reproduce_the_published_configuration() -> None:
+    d = authors("higgs", "multitab_net")
     assert d["inter_sample"] == "per_sample_mixing" and d["mask"] == "t_t" and d["multi_token"] is True
-    assert model_defaults("acs_income", "multitab_net", protocol="authors_code")["inter_sample"] == "attention"
-    assert model_defaults("aliexpress", "multitab_net", protocol="authors_code")["multi_token"] is False
+    assert authors("acs_income", "multitab_net")["inter_sample"] == "attention"
+    assert authors("aliexpress", "multitab_net")["multi_token"] is False
 
 
 def test_config_fields_are_constructor_keywords() -> None:
     for name in MODELS:
         assert set(TINY.get(name, {})) <= set(hyperparameters(name))
         with pytest.raises(ValueError):
-            build_model(name, SCHEMA, not_a_field=1, protocol="authors_code")
+            build_model(name, SCHEMA, {"not_a_field": 1})
     with pytest.raises(ValueError, match="n_experts"):
-        build_model("mmoe", SCHEMA, n_experts=0, protocol="authors_code")
+        build_model("mmoe", SCHEMA, {"n_experts": 0})
     with pytest.raises(ValueError, match="dropout"):
-        build_model("ple", SCHEMA, dropout=1.5, protocol="authors_code")
+        build_model("ple", SCHEMA, {"dropout": 1.5})
     with pytest.raises(ValueError, match="expert_d_hidden"):
-        build_model("stem", SCHEMA, expert_d_hidden=(), protocol="authors_code")
+        build_model("stem", SCHEMA, {"expert_d_hidden": ()})
     with pytest.raises(ValueError, match="n_task_experts"):
-        build_model("stem", SCHEMA, n_task_experts=0, protocol="authors_code")  # PLE accepts 0 (shared experts only), STEM not
-    assert build_model("ple", SCHEMA, n_task_experts=0, protocol="authors_code").layers[0].k == 0
+        build_model("stem", SCHEMA, {"n_task_experts": 0})  # PLE accepts 0 (shared experts only), STEM not
+    assert build_model("ple", SCHEMA, {"n_task_experts": 0}).layers[0].k == 0
 
 
-def test_defaults_follow_the_selected_configuration() -> None:
+def test_models_follow_the_selected_configuration() -> None:
     higgs = get_schema("higgs")
-    ple = build_model("ple", higgs, protocol="authors_code")
+    ple = build_model("ple", higgs, authors("higgs", "ple"))
     assert len(ple.layers) == 1 and ple.layers[0].k == 1 and ple.layers[0].s == 1
-    acs = build_model("stem", get_schema("acs_income"), protocol="authors_code")
+    acs = build_model("stem", get_schema("acs_income"), authors("acs_income", "stem"))
     assert acs.layers[0].k == 2 and acs.layers[0].s == 4
-    assert build_model("mmoe", get_schema("aliexpress"), protocol="authors_code").tokenizer.d_embedding == 8
-    assert MODELS["stl_mlp"] is type(build_model("stl_mlp", higgs, protocol="authors_code"))
+    assert build_model("mmoe", get_schema("aliexpress"), authors("aliexpress", "mmoe")).tokenizer.d_embedding == 8
+    assert MODELS["stl_mlp"] is type(build_model("stl_mlp", higgs, authors("higgs", "stl_mlp")))

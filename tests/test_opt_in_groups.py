@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from _toy_dvc import repo_dvc_yaml
-from _training_tiny import TINY_TRAIN, write_tiny_processed
+from _training_tiny import TINY_TRAIN, write_tiny_hparams, write_tiny_processed
 from flows.dag import read_stage_graph, select, sync_runs_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +35,8 @@ def _project(root: Path) -> Path:
     root.mkdir()
     for folder in ("stages", "src/multitab"):
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "hparams").mkdir()
-    shutil.copy(ROOT / "hparams" / "authors.yaml", root / "hparams" / "authors.yaml")
+    shutil.copytree(ROOT / "hparams", root / "hparams")  # the authors' files (the study's: multitab_bench)
+    write_tiny_hparams(root, ["stl_mlp"])  # and the tiny dataset's
     names = ["train", "synthesize_study", "validate_study", "aggregate_study", "sweep_select"]
     (root / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(names), sort_keys=False))
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())

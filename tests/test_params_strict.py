@@ -90,8 +90,8 @@ def test_wrong_params_fail_at_load_naming_the_key(case: str) -> None:
 
 
 def test_a_key_given_twice_is_an_error_for_every_reader(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from multitab.hparams import read
     from stages import split
-    from stages.train import read_selections
 
     text = (ROOT / "params.yaml").read_text()
     twice = text.replace("\n  device: auto", "\n  device: cpu\n  device: auto", 1)
@@ -106,10 +106,10 @@ def test_a_key_given_twice_is_an_error_for_every_reader(tmp_path: Path, capsys: 
                      str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert rc == BAD_INPUT and str(params) in err and "appears twice" in err and "Traceback" not in err
-    selections = tmp_path / "swept.yaml"
-    selections.write_text("higgs:\n  mmoe: {lr: 0.1}\n  mmoe: {lr: 0.2}\n")
-    with pytest.raises(ValueError, match="key 'mmoe' appears twice"):
-        read_selections(selections)
+    hparams = tmp_path / "mmoe.yaml"  # a hyperparameter file (multitab.hparams)
+    hparams.write_text("model: {dropout: 0.1}\nmodel: {dropout: 0.2}\n")
+    with pytest.raises(ValueError, match="key 'model' appears twice"):
+        read(hparams)
 
 
 def test_model_names_match_the_registry() -> None:

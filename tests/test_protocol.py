@@ -17,11 +17,12 @@ from multitab.config import ConfigError, load_params, read_yaml
 from multitab.config.data import SplitConfig
 from multitab.datasets.schema import get_schema
 from multitab.datasets.split import split_frames
-from multitab.models import build_model, model_defaults, training_defaults
-from multitab.models.defaults import BENCH_KEY, TRANSLATORS
+from multitab.hparams import Hparams, load, read, selection_file
+from multitab.models import build_model
 from multitab.models.multitab_net import attention_mask
 from multitab.models.tokenizer import Init
-from multitab.protocol import PROTOCOLS, model_overrides
+from multitab.names import MODEL_NAMES
+from multitab.protocol import PROTOCOLS
 
 ROOT = Path(__file__).parents[1]
 PARAMS = read_yaml(ROOT / "params.yaml")
@@ -86,20 +87,28 @@ def test_stratified_split_is_a_seeded_stratified_partition() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- models
+KEYS = ("aliexpress", "acs_income", "higgs", "multitab_bench")  # hparams/authors/<key>/
+
+
+def hp(key: str, model: str, protocol: str) -> Hparams:
+    return load(key, model, protocol=protocol, root=ROOT)
+
+
 def test_authors_code_is_their_configuration_verbatim() -> None:
-    for key in ("aliexpress", "acs_income", "higgs", "p06_pd3_t3"):
-        for model in TRANSLATORS:
-            assert model_defaults(key, model, "authors_code") == model_defaults(key, model, protocol="authors_code")
-    assert model_defaults("aliexpress", "multitab_net", "authors_code")["multi_token"] is False
-    assert model_defaults("p06_pd3_t3", "multitab_net", "authors_code")["mask"] == "none"
-    assert model_defaults("higgs", "multitab_net", "authors_code")["inter_sample"] == "per_sample_mixing"
+    for key in KEYS:
+        for model in MODEL_NAMES:
+            file = selection_file("authors", key, model)
+            assert hp(key, model, "authors_code") == read(ROOT / file, file)  # nothing laid over
+    assert hp("aliexpress", "multitab_net", "authors_code").model["multi_token"] is False
+    assert hp("multitab_bench", "multitab_net", "authors_code").model["mask"] == "none"
+    assert hp("higgs", "multitab_net", "authors_code").model["inter_sample"] == "per_sample_mixing"
 
 
 def test_paper_changes_exactly_the_listed_settings() -> None:
     changed = {}
-    for key in ("aliexpress", "acs_income", "higgs", "p06_pd3_t3"):
-        for model in TRANSLATORS:
-            a, p = model_defaults(key, model, "authors_code"), model_defaults(key, model, "paper")
+    for key in KEYS:
+        for model in MODEL_NAMES:
+            a, p = hp(key, model, "authors_code").model, hp(key, model, "paper").model
             diff = {k: p[k] for k in p if a.get(k) != p[k]}
             if diff:
                 changed[(key, model)] = diff
@@ -107,32 +116,33 @@ def test_paper_changes_exactly_the_listed_settings() -> None:
         ("aliexpress", "multitab_net"): {"multi_token": True, "inter_sample": "rope_attention"},
         ("higgs", "multitab_net"): {"inter_sample": "rope_attention"},
         ("higgs", "saint"): {"inter_sample": "rope_attention"},
-        ("p06_pd3_t3", "multitab_net"): {"mask": "t_t", "inter_sample": "rope_attention"},
+        ("multitab_bench", "multitab_net"): {"mask": "t_t", "inter_sample": "rope_attention"},
     }
-    assert model_overrides("authors_code", BENCH_KEY, "multitab_net", {"architecture": {"rope": True}}) == {}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_built_models_follow_the_protocol(protocol: str) -> None:
-    ali = build_model("multitab_net", get_schema("aliexpress"), protocol=protocol)
+    ali = build_model("multitab_net", get_schema("aliexpress"), hp("aliexpress", "multitab_net", protocol).model)
     assert ali.n_task_tokens == (2 if protocol == "paper" else 1)
     assert ali.inter_sample == ("rope_attention" if protocol == "paper" else "per_sample_mixing")
-    higgs = build_model("saint", get_schema("higgs"), protocol=protocol)
+    higgs = build_model("saint", get_schema("higgs"), hp("higgs", "saint", protocol).model)
     first = next(iter(higgs.models.values()))
     assert first.inter_sample == ("rope_attention" if protocol == "paper" else "per_sample_mixing")
 
 
 def test_paper_uses_adam_with_weight_decay_1e_5_for_every_model() -> None:
-    for key in ("aliexpress", "acs_income", "higgs", "p06_pd3_t3"):
-        for model in TRANSLATORS:
-            paper = training_defaults(key, model, "paper")
-            authors = training_defaults(key, model, "authors_code")
+    for key in KEYS:
+        for model in MODEL_NAMES:
+            paper, authors = hp(key, model, "paper").optim, hp(key, model, "authors_code").optim
+            if authors is None:  # a model that trains itself (XGBoost) has no optimiser
+                assert paper is None and model == "xgboost"
+                continue
             assert (paper["optimizer"], paper["weight_decay"]) == ("adam", 1e-5)
             assert {k: v for k, v in paper.items() if k not in ("optimizer", "weight_decay")} == {
                 k: v for k, v in authors.items() if k not in ("optimizer", "weight_decay")
             }
-    assert training_defaults("acs_income", "multitab_net", "authors_code")["optimizer"] == "adamw"
-    assert training_defaults("aliexpress", "mmoe", "authors_code")["weight_decay"] == 1e-6
+    assert hp("acs_income", "multitab_net", "authors_code").optim["optimizer"] == "adamw"
+    assert hp("aliexpress", "mmoe", "authors_code").optim["weight_decay"] == 1e-6
 
 
 # ------------------------------------------------------------------------------------------- Table 2
@@ -151,7 +161,8 @@ def test_table2_rows_are_what_they_say(tmp_path: Path, protocol: str, dataset: s
         base, _ = config.resolve(run)
         overrides = config.overrides_for(run, dataset)
         torch.manual_seed(0)
-        model = build_model(base, schema, protocol=config.protocol, init=init, **overrides)
+        hparams = {**hp(dataset, base, config.protocol).model, "init": init, **overrides}
+        model = build_model(base, schema, hparams)
         multiple = row["task_tokens"] == "multiple"
         assert model.n_task_tokens == (len(schema.tasks) if multiple else 1), row
         expected = attention_mask(model.n_task_tokens, model.tokenizer.n_tokens, _MASK_OF_LABEL[row["attention_mask"]])

@@ -18,12 +18,13 @@ import pytest
 import yaml
 
 from _toy_dvc import repo_dvc_yaml
-from _training_tiny import write_tiny_processed
+from _training_tiny import write_tiny_hparams, write_tiny_processed
 from multitab.config import ConfigError, load_params, parse_params
 from multitab.config.runs import PAPER_GRIDS
 from multitab.evaluation.sweep import Point, Sweep, SweepError, collect, write_sweep_outputs
+from multitab.hparams import apply_protocol, load, protocol_overlay, read
 from multitab.models import build_model
-from multitab.models.defaults import apply_point, model_defaults, selected_entry, training_defaults
+from multitab.profiles import plain
 from multitab.runs import data_names, expand, point_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,28 +74,27 @@ def test_a_sweep_group_expands_to_one_run_per_point_with_the_point_as_its_folder
     assert first.data == "data/synthetic/p06_pd3_t3" and first.opt_in
 
 
-def test_a_grid_point_is_the_authors_selection_with_its_coordinates_put_in() -> None:
-    authors = selected_entry("p06_pd3_t3", "multitab_net")
-    assert authors is not None and authors["architecture"]["rope"] is True
-    point = apply_point(authors, {"lr": 0.01, "att_dropout": 0.2, "ff_dropout": 0.1, "rope": False},
-                        model="multitab_net", dataset="p06_pd3_t3")
-    assert authors["optimisation"]["lr"] == 0.001  # the selection itself is not changed
-    kw = model_defaults("p06_pd3_t3", "multitab_net", "paper", point)
+def test_a_grid_point_is_the_authors_file_with_its_coordinates_put_in() -> None:
+    authors = load("multitab_bench", "multitab_net", protocol="authors_code", root=ROOT)
+    assert authors.model["inter_sample"] == "per_sample_mixing"  # their `rope: true`
+    point = authors.with_point({"lr": 0.01, "att_dropout": 0.2, "ff_dropout": 0.1, "rope": False})
+    assert authors.optim is not None and authors.optim["lr"] == 0.001  # the file's values are not changed
+    kw = apply_protocol(point, "multitab_net", protocol_overlay(ROOT, "paper")).model
     assert (kw["attention_dropout"], kw["ffn_dropout"], kw["inter_sample"]) == (0.2, 0.1, "attention")
-    assert model_defaults("p06_pd3_t3", "multitab_net", "paper", authors)["inter_sample"] == "rope_attention"
-    assert training_defaults("p06_pd3_t3", "multitab_net", "paper", point)["lr"] == 0.01
-    mmoe = apply_point(selected_entry("p06_pd3_t3", "mmoe"), {"lr": 0.1, "dropout": 0.3}, model="mmoe",
-                       dataset="p06_pd3_t3")
-    assert model_defaults("p06_pd3_t3", "mmoe", "paper", mmoe)["dropout"] == 0.3
-    assert training_defaults("p06_pd3_t3", "mmoe", "paper", mmoe)["lr"] == 0.1
-    build_model("mmoe", BENCH, protocol="paper", entry=mmoe)  # the keywords are the model's
-    xgb = apply_point(None, {"max_depth": 4, "learning_rate": 0.05, "n_rounds": 50}, model="xgboost", dataset="higgs")
-    assert model_defaults("higgs", "xgboost", "paper", xgb) == {"max_depth": 4, "learning_rate": 0.05,
-                                                                "binary_learning_rate": 0.05, "n_rounds": 50}
-    with pytest.raises(ValueError, match="no selection to sweep from"):
-        apply_point(None, {"lr": 0.1}, model="saint", dataset="p06_pd3_t3")
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['momentum'\]"):
-        apply_point(authors, {"momentum": 0.9}, model="multitab_net", dataset="p06_pd3_t3")
+    assert point.optim is not None and point.optim["lr"] == 0.01 and point.point == {
+        "lr": 0.01, "att_dropout": 0.2, "ff_dropout": 0.1, "rope": False}
+    rope = apply_protocol(authors.with_point({"rope": True}), "multitab_net", protocol_overlay(ROOT, "paper"))
+    assert rope.model["inter_sample"] == "rope_attention"  # their rope, the paper's reading of it
+    mmoe = load("multitab_bench", "mmoe", protocol="authors_code", root=ROOT).with_point({"lr": 0.1, "dropout": 0.3})
+    assert mmoe.model["dropout"] == 0.3 and mmoe.optim is not None and mmoe.optim["lr"] == 0.1
+    build_model("mmoe", BENCH, mmoe.model)  # the keywords are the model's
+    xgb = load("higgs", "xgboost", root=ROOT).with_point({"max_depth": 4, "learning_rate": 0.05, "n_rounds": 50})
+    assert {k: xgb.model[k] for k in ("max_depth", "learning_rate", "binary_learning_rate", "n_rounds")} == {
+        "max_depth": 4, "learning_rate": 0.05, "binary_learning_rate": 0.05, "n_rounds": 50}
+    with pytest.raises(ValueError, match="sets optim.lr, and the file has no optim"):
+        load("higgs", "xgboost", root=ROOT).with_point({"lr": 0.1})
+    with pytest.raises(ValueError, match=r"unknown axis \['momentum'\]"):
+        authors.with_point({"momentum": 0.9})
 
 
 def _sweep(vals: list[float | None]) -> Sweep:
@@ -103,7 +103,7 @@ def _sweep(vals: list[float | None]) -> Sweep:
     points = [Point(coords=c, order=i, records={0: {"val_mean": v, "test_mean": v, "train_seconds": 1.0,
                                                       "best_epoch": 1, "epochs": 2}})
               for i, (c, v) in enumerate(zip(coords, vals))]
-    return Sweep("p06_pd3_t3", "mmoe", "mlp", grid, (0,), points)
+    return Sweep("p06_pd3_t3", "mmoe", "mlp", grid, (0,), points, load("multitab_bench", "mmoe", root=ROOT))
 
 
 def test_selection_takes_the_highest_mean_and_breaks_ties_by_grid_order() -> None:
@@ -155,17 +155,17 @@ def test_collect_names_a_missing_point_and_a_point_of_another_grid(tmp_path: Pat
     for c in coords[:3]:
         _write_point(runs, "p06_pd3_t3", "mmoe", c, 0, 0.5)
     with pytest.raises(SweepError, match=r"lr0.01-dropout0.1/seed0/metrics.json: grid point not trained"):
-        collect(runs, sweep, kinds)
+        collect(runs, sweep, kinds, ROOT)
     _write_point(runs, "p06_pd3_t3", "mmoe", {"lr": 0.01, "dropout": 0.2}, 0, 0.9)  # another grid's leftover
     shutil.copytree(runs / "p06_pd3_t3/mmoe/lr0.01-dropout0.2", runs / "p06_pd3_t3/mmoe/lr0.01-dropout0.1")
     with pytest.raises(SweepError, match=r"holds grid point \{'lr': 0.01, 'dropout': 0.2\}"):
-        collect(runs, sweep, kinds)
+        collect(runs, sweep, kinds, ROOT)
     _write_point(runs, "p06_pd3_t3", "mmoe", coords[3], 0, 0.7)
-    sweeps = collect(runs, sweep, kinds)  # the leftover folder lr0.01-dropout0.2 is ignored
+    sweeps = collect(runs, sweep, kinds, ROOT)  # the leftover folder lr0.01-dropout0.2 is ignored
     assert [len(s.points) for s in sweeps] == [4] and sweeps[0].selected.coords == coords[3]
 
 
-def test_outputs_selection_in_the_authors_format_report_and_figure(tmp_path: Path) -> None:
+def test_outputs_selection_as_hparams_files_report_and_figure(tmp_path: Path) -> None:
     path, _ = _small_sweep_params(tmp_path)
     params = load_params(path)
     sweep, kinds = {"sweep_mlp": params.group("sweep_mlp")}, data_names(params)
@@ -173,24 +173,27 @@ def test_outputs_selection_in_the_authors_format_report_and_figure(tmp_path: Pat
     for c, v in zip([{"lr": a, "dropout": b} for a in (0.001, 0.01) for b in (0.0, 0.1)], [0.4, 0.5, 0.8, 0.6]):
         _write_point(runs, "p06_pd3_t3", "mmoe", c, 0, v)
     out = tmp_path / "sweeps"
-    summary = write_sweep_outputs(collect(runs, sweep, kinds), selected_path=tmp_path / "swept.yaml", out=out,
-                                  protocol="paper")
+    swept = tmp_path / "hparams" / "swept"
+    summary = write_sweep_outputs(collect(runs, sweep, kinds, ROOT), selected_path=swept, out=out, protocol="paper")
     assert summary["p06_pd3_t3"]["mmoe"]["point"] == "lr0.01-dropout0.0"
-    chosen = yaml.safe_load((tmp_path / "swept.yaml").read_text())
-    entry = chosen["p06_pd3_t3"]["mmoe"]
-    authors = selected_entry("p06_pd3_t3", "mmoe")
-    assert authors is not None
-    assert entry["architecture"] == authors["architecture"]  # same format, the architecture untouched
-    assert (entry["optimisation"]["lr"], entry["optimisation"]["dropout"]) == (0.01, 0.0)
+    assert [p.relative_to(swept).as_posix() for p in swept.rglob("*.yaml")] == ["p06_pd3_t3/mmoe.yaml"]
+    entry = yaml.safe_load((swept / "p06_pd3_t3" / "mmoe.yaml").read_text())
+    authors = load("multitab_bench", "mmoe", protocol="authors_code", root=ROOT)
+    assert authors.optim is not None
+    # the authors' file with the point put in; the rest untouched
+    assert {**entry["model"], "dropout": authors.model["dropout"]} == plain(authors.model)
+    assert (entry["optim"]["lr"], entry["model"]["dropout"]) == (0.01, 0.0)
+    assert entry["optim"]["optimizer"] == authors.optim["optimizer"]
     assert entry["selected_by"]["value"] == 0.8 and entry["selected_by"]["seeds"] == [0]
+    assert entry["selected_by"]["started_from"] == "hparams/authors/multitab_bench/mmoe.yaml"
     # the training path reads it as it reads the authors'
-    assert selected_entry("p06_pd3_t3", "mmoe", chosen) is entry
-    assert model_defaults("p06_pd3_t3", "mmoe", "paper", entry)["dropout"] == 0.0
+    again = read(swept / "p06_pd3_t3" / "mmoe.yaml")
+    assert again.model["dropout"] == 0.0 and again.optim is not None and again.optim["lr"] == 0.01
     report = (out / "report.md").read_text()
     assert "**Selected**: lr0.01-dropout0.0: validation 0.8000" in report
     assert "| 1 | lr0.01-dropout0.0 **(selected)** | 0.8000 |" in report
-    a_lr, a_do = authors["optimisation"]["lr"], authors["optimisation"]["dropout"]
-    assert f"The authors' selection (multitab_bench_example): lr{a_lr}-dropout{a_do}" in report
+    a_lr, a_do = authors.optim["lr"], authors.model["dropout"]
+    assert f"The authors' selection (hparams/authors/multitab_bench/mmoe.yaml): lr{a_lr}-dropout{a_do}" in report
     assert (out / "figures" / "p06_pd3_t3-mmoe.png").stat().st_size > 1000
     rows = (out / "points.csv").read_text().splitlines()
     assert len(rows) == 5 and rows[1].startswith("p06_pd3_t3,mmoe,1,True,0.01,0.0,")
@@ -206,8 +209,7 @@ def _toy_project(root: Path) -> Path:
     for folder in ("stages", "src/multitab"):
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(["train", "sweep_select"]), sort_keys=False))
-    (root / "hparams").mkdir()
-    shutil.copy(ROOT / "hparams" / "authors.yaml", root / "hparams" / "authors.yaml")
+    write_tiny_hparams(root, ["stl_mlp"])  # the authors' MultiTab-Bench example's file, as hparams/authors/tiny/
     raw = raw_params()
     sweep_mlp = copy.deepcopy(raw["runs"]["sweep_mlp"])
     sweep_mlp.update(models=["stl_mlp"], grid={"lr": [0.001, 0.1], "dropout": [0.0, 0.2]}, data={"datasets": ["tiny"]},
@@ -255,7 +257,7 @@ def _locked_points(root: Path) -> set[str]:
 def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_path: Path) -> None:
     root = _toy_project(tmp_path / "p")
     home = tmp_path / "prefect"
-    # The default run: train@real-tiny-stl_mlp-0 reads hparams/swept.yaml (train.hparams: swept), so the flow
+    # The default run: train@real-tiny-stl_mlp-0 reads hparams/swept/tiny/stl_mlp.yaml (train.hparams: swept), so the flow
     # brings in the opt-in sweep stages. Killed (the flow and its DVC subprocess) once a point is recorded.
     proc = _flow(root, home)
     deadline = time.monotonic() + 240
@@ -266,7 +268,7 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     first = _locked_points(root)
-    assert len(first) < 4 and not (root / "hparams" / "swept.yaml").exists()
+    assert len(first) < 4 and not (root / "hparams" / "swept").exists()
     points = root / "results" / "sweep_runs" / "tiny" / "stl_mlp"
     done = {}
     for stage in first:  # train@sweep_mlp-tiny-stl_mlp-lr<lr>-dropout<dropout>-<seed>, dots as underscores
@@ -285,11 +287,11 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
     assert stages["sweep_select@sweeps"]["status"] == "ran" and stages["train@real-tiny-stl_mlp-0"]["status"] == "ran"
     for name, data in done.items():
         assert (points / name / "seed0" / "metrics.json").read_bytes() == data, f"{name} was trained again"
-    chosen = yaml.safe_load((root / "hparams" / "swept.yaml").read_text())["tiny"]["stl_mlp"]
+    chosen = yaml.safe_load((root / "hparams" / "swept" / "tiny" / "stl_mlp.yaml").read_text())
     run = json.loads((root / "results" / "runs" / "tiny" / "stl_mlp" / "seed0" / "metrics.json").read_text())
-    assert run["hparams"]["source"] == "swept"
-    assert run["optimizer"]["lr"] == chosen["optimisation"]["lr"] == chosen["selected_by"]["point"]["lr"]
-    assert run["hparams"]["entry"]["optimisation"]["dropout"] == chosen["selected_by"]["point"]["dropout"]
+    assert run["hparams"]["source"] == "swept" and run["hparams"]["file"] == "hparams/swept/tiny/stl_mlp.yaml"
+    assert run["optimizer"]["lr"] == chosen["optim"]["lr"] == chosen["selected_by"]["point"]["lr"]
+    assert run["hparams"]["model"]["dropout"] == chosen["selected_by"]["point"]["dropout"]
     report = (root / "results" / "sweeps" / "report.md").read_text()
     assert "## stl_mlp on tiny" in report and report.count("| lr") == 4
     assert (root / "results" / "sweeps" / "figures" / "tiny-stl_mlp.png").exists()

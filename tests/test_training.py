@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -13,10 +14,12 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from _training_tiny import (
+    TINY_HPARAMS,
     TINY_OPTIM,
     TinyModel,
     TinyNet,
     register_tiny,
+    write_tiny_hparams,
     write_tiny_processed,
     write_tiny_project,
 )
@@ -25,6 +28,7 @@ from multitab.config.train import TrainConfig
 from multitab.datasets.schema import Task
 from multitab.evaluation import metrics as M
 from multitab.exit_codes import BAD_INPUT
+from multitab.hparams import for_run
 from multitab.training import loop as loop_mod
 from multitab.training.data import DataError, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
@@ -38,7 +42,7 @@ def make_config(**kw: object) -> TrainConfig:
     base: dict[str, object] = dict(
         device="cpu", precision="fp32", compile=False,
         deterministic=True, num_threads=1, batch_size=128, max_epochs=4, max_train_rows=None, patience={"default": 5},
-        xgboost_early_stopping_rounds=5, progress=False, optim=TINY_OPTIM,
+        xgboost_early_stopping_rounds=5, progress=False,
     )
     base.update(kw)
     return TrainConfig(**base)  # type: ignore[arg-type]
@@ -199,7 +203,7 @@ def test_one_adam_over_independent_submodels_equals_one_adam_each() -> None:
 # ------------------------------------------------------------------------------- runs and the record
 def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path: Path) -> None:
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, history = run_training(spec, make_config())
+    record, history = run_training(spec, make_config(), TINY_HPARAMS)
     jsonschema.validate(record, METRICS_SCHEMA)
     assert record["standin"] is True and record["source"] == "standin"
     assert set(record["test"]) == {"click", "marital", "m_jj"} and set(record["test_mse"]) == {"m_jj"}
@@ -211,10 +215,10 @@ def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path:
     assert record["val_mean"] == pytest.approx(np.mean(list(record["val"].values())))
     assert (tmp_path / "ck" / "best.pt").is_file() and (tmp_path / "ck" / "last.pt").is_file()
     # a finished run re-run from its checkpoint trains nothing more and reports the same metrics
-    again, _ = run_training(spec, make_config())
+    again, _ = run_training(spec, make_config(), TINY_HPARAMS)
     assert again["resumed_from_epoch"] == 4 and again["test"] == record["test"]
     # changed settings never resume a foreign checkpoint
-    other, _ = run_training(spec, make_config(max_epochs=2))
+    other, _ = run_training(spec, make_config(max_epochs=2), TINY_HPARAMS)
     assert other["resumed_from_epoch"] == 0 and other["epochs"] == 2
 
 
@@ -222,11 +226,11 @@ def test_raising_the_epoch_budget_continues_from_the_checkpoint(tiny: Path, tmp_
     """max_epochs is a budget: a run checkpointed under a smaller one continues under a larger one, and ends
     exactly where a run under the larger budget from the start ends (weights, curve, metrics)."""
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    run_training(spec, make_config(max_epochs=2))
-    extended, history = run_training(spec, make_config(max_epochs=4))
+    run_training(spec, make_config(max_epochs=2), TINY_HPARAMS)
+    extended, history = run_training(spec, make_config(max_epochs=4), TINY_HPARAMS)
     assert extended["resumed_from_epoch"] == 2 and extended["epochs"] == 4 and extended["max_epochs"] == 4
     fresh_spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "fresh")
-    fresh, fresh_history = run_training(fresh_spec, make_config(max_epochs=4))
+    fresh, fresh_history = run_training(fresh_spec, make_config(max_epochs=4), TINY_HPARAMS)
     assert fresh["resumed_from_epoch"] == 0
     assert (extended["test"], extended["val"], extended["best_epoch"]) == (fresh["test"], fresh["val"], fresh["best_epoch"])
     assert [h["val_mean"] for h in history] == [h["val_mean"] for h in fresh_history]
@@ -234,17 +238,17 @@ def test_raising_the_epoch_budget_continues_from_the_checkpoint(tiny: Path, tmp_
         a, b = (torch.load(d / name, weights_only=True)["model"] for d in (tmp_path / "ck", tmp_path / "fresh"))
         assert all(torch.equal(a[k], b[k]) for k in a)
     # a checkpoint past a smaller budget cannot stand for a run under it: that run starts over
-    shorter, _ = run_training(spec, make_config(max_epochs=3))
+    shorter, _ = run_training(spec, make_config(max_epochs=3), TINY_HPARAMS)
     assert shorter["resumed_from_epoch"] == 0 and shorter["epochs"] == 3
     # any other change still starts over, budget or not
-    other, _ = run_training(spec, make_config(max_epochs=5, batch_size=64))
+    other, _ = run_training(spec, make_config(max_epochs=5, batch_size=64), TINY_HPARAMS)
     assert other["resumed_from_epoch"] == 0
 
 
 def test_real_data_is_not_labelled_standin(tmp_path: Path) -> None:
     write_tiny_processed(tmp_path / "real", standin=False, n={"train": 200, "val": 100, "test": 100})
     spec = RunSpec(dataset="real", model="tiny", seed=1, data_path=tmp_path / "real", checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, make_config(max_epochs=1))
+    record, _ = run_training(spec, make_config(max_epochs=1), TINY_HPARAMS)
     assert record["standin"] is False and record["source"] == "local"
 
 
@@ -316,14 +320,13 @@ def test_loop_honours_training_loss_and_fit_context(tiny: Path, tmp_path: Path) 
     assert row["train_loss"] == pytest.approx(2 * parts, rel=1e-5)
 
 
-def test_null_max_epochs_takes_the_authors_cap(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from multitab.models.defaults import BENCH_KEY, SELECTED_HPARAMS
-
-    # an authors' selection for the tiny model (datasets outside theirs use the MultiTab-Bench entries)
-    monkeypatch.setitem(SELECTED_HPARAMS[BENCH_KEY], "tiny", {"optimisation": {"epochs": 3}})
+def test_null_max_epochs_takes_the_files_epochs(tiny: Path, tmp_path: Path) -> None:
+    hparams = dataclasses.replace(TINY_HPARAMS, optim={**TINY_OPTIM, "max_epochs": 3})
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, make_config(max_epochs=None, patience={"default": 1}))
+    record, _ = run_training(spec, make_config(max_epochs=None, patience={"default": 1}), hparams)
     assert record["max_epochs"] == 3 and record["epochs"] <= 3
+    again, _ = run_training(spec, make_config(max_epochs=2, patience={"default": 1}), hparams)
+    assert again["max_epochs"] == 2  # train.max_epochs, when set, replaces the file's
 
 
 def test_non_finite_loss_stops_with_a_clear_error(tiny: Path, tmp_path: Path) -> None:
@@ -355,7 +358,10 @@ def test_the_train_stage_depends_on_every_train_setting_that_changes_a_run() -> 
     runs = entries(params, ["study", "sweep_*"])  # the opt-in groups too
     bench = runs["bench-p06_pd3_t3-mmoe-0"]
     assert (bench["data"], bench["verdict"]) == ("data/synthetic/p06_pd3_t3", "data/validated/synthetic/p06_pd3_t3.json")
-    assert bench["hparams_file"] == "hparams/authors.yaml"
+    assert bench["hparams_file"] == "hparams/authors/multitab_bench/mmoe.yaml"
+    assert runs["real-higgs-mmoe-0"]["hparams_file"] == "hparams/authors/higgs/mmoe.yaml"
+    assert runs["ablation-higgs-multitab_net+single_none-0"]["hparams_file"] == "hparams/authors/higgs/multitab_net.yaml"
+    assert "hparams/protocol" in stage["deps"]
     ablation = runs["ablation-higgs-multitab_net+single_none-0"]
     assert ablation["out"] == "results/runs/higgs/multitab_net@single_none/seed0"
     study = runs["study-p06_pd3_t3-mmoe-2"]
@@ -387,9 +393,14 @@ def test_variant_runs_build_the_base_model_with_the_variant_keywords(
 
     config = make_config(max_epochs=1, variants={"wide": Variant(model="tiny", overrides={"d": 16})},
                          model_overrides={"tiny": {"d": 4}})
+    write_tiny_hparams(tmp_path, ["tiny"])
+    hparams = for_run(tmp_path, "hparams/authors/tiny/tiny.yaml", model="tiny@wide", dataset="tiny", point=None,
+                      config=config)
+    assert hparams.model == {"d": 16}  # the file's (none), then model_overrides, then the variant's
     spec = RunSpec(dataset="tiny", model="tiny@wide", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, config)
+    record, _ = run_training(spec, config, hparams)
     assert seen == [("tiny", {"d": 16})] and record["model"] == "tiny@wide"
+    assert record["hparams"]["model"] == {"d": 16} and record["hparams"]["file"] == "hparams/authors/tiny/tiny.yaml"
     with pytest.raises(ConfigError, match="no variant 'narrow'"):
         config.resolve("tiny@narrow")
     with pytest.raises(ConfigError, match="variant of 'tiny', not of 'other'"):
@@ -403,7 +414,7 @@ def test_cuda_run_with_bf16_and_compile(tiny: Path, tmp_path: Path, precision: s
         pytest.skip("no CUDA device")
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
     config = make_config(device="cuda", precision=precision, compile=compile_, max_epochs=3)
-    record, history = run_training(spec, config)
+    record, history = run_training(spec, config, TINY_HPARAMS)
     assert record["device"].startswith("cuda")
     assert all(v is not None and math.isfinite(v) for v in record["test"].values())
     assert record["test"]["click"] > 0.7 and len(history) == 3

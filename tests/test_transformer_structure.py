@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
+from _models_tiny import build_authors
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn, Task
-from multitab.models import build_model
 from multitab.models.accelerate import accelerate_cpu
 from multitab.models.blocks import FeedForward, MixingLayer, PerSampleMixing, SelfAttention
 from multitab.models.multitab_net import attention_mask
@@ -61,7 +61,7 @@ def dropout_calls(model: nn.Module) -> list[tuple[str, float, tuple[int, ...]]]:
 
 def build(name: str, **overrides: Any) -> Any:
     torch.manual_seed(0)
-    return build_model(name, SCHEMA, **{**SIZES, "ffn_dropout": FFN_P, "attention_dropout": ATT_P, **overrides}, protocol="authors_code")
+    return build_authors(name, SCHEMA, **{**SIZES, "ffn_dropout": FFN_P, "attention_dropout": ATT_P, **overrides})
 
 
 # ------------------------------------------------------------------------------------------- activation

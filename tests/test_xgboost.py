@@ -42,7 +42,7 @@ def fit(schema: DatasetSchema, **kw: object):
     x_num, x_cat, y = data(400, 0)
     xv, cv, yv = data(200, 1)
     names = schema.task_names
-    model = build_model("xgboost", schema, **{**FAST, **kw}, protocol="authors_code")
+    model = build_model("xgboost", schema, {**FAST, **kw})
     return model.fit(
         x_num,
         x_cat,
@@ -93,7 +93,7 @@ def test_deterministic_and_stops_early() -> None:
     noise = dataclasses.replace(TINY, tasks=(Task("noise", "regression", column="noise"),))
     rng = np.random.default_rng(0)
     x_num, x_cat, _ = data(400, 0)
-    model = build_model("xgboost", noise, **{**FAST, "n_rounds": 200}, protocol="authors_code")
+    model = build_model("xgboost", noise, {**FAST, "n_rounds": 200})
     model.fit(
         x_num,
         x_cat,
@@ -108,17 +108,17 @@ def test_deterministic_and_stops_early() -> None:
 def test_save_and_load_round_trip(tmp_path) -> None:
     model = fit(TINY)
     model.save(tmp_path / "xgb")
-    again = build_model("xgboost", TINY, **FAST, protocol="authors_code").load(tmp_path / "xgb")
+    again = build_model("xgboost", TINY, FAST).load(tmp_path / "xgb")
     x_num, x_cat, _ = data(30, 5)
     for k, v in model.predict(x_num, x_cat).items():
         np.testing.assert_array_equal(v, again.predict(x_num, x_cat)[k])
     other = dataclasses.replace(TINY, tasks=TINY.tasks[:2])
     with pytest.raises(ValueError, match="task groups"):
-        build_model("xgboost", other, **FAST, protocol="authors_code").load(tmp_path / "xgb")
+        build_model("xgboost", other, FAST).load(tmp_path / "xgb")
 
 
 def test_bad_inputs_raise_clear_errors() -> None:
-    model = build_model("xgboost", TINY, **FAST, protocol="authors_code")
+    model = build_model("xgboost", TINY, FAST)
     x_num, x_cat, y = data(20, 0)
     with pytest.raises(RuntimeError, match="before fit"):
         model.predict(x_num, x_cat)
@@ -127,4 +127,4 @@ def test_bad_inputs_raise_clear_errors() -> None:
     with pytest.raises(KeyError, match="bin2"):
         model.fit(x_num, x_cat, {"bin": y["bin"]}, x_num_val=x_num, x_cat_val=x_cat, targets_val=y)
     with pytest.raises(ValueError, match="max_depth"):
-        build_model("xgboost", TINY, max_depth=0, protocol="authors_code")
+        build_model("xgboost", TINY, {"max_depth": 0})

@@ -18,13 +18,16 @@ What the switch changes (the rest is the same under both):
   their per-model selection (AdamW for several, weight decay 1e-6 on AliExpress, 0 on MultiTab-Bench);
 - the Higgs split: first 5 % validation, last 5 % test (paper's text) vs a stratified random
   90 / 5 / 5 split with seed 42 (their notebook): `datasets.<D>.split.authors_code` in params.yaml.
+The model and optimiser changes are data: hparams/protocol/<protocol>.yaml, laid over every run's
+hyperparameter file (multitab.hparams); the split is params.yaml's. `DEFAULT` is the one default of the
+whole package (TrainConfig, multitab.hparams.load).
 Regression targets are raw under both (the paper is silent; their notebook trains on raw targets);
 standardised targets are a separate option (`datasets.<D>.preprocess.targets`, `bench.data.targets`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 Protocol = Literal["paper", "authors_code"]
 PROTOCOLS: tuple[str, ...] = ("paper", "authors_code")
@@ -35,29 +38,3 @@ def check_protocol(protocol: str, where: str = "protocol") -> Protocol:
     if protocol not in PROTOCOLS:
         raise ValueError(f"{where}={protocol!r} must be one of {list(PROTOCOLS)} (see docs/deviations.md)")
     return protocol  # type: ignore[return-value]
-
-
-def model_overrides(protocol: str, config_key: str, model: str, entry: dict[str, Any] | None) -> dict[str, Any]:
-    """Constructor keywords that `protocol` puts over the authors' selected configuration `entry` of
-    `model` (their keys; None: no entry) for the SELECTED_HPARAMS key `config_key`. Empty under
-    "authors_code"."""
-    if check_protocol(protocol) == "authors_code" or entry is None:
-        return {}
-    arch = entry.get("architecture", {})
-    out: dict[str, Any] = {}
-    if model in ("multitab_net", "saint") and arch.get("att_type", "row_col") == "row_col" and arch.get("rope"):
-        out["inter_sample"] = "rope_attention"  # the paper's inter-sample attention with RoPE
-    if model == "multitab_net":
-        # the paper: multiple task tokens with T-not-T in every experiment after Table 2
-        if not arch.get("multi_token", True):
-            out["multi_token"] = True
-        if arch.get("mask_mode_if") != "TxT":
-            out["mask"] = "t_t"
-    return out
-
-
-def optim_overrides(protocol: str) -> dict[str, Any]:
-    """Optimizer settings that `protocol` puts over the authors' per-model selection."""
-    if check_protocol(protocol) == "authors_code":
-        return {}
-    return {"optimizer": "adam", "weight_decay": 1e-5}  # "All models used the Adam optimizer with a weight decay of 1e-5"

@@ -13,7 +13,7 @@ trains with `train.hparams: swept` (it reads the sweep's selection).
 runs.yaml is generated (like dvc.lock, it is committed): one entry per run, keyed
 `<group>-<dataset>-<model>[-<point>]-<seed>` (a variant `multitab_net@single_none` is spelt
 `multitab_net+single_none` and a point's dots are underscores there, see Run.key), with its data, validation
-verdict, output folders and selections file: the matrix's shape, not its settings. The `train` stage
+verdict, output folders and hyperparameter file: the matrix's shape, not its settings. The `train` stage
 depends on the settings in params.yaml itself (`train` and its group's `train`), so `dvc exp run -S
 train.max_epochs=3` needs no new runs.yaml, and changing one group's `train` re-runs that group only.
 `make repro` and `make study` / `make sweep` regenerate it first (flows.pipeline); a training stage
@@ -36,6 +36,7 @@ import yaml
 from multitab.config import ConfigError, Params, load_params
 from multitab.config.runs import DATA_KINDS
 from multitab.exit_codes import BAD_INPUT
+from multitab.hparams import BENCH, selection_file
 from multitab.io import write_text
 from multitab.profiles import group_train, plain
 
@@ -60,7 +61,7 @@ class Run:
     out: str  # run folder: metrics.json, dvclive/
     checkpoints: str
     opt_in: bool
-    hparams_file: str  # the selections it starts from (train.hparams; a grid point: the authors')
+    hparams_file: str  # its one hyperparameter file (multitab.hparams; hparams_file() chooses it)
 
     @property
     def key(self) -> str:
@@ -95,9 +96,27 @@ def data_names(params: Params) -> dict[str, tuple[str, ...]]:
     }
 
 
+def swept(params: Params) -> set[tuple[str, str]]:
+    """(dataset, model) of every selection the sweep groups make (sweep_select writes their files)."""
+    kinds = data_names(params)
+    return {(dataset, model) for g in params.runs.values() if g.sweep is not None
+            for (_, dataset), model in itertools.product(g.data_names(kinds), g.models)}
+
+
+def hparams_file(selection: str, kind: str, dataset: str, model: str, swept: set[tuple[str, str]]) -> str:
+    """The one hyperparameter file of a run (multitab.hparams): the `swept` selection's where a sweep group
+    selects for the dataset and model, else the authors' (their MultiTab-Bench folder for every
+    MultiTab-Bench and study configuration). A grid point starts from the authors' (selection `authors`)."""
+    base = model.partition("@")[0]
+    if selection == "swept" and (dataset, base) in swept:
+        return selection_file("swept", dataset, base)
+    return selection_file("authors", BENCH if kind in ("bench", "study") else dataset, base)
+
+
 def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run]:
     """key -> Run of every run of `groups` (default: every group), in params.yaml's order."""
     kinds = data_names(params)
+    selected = swept(params)
     out: dict[str, Run] = {}
     for name, group in params.runs.items():
         if groups is not None and name not in groups:
@@ -110,7 +129,7 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
             selection = "authors" if point else group_train(params, name).hparams
             run = Run(group=name, dataset=dataset, model=model, seed=seed, point=point, data=data,
                       verdict=verdict, out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
-                      opt_in=group.opt_in, hparams_file=f"hparams/{selection}.yaml")
+                      opt_in=group.opt_in, hparams_file=hparams_file(selection, kind, dataset, model, selected))
             if run.key in out:
                 raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
             out[run.key] = run

@@ -1,9 +1,10 @@
 """params.yaml `train`: the trainer's settings every run starts from, and the per-model overrides (the
 run matrix is `runs`, multitab.config.runs; a run group's `train` replaces keys of this section).
 
-Defaults live in params.yaml; the per-model optimiser, learning rate, weight decay and dropout default
-to the authors' selected configuration that `multitab.models.build_model` carries for each dataset.
-`optim` and `model_overrides` replace them per model (and `model_overrides` per dataset).
+Defaults live in params.yaml; a model's hyperparameters (constructor keywords, optimiser, learning rate,
+weight decay, epochs) are data: one file per run, hparams/<train.hparams>/<dataset>/<model>.yaml
+(multitab.hparams). `optim` and `model_overrides` lay the run group's choices over them, per model (and
+`model_overrides` per dataset).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class TrainConfig:
     deterministic: bool  # torch.use_deterministic_algorithms: bit-identical CPU reruns and resumes
     num_threads: int = field(metadata=bounded(ge=0))  # torch intra-op threads; 0 = torch's default
     batch_size: int  # 2048 in the paper; also the evaluation batch (inter-sample attention, see data.py)
-    max_epochs: int | None  # cap on epochs; null = the authors' selection (100; 50 for AliExpress)
+    max_epochs: int | None  # replaces the hyperparameter file's optim.max_epochs; null = the file's (authors': 100; 50 for AliExpress)
     # Train on the first `max_train_rows` rows of the (shuffled) training split; null = all (the paper).
     max_train_rows: int | None
     patience: dict[str, int]  # per dataset; key `default` for the others (MultiTab-Bench)
@@ -51,9 +52,9 @@ class TrainConfig:
     # Named variants of a registry model, run as model `<model>@<variant>` (Table 2's ablation runs):
     # `<variant>: {model: <registry name>, overrides: {build_model keywords}}`.
     variants: dict[str, Variant] = field(default_factory=dict)
-    # Whose hyperparameter selections the runs use: `authors` (their published selections, the package's
-    # multitab/models/selected_hparams.yaml, linked as hparams/authors.yaml) or `swept` (hparams/swept.yaml,
-    # written by the sweep_select stage; a dataset and model it has no entry for keep the authors').
+    # Whose hyperparameter selections the runs use: `authors` (hparams/authors/: their published selections
+    # in our vocabulary) or `swept` (hparams/swept/, written by the sweep_select stage; a dataset and model no
+    # sweep group selects for keep the authors').
     hparams: Literal["authors", "swept"] = "authors"
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
     # load_params: it changes some models' settings where the paper and the authors' code differ.

@@ -10,9 +10,9 @@ Grid points are runs of stages/train.py (train@<sweep group>-...) under
   goes to the point that comes first in the grid's order (params.yaml's axis order and value order: the
   lower learning rate, then the lower dropouts, RoPE off before on), i.e. the more conservative setting.
   A run whose validation metric is undefined (null) ranks last.
-- **the selection as data**: hparams/swept.yaml, dataset -> model -> the selection entry in the authors'
-  format (their architecture and optimiser with the selected coordinates put in) plus `selected_by`,
-  which `train.hparams: swept` makes every training stage read;
+- **the selection as data**: hparams/swept/<dataset>/<model>.yaml, one file per selection in the vocabulary
+  of multitab.hparams (the authors' file the grid started from with the selected point put in) plus
+  `selected_by`; `train.hparams: swept` makes the training stages read them;
 - **the report**: a table of every grid point (validation and test metric, epochs, time), the selected
   one marked, the authors' selection beside it where they published one, and a figure per dataset and
   model (the validation metric against each hyperparameter).
@@ -32,10 +32,10 @@ from typing import Any
 import yaml
 
 from multitab.config.runs import RunGroup
-from multitab.io import atomic_path, read_json, write_json, write_text
-from multitab.models.defaults import apply_point, config_key, selected_entry
+from multitab.hparams import POINT_KEYS, ROPE, Hparams, read
+from multitab.io import atomic_dir, read_json, read_yaml_file, write_json, write_text
 from multitab.profiles import plain
-from multitab.runs import grid_points, point_id
+from multitab.runs import grid_points, hparams_file, point_id
 
 TIE_DECIMALS = 6
 TIE_RULE = (f"highest mean validation metric over seeds; means equal to {TIE_DECIMALS} decimals are a tie, won by "
@@ -100,6 +100,8 @@ class Sweep:
     grid: dict[str, tuple[Any, ...]]
     seeds: tuple[int, ...]
     points: list[Point]
+    base: Hparams  # the authors' file every point starts from
+    published: bool = True  # whether the authors published that selection (else: constructor defaults)
 
     def ranked(self) -> list[Point]:
         def key(p: Point) -> tuple[int, float, int]:
@@ -113,11 +115,14 @@ class Sweep:
 
     def authors_point(self) -> dict[str, Any] | None:
         """The authors' selection in this grid's coordinates (None: they published none)."""
-        entry = selected_entry(self.dataset, self.model)
-        if entry is None:
+        if not self.published:
             return None
-        merged = {**entry.get("architecture", {}), **entry.get("optimisation", {})}
-        coords = {axis: merged.get(axis, False if axis == "rope" else None) for axis in self.grid}
+        sections = {"model": self.base.model, "optim": self.base.optim or {}}
+        coords: dict[str, Any] = {}
+        for axis in self.grid:
+            section, key = POINT_KEYS[axis][0]
+            value = sections[section].get(key)
+            coords[axis] = value == ROPE[True] if axis == "rope" else value
         return None if any(v is None for v in coords.values()) else coords
 
     def find(self, coords: Mapping[str, Any]) -> Point | None:
@@ -133,16 +138,22 @@ def _same(a: Any, b: Any) -> bool:
     return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
 
 
-def collect(sweeps_dir: Path, groups: Mapping[str, RunGroup], kinds: Mapping[str, tuple[str, ...]]) -> list[Sweep]:
+def collect(sweeps_dir: Path, groups: Mapping[str, RunGroup], kinds: Mapping[str, tuple[str, ...]],
+            root: Path) -> list[Sweep]:
     """Every dataset and model of the sweep groups `groups` (name -> group; `kinds`: every name of each data
-    kind, multitab.runs.data_names) with its grid points' records under `sweeps_dir`. A record from another
-    grid or seed (an earlier sweep's leftovers) is ignored; a missing one fails naming its folder."""
+    kind, multitab.runs.data_names) with its grid points' records under `sweeps_dir` and the authors' file
+    (under the project `root`) the points start from. A record of another grid point fails naming its file;
+    a missing one fails naming its folder."""
     out = []
     for group in groups.values():
         assert group.sweep is not None
-        for (_, dataset), model in itertools.product(group.data_names(dict(kinds)), group.models):
+        for (kind, dataset), model in itertools.product(group.data_names(dict(kinds)), group.models):
             points = [Point(coords=c, order=i) for i, c in enumerate(grid_points(group.grid))]
-            sweep = Sweep(dataset, model, group.sweep, group.grid, group.seeds, points)
+            file = hparams_file("authors", kind, dataset, model, set())
+            source = (read_yaml_file(root / file) or {}).get("source") if (root / file).is_file() else None
+            published = not str((source or {}).get("authors", "")).startswith("none published")
+            sweep = Sweep(dataset, model, group.sweep, group.grid, group.seeds, points, read(root / file, file),
+                          published)
             for p in points:
                 for seed in group.seeds:
                     path = sweeps_dir / dataset / model / point_id(p.coords) / f"seed{seed}" / "metrics.json"
@@ -157,12 +168,16 @@ def collect(sweeps_dir: Path, groups: Mapping[str, RunGroup], kinds: Mapping[str
     return out
 
 
-def selections(sweeps: Sequence[Sweep], protocol: str) -> dict[str, dict[str, dict[str, Any]]]:
-    """hparams/swept.yaml's content: dataset -> model -> the selected entry (the authors' format)."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+def selections(sweeps: Sequence[Sweep], protocol: str) -> dict[str, dict[str, Any]]:
+    """hparams/swept/'s files: path (relative to hparams/swept) -> content (multitab.hparams' vocabulary: the
+    authors' file with the selected point put in, before the protocol's overlay, plus `selected_by`)."""
+    out: dict[str, dict[str, Any]] = {}
     for s in sweeps:
         best = s.selected
-        entry = apply_point(selected_entry(s.dataset, s.model), best.coords, model=s.model, dataset=s.dataset)
+        chosen = s.base.with_point(best.coords)
+        entry: dict[str, Any] = {"model": plain(chosen.model)}
+        if chosen.optim is not None:
+            entry["optim"] = dict(chosen.optim)
         entry["selected_by"] = {
             "metric": "val_mean (mean over tasks of AUC / explained variance), averaged over seeds",
             "value": None if best.val is None else round(best.val, 6),
@@ -170,10 +185,11 @@ def selections(sweeps: Sequence[Sweep], protocol: str) -> dict[str, dict[str, di
             "seeds": list(s.seeds),
             "grid": {a: list(v) for a, v in s.grid.items()},
             "point": best.coords,
+            "started_from": s.base.file,
             "tie_rule": TIE_RULE,
             "protocol": protocol,
         }
-        out.setdefault(s.dataset, {})[s.model] = entry
+        out[f"{s.dataset}/{s.model}.yaml"] = entry
     return out
 
 
@@ -200,8 +216,8 @@ def report_markdown(sweeps: Sequence[Sweep], figures: Mapping[tuple[str, str], s
     lines = ["# Hyperparameter sweeps", ""]
     if header:
         lines += [header, ""]
-    lines += [f"Selection: {TIE_RULE}. The selected configurations are hparams/swept.yaml (`train.hparams: "
-              "swept` trains with them); every point is in points.csv.", ""]
+    lines += [f"Selection: {TIE_RULE}. The selected configurations are hparams/swept/<dataset>/<model>.yaml "
+              "(`train.hparams: swept` trains with them); every point is in points.csv.", ""]
     for s in sweeps:
         ranked = s.ranked()
         best = ranked[0]
@@ -219,7 +235,7 @@ def report_markdown(sweeps: Sequence[Sweep], figures: Mapping[tuple[str, str], s
             where = (f"rank {ranked.index(hit) + 1} of {len(ranked)}, validation {_num(hit.val, 4)}, "
                      f"test {_num(hit.test, 4)}" if hit else "not a point of this grid")
             same = hit is best
-            lines.append(f"- The authors' selection ({config_key(s.dataset)}): {point_id(authors)}: {where}"
+            lines.append(f"- The authors' selection ({s.base.file}): {point_id(authors)}: {where}"
                          + ("; the sweep selects the same point." if same else "."))
         if (s.dataset, s.model) in figures:
             lines += ["", f"![{s.model} on {s.dataset}]({figures[(s.dataset, s.model)]})"]
@@ -289,14 +305,16 @@ def plot(sweep: Sweep, folder: Path, dpi: int = 120) -> str:
 
 def write_sweep_outputs(sweeps: Sequence[Sweep], *, selected_path: Path, out: Path, protocol: str,
                         header: str = "") -> dict[str, Any]:
-    """hparams/swept.yaml, out/{points.csv, report.md, selection.json, figures/}; each file atomically."""
+    """`selected_path` (hparams/swept/, replaced whole), out/{points.csv, report.md, selection.json, figures/};
+    each file atomically."""
     chosen = selections(sweeps, protocol)
-    text = ("# Written by stage sweep_select (stages/sweep_select.py) from the grid points under results/sweep_runs:\n"
-            "# the selected configuration per dataset and model, in the authors' format\n"
-            "# (src/multitab/models/selected_hparams.yaml) plus `selected_by`. `train.hparams: swept` trains with it.\n"
-            + yaml.safe_dump(chosen, sort_keys=False, default_flow_style=None, width=110))
-    with atomic_path(selected_path) as tmp:
-        tmp.write_text(text)
+    header = ("# Written by stage sweep_select (stages/sweep_select.py) from the grid points under results/sweep_runs:\n"
+              "# the selected configuration of this dataset and model (multitab.hparams) plus `selected_by`.\n"
+              "# `train.hparams: swept` trains with it.\n")
+    with atomic_dir(selected_path) as tmp:
+        for name, content in chosen.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(header + yaml.safe_dump(content, sort_keys=False, default_flow_style=None, width=110))
     figures = {(s.dataset, s.model): f"figures/{plot(s, out / 'figures')}" for s in sweeps}
     write_text(out / "points.csv", points_csv(sweeps))
     write_text(out / "report.md", report_markdown(sweeps, figures, header))
@@ -311,7 +329,7 @@ def write_sweep_outputs(sweeps: Sequence[Sweep], *, selected_path: Path, out: Pa
 
 def record(root: Path, target: Path, note: str) -> None:
     """A committed record of a real sweep: `make sweep`'s outputs (results/sweeps/: report.md, points.csv,
-    selection.json, figures/; hparams/swept.yaml) copied into `target`, with RECORD.md saying what ran,
+    selection.json, figures/; hparams/swept/) copied into `target`, with RECORD.md saying what ran,
     where, at which commit, and how long the flow run took (results/pipeline_summary.json)."""
     import shutil
 
@@ -325,7 +343,7 @@ def record(root: Path, target: Path, note: str) -> None:
     for name in ("report.md", "points.csv", "selection.json"):
         shutil.copy(src / name, target / name)
     shutil.copytree(src / "figures", target / "figures", dirs_exist_ok=True)
-    shutil.copy(root / "hparams" / "swept.yaml", target / "swept.yaml")
+    shutil.copytree(root / "hparams" / "swept", target / "swept", dirs_exist_ok=True)
     summary_path = root / "results" / "pipeline_summary.json"
     summary = read_json(summary_path) if summary_path.is_file() else {}
     from multitab.config import load_params
@@ -340,7 +358,7 @@ def record(root: Path, target: Path, note: str) -> None:
         "- Command: `make sweep` (python -m flows.pipeline --targets sweep_select) with params.yaml's sweep groups:",
         "", "```yaml", yaml.safe_dump({"runs": sweep_params}, sort_keys=False, width=110).rstrip(), "```", "",
         "Files: report.md (every point, the selection, the authors' selection), points.csv, selection.json, "
-        "figures/ (validation metric against each hyperparameter), swept.yaml (hparams/swept.yaml of this run).", "",
+        "figures/ (validation metric against each hyperparameter), swept/ (hparams/swept/ of this run).", "",
     ]
     write_text(target / "RECORD.md", "\n".join(lines))
 

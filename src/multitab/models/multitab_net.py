@@ -29,7 +29,7 @@ text (inter-sample attention, with RoPE where they use `rope: true`) is "rope_at
 protocol `paper` selects; "attention" is the same without rotary positions.
 The FFN activation is GELU as in the authors' code (the paper does not name one; blocks.FeedForward).
 NOTE[DIFF] (docs/deviations.md P1, P2): task tokens and masks per dataset follow `protocol`
-(multitab.models.defaults, multitab.protocol).
+(hparams/protocol/paper.yaml, multitab.protocol).
 Evaluation with inter-sample attention depends on which samples share a batch: keep test batches
 fixed (order and size).
 """

@@ -13,7 +13,7 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,9 @@ import torch
 
 from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric, task_metrics
+from multitab.hparams import Hparams
 from multitab.io import remove_stale_temporaries, sha256_file
-from multitab.models import build_model, model_class, training_defaults
-from multitab.models.defaults import Selections, apply_point, selected_entry
+from multitab.models import build_model, model_class
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.device import resolve_device, seed_everything
@@ -88,29 +88,25 @@ class RunSpec:
     checkpoint_dir: Path
 
 
-def _optim_settings(defaults: dict[str, Any], name: str, config: TrainConfig) -> dict[str, Any]:
-    """The authors' optimiser selection (optimizer / lr / weight_decay) replaced key by key by params
-    `train.optim.<model>`."""
-    defaults = dict(defaults)
-    override = config.optim.get(name)
-    if override is not None:
-        for key in ("optimizer", "lr", "weight_decay"):
-            value = getattr(override, key)
-            if value is not None:
-                defaults[key] = value
-    return {k: defaults[k] for k in ("optimizer", "lr", "weight_decay")}
+# Keywords a model that trains itself (XGBoost) takes from the run, not from its hyperparameters.
+RUN_KEYWORDS = ("seed", "early_stopping_rounds", "device", "n_threads")
 
 
-def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: TrainConfig,
-                    overrides: dict[str, Any], entry: dict[str, Any] | None | str = "authors") -> Any:
-    """`build_model(name, meta, protocol, **overrides)` of the model registry (multitab.models.MODELS: tests
-    register their tiny models there). Models that are not torch modules (XGBoost) do their own training
-    and take the run's seed, early stopping rounds, device and threads as constructor keywords."""
-    kwargs = dict(overrides)
+def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: TrainConfig, hparams: Hparams) -> Any:
+    """`build_model(name, meta, hparams.model)` of the model registry (multitab.models.MODELS: tests register
+    their tiny models there). Models that are not torch modules (XGBoost) do their own training and take the
+    run's seed, early stopping rounds, device and threads as constructor keywords (RUN_KEYWORDS)."""
+    kwargs = dict(hparams.model)
     if not issubclass(model_class(name), torch.nn.Module):
-        kwargs = {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
-                  "device": config.device, "n_threads": config.num_threads, **overrides}
-    return build_model(name, meta, protocol=config.protocol, entry=entry, **kwargs)
+        taken = sorted(set(kwargs) & set(RUN_KEYWORDS))
+        if taken:
+            raise ValueError(f"{hparams.file}: {taken} are the run's settings (train:), not hyperparameters; remove them")
+        kwargs |= {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
+                   "device": config.device, "n_threads": config.num_threads}
+    try:
+        return build_model(name, meta, kwargs)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{hparams.file or 'hyperparameters'}: {e}") from None
 
 
 def model_code_version(model: Any) -> str:
@@ -133,14 +129,14 @@ def model_code_version(model: Any) -> str:
 
 def resume_settings(
     spec: RunSpec, config: TrainConfig, data: ProcessedData, model: torch.nn.Module, *, overrides: dict[str, Any],
-    optim: dict[str, Any], max_epochs: int, patience: int, entry: dict[str, Any] | None = None,
+    optim: dict[str, Any], max_epochs: int, patience: int, hparams: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every setting that changes a run's numbers; a checkpoint is resumed only when all are equal (its
     fingerprint is their hash). Threads, determinism, device and dtype change float results in the last
     bits; the data are identified by the sha256 of the processed files, the code by `model_code_version`."""
     device = resolve_device(config.device)
     return {
-        "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides, "hparams": entry,
+        "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides, "hparams": hparams,
         "optim": optim, "max_epochs": max_epochs, "patience": patience, "batch_size": config.batch_size,
         "precision": config.precision, "max_train_rows": config.max_train_rows, "meta": data.meta,
         "num_threads": torch.get_num_threads(), "deterministic": config.deterministic,
@@ -155,15 +151,14 @@ def resume_settings(
 def run_training(
     spec: RunSpec,
     config: TrainConfig,
+    hparams: Hparams,
     *,
     on_step: Callable[[int, int], None] | None = None,
-    selections: Selections | None = None,
-    point: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
-    """Train one run; returns (metrics record, per-epoch history). The model: `build_run_model` at the
-    selection for the dataset and model (`selections`, a sweep's, where it has an entry; the authors'
-    otherwise), with a sweep's grid `point` put over it; the optimiser: that selection's
-    (`multitab.models.training_defaults`, with `protocol`) replaced key by key by params' `train.optim.<model>`."""
+    """Train one run; returns (metrics record, per-epoch history). The model: `build_run_model` with
+    `hparams.model`; the optimiser: `hparams.optim` (multitab.hparams.for_run resolves both for a run of the
+    pipeline: its file, grid point, protocol and group overlay), its epochs capped by `train.max_epochs`
+    when that is set."""
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_processed(spec.data_path)
@@ -172,18 +167,17 @@ def run_training(
                  config.max_train_rows, len(data.splits["train"]))
         data.splits["train"] = data.splits["train"].head(config.max_train_rows)
     seed_everything(spec.seed, config.deterministic)
-    base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> with the variant's keywords
-    overrides = config.overrides_for(spec.model, spec.dataset)
-    entry = selected_entry(spec.dataset, base_model, selections)
-    swept = selections is not None and base_model in (selections.get(spec.dataset) or {})
-    if point:
-        entry = apply_point(entry, point, model=base_model, dataset=spec.dataset)
-    model = build_run_model(base_model, data.meta, spec, config, overrides, entry)
+    base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> (the variant: in hparams)
+    overrides = config.overrides_for(spec.model, spec.dataset)  # params.yaml's, already in hparams.model
+    model = build_run_model(base_model, data.meta, spec, config, hparams)
     patience = config.patience_for(spec.dataset)
+    values = hparams.record()
     if isinstance(model, torch.nn.Module):
-        selected = training_defaults(spec.dataset, base_model, config.protocol, entry)
-        optim = _optim_settings(selected, base_model, config)
-        max_epochs = config.max_epochs if config.max_epochs is not None else int(selected.get("max_epochs", 100))
+        if hparams.optim is None:
+            raise ValueError(f"{hparams.file}: {base_model} is trained by gradient descent; the file needs `optim:` "
+                             "(optimizer, lr, weight_decay, max_epochs)")
+        optim = {k: hparams.optim[k] for k in ("optimizer", "lr", "weight_decay")}
+        max_epochs = config.max_epochs if config.max_epochs is not None else int(hparams.optim["max_epochs"])
         settings = RunSettings(
             seed=spec.seed, max_epochs=max_epochs, patience=patience, batch_size=config.batch_size,
             optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
@@ -191,7 +185,8 @@ def run_training(
             progress=config.progress, on_step=on_step,
         )
         run_settings = resume_settings(spec, config, data, model, overrides=overrides, optim=optim,
-                                       max_epochs=max_epochs, patience=patience, entry=entry)
+                                       max_epochs=max_epochs, patience=patience,
+                                       hparams={"model": values["model"], "point": values["point"]})
         result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir,
                        run_fingerprint=ckpt.fingerprint(run_settings), run_settings=run_settings)
         n_params: int | None = sum(p.numel() for p in model.parameters())
@@ -207,7 +202,8 @@ def run_training(
         model.save(spec.checkpoint_dir)
         n_params = None
         resolved = {"dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
-                    "hparams": entry, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
+                    "hparams": {"model": values["model"], "point": values["point"]},
+                    "early_stopping_rounds": config.xgboost_early_stopping_rounds,
                     "num_threads": config.num_threads, "device": config.device, "protocol": config.protocol,
                     "max_train_rows": config.max_train_rows,
                     "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()}}
@@ -215,9 +211,8 @@ def run_training(
     record["max_train_rows"] = config.max_train_rows
     record["protocol"] = config.protocol
     record["settings"] = resolved
-    # whose selection the run used (and the grid point, for a sweep's run): the entry in their format
-    record["hparams"] = {"source": "grid point" if point else ("swept" if swept else "authors"),
-                         "point": dict(point) if point else None, "entry": entry}
+    # the hyperparameters the run trained with: their file, its selection (or "grid point"), the point, the values
+    record["hparams"] = values
     return record, result.history
 
 
