@@ -64,7 +64,33 @@ class _RTDLFTTransformer(MultitaskModel):
 
 class FTTransformer(PerTask):
     """forward(x_num [B, n_num], x_cat [B, n_cat]) -> {task: [B] or [B, n_classes]}; one
-    FT-Transformer per task in ``models``."""
+    FT-Transformer per task in ``models``.
+
+    Shape:
+        - ``x_num``: ``(B, n_num)``, float32, the numerical features in schema order (``(B, 0)`` if none).
+        - ``x_cat``: ``(B, n_cat)``, int64, the categorical codes in schema order, column j in
+          ``0 .. cardinality_j - 1`` of the schema the model was built with (in processed data code 0 is
+          reserved for values unseen in train); ``(B, 0)`` if none.
+        - output: ``{task: Tensor}`` in the schema's task order, float32: ``(B,)`` for a binary task
+          (logits) or a regression task (predictions), ``(B, C)`` for a C-class task (logits).
+        - inside (per task, either backbone): tokens ``(B, 1 + n_num + n_cat, d_embedding)``, the [CLS]
+          token first; the head reads the [CLS] token, ``(B, d_embedding)``.
+        - rows: each row's outputs depend on that row alone (no inter-sample layer).
+
+    Examples:
+        >>> import torch
+        >>> from multitab.datasets.schema import get_schema
+        >>> from multitab.models.ft_transformer import FTTransformer
+        >>> schema = get_schema("higgs")  # 17 numerical, 4 categorical (codes 0..2); binary + 7 regression
+        >>> model = FTTransformer(schema=schema, d_embedding=8, n_blocks=1, n_heads=2, ffn_d_hidden=16)
+        >>> _ = torch.manual_seed(0)
+        >>> x_num, x_cat = torch.randn(4, schema.n_num), torch.randint(0, 3, (4, schema.n_cat))
+        >>> {name: tuple(y.shape) for name, y in model(x_num, x_cat).items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'target': (4,), 'm_jj': (4,), 'm_jjj': (4,), 'm_lv': (4,), 'm_jlv': (4,),
+         'm_bb': (4,), 'm_wbb': (4,), 'm_wwbb': (4,)}
+        >>> len(model.models)  # one FT-Transformer per task
+        8
+    """
 
     def __init__(
         self,

@@ -146,7 +146,48 @@ class _IAILBlock(nn.Module):
 class MAYA(MultitaskModel):
     """MAYA, multitask. forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary
     logits, regression) or [B, n_classes]}, attending to the context set by `fit_context` (call it after
-    training and before evaluating). Training goes through `training_loss`, which attends to the batch."""
+    training and before evaluating). Training goes through `training_loss`, which attends to the batch.
+
+    Shape:
+        - ``x_num``: ``(B, n_num)``, float32, the numerical features in schema order (``(B, 0)`` if none).
+        - ``x_cat``: ``(B, n_cat)``, int64, the categorical codes in schema order, column j in
+          ``0 .. cardinality_j - 1`` of the schema the model was built with (in processed data code 0 is
+          reserved for values unseen in train); ``(B, 0)`` if none.
+        - output of ``forward``: ``{task: Tensor}`` in the schema's task order, float32: ``(B,)`` for a
+          binary task (logits) or a regression task (predictions), ``(B, C)`` for a C-class task (logits).
+        - ``fit_context(x_num (N, n_num), x_cat (N, n_cat), targets {task: (N,)})``: targets are 0/1 for a
+          binary task, 0 .. C - 1 for a C-class task, floats for a regression task. The context keeps at
+          most ``context_size`` of the N rows: keys ``(min(N, context_size), d_embedding)``.
+        - ``training_loss(x_num, x_cat, targets {task: (B,)}, task_loss_fn)`` -> (loss ``()``, outputs as
+          ``forward``'s).
+        - inside: tokens ``(B, 1 + n_num + n_cat, d_embedding)``, the [CLS] token first. Each MOA block
+          runs ``n_branches`` branches at once, ``(n_branches, B, 1 + n_num + n_cat, d_embedding)``, and mixes
+          them with its ``branch_weights`` ``(n_branches,)``; the branch losses come from the branches'
+          [CLS] tokens ``(n_branches, B, d_embedding)``, and after a training step ``last_branch_losses``
+          holds one ``(n_branches,)`` tensor per block. The encoder gives ``(B, d_embedding)`` per row.
+        - rows: in ``forward`` each row attends to the context rows only, so its outputs depend on that row
+          and the context, not on the rest of its batch; in ``training_loss`` the batch is the context, so a
+          row's outputs depend on the other rows of its batch (never on its own label).
+
+    Examples:
+        >>> import torch
+        >>> from multitab.datasets.schema import get_schema
+        >>> from multitab.models.base import cat_cardinalities
+        >>> from multitab.models.maya import MAYA
+        >>> schema = get_schema("acs_income")  # 10 categorical features, no numerical; binary + 5-class task
+        >>> model = MAYA(schema=schema, d_embedding=8, n_heads=2, n_branches=3, ffn_d_hidden=16,
+        ...              decoder_ffn_d_hidden=16)
+        >>> _ = torch.manual_seed(0)
+        >>> cards = torch.tensor(cat_cardinalities(schema))  # codes of column j: 0 .. cards[j] - 1
+        >>> x_num, x_cat = torch.randn(4, 0), (torch.rand(4, schema.n_cat) * cards).long()
+        >>> targets = {"income": torch.randint(0, 2, (4,)), "marital": torch.randint(0, 5, (4,))}
+        >>> loss, outputs = model.training_loss(x_num, x_cat, targets, lambda task, out, y: out.sum())
+        >>> tuple(loss.shape), [tuple(w.shape) for w in model.last_branch_losses]  # 1 block, 3 branches
+        ((), [(3,)])
+        >>> model.fit_context(x_num, x_cat, targets)  # before forward: the rows to attend to (here the batch)
+        >>> {name: tuple(y.shape) for name, y in model(x_num, x_cat).items()}
+        {'income': (4,), 'marital': (4, 5)}
+    """
 
     def __init__(
         self,

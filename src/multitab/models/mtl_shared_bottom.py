@@ -26,6 +26,33 @@ class MTLSharedBottom(MultitaskModel):
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits, regression) or
     [B, n_classes] (multiclass logits)}.
+
+    Shape:
+        - ``x_num``: ``(B, n_num)``, float32, the numerical features in schema order (``(B, 0)`` if none).
+        - ``x_cat``: ``(B, n_cat)``, int64, the categorical codes in schema order, column j in
+          ``0 .. cardinality_j - 1`` of the schema the model was built with (in processed data code 0 is
+          reserved for values unseen in train); ``(B, 0)`` if none.
+        - output: ``{task: Tensor}`` in the schema's task order, float32: ``(B,)`` for a binary task
+          (logits) or a regression task (predictions), ``(B, C)`` for a C-class task (logits).
+        - inside: the embedded features, concatenated, ``(B, (n_num + n_cat) * d_embedding)``; the shared
+          bottom gives ``(B, shared_d_hidden[-1])``, which every task's tower reads.
+        - rows: the hidden layers' BatchNorm normalises with the batch's statistics in training mode, so
+          there a row's outputs depend on the other rows of its batch (a batch of one row uses the running
+          statistics); in evaluation mode each row's outputs depend on that row alone.
+
+    Examples:
+        >>> import torch
+        >>> from multitab.datasets.schema import get_schema
+        >>> from multitab.models.base import cat_cardinalities
+        >>> from multitab.models.mtl_shared_bottom import MTLSharedBottom
+        >>> schema = get_schema("acs_income")  # 10 categorical features, no numerical; binary + 5-class task
+        >>> model = MTLSharedBottom(schema=schema, d_embedding=4, shared_d_hidden=(32, 16),
+        ...                         tower_d_hidden=(8,))
+        >>> _ = torch.manual_seed(0)
+        >>> cards = torch.tensor(cat_cardinalities(schema))  # codes of column j: 0 .. cards[j] - 1
+        >>> x_num, x_cat = torch.randn(4, 0), (torch.rand(4, schema.n_cat) * cards).long()
+        >>> {name: tuple(y.shape) for name, y in model(x_num, x_cat).items()}
+        {'income': (4,), 'marital': (4, 5)}
     """
 
     def __init__(

@@ -71,7 +71,37 @@ def attention_mask(n_task_tokens: int, n_features: int, mode: str) -> Tensor | N
 
 class MultiTabNet(MultitaskModel):
     """forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] (binary logits,
-    regression) or [B, n_classes] (multiclass logits)}."""
+    regression) or [B, n_classes] (multiclass logits)}.
+
+    Shape:
+        - ``x_num``: ``(B, n_num)``, float32, the numerical features in schema order (``(B, 0)`` if none).
+        - ``x_cat``: ``(B, n_cat)``, int64, the categorical codes in schema order, column j in
+          ``0 .. cardinality_j - 1`` of the schema the model was built with (in processed data code 0 is
+          reserved for values unseen in train); ``(B, 0)`` if none.
+        - output: ``{task: Tensor}`` in the schema's task order, float32: ``(B,)`` for a binary task
+          (logits) or a regression task (predictions), ``(B, C)`` for a C-class task (logits).
+        - inside: tokens ``(B, t + n_num + n_cat, d_embedding)``, task tokens first (t = the number of
+          tasks, or 1 with ``multi_token=False``); ``encode`` returns them after the blocks. The
+          inter-sample layer sees the batch as one sequence ``(1, B, (t + n_num + n_cat) * d_embedding)``.
+        - rows: with ``inter_sample="attention"`` or ``"rope_attention"`` a row's outputs depend on the
+          other rows of its batch (and, with rotary positions, on its place in it), in training and in
+          evaluation alike: keep evaluation batches fixed. With ``"per_sample_mixing"`` or ``"none"`` each
+          row's outputs depend on that row alone.
+
+    Examples:
+        >>> import torch
+        >>> from multitab.datasets.schema import get_schema
+        >>> from multitab.models.multitab_net import MultiTabNet
+        >>> schema = get_schema("higgs")  # 17 numerical, 4 categorical (codes 0..2); binary + 7 regression
+        >>> model = MultiTabNet(schema=schema, d_embedding=8, n_heads=2, ffn_d_hidden=16, head_d_hidden=(16,))
+        >>> _ = torch.manual_seed(0)
+        >>> x_num, x_cat = torch.randn(4, schema.n_num), torch.randint(0, 3, (4, schema.n_cat))
+        >>> {name: tuple(y.shape) for name, y in model(x_num, x_cat).items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'target': (4,), 'm_jj': (4,), 'm_jjj': (4,), 'm_lv': (4,), 'm_jlv': (4,),
+         'm_bb': (4,), 'm_wbb': (4,), 'm_wwbb': (4,)}
+        >>> tuple(model.encode(x_num, x_cat).shape)  # 8 task tokens + 21 feature tokens, width 8
+        (4, 29, 8)
+    """
 
     mask: Tensor | None
 

@@ -24,7 +24,35 @@ from multitab.models.tokenizer import Init
 
 class SAINT(PerTask):
     """forward(x_num [B, n_num], x_cat [B, n_cat]) -> {task: [B] or [B, n_classes]}; one SAINT per task
-    in ``models``."""
+    in ``models``.
+
+    Shape:
+        - ``x_num``: ``(B, n_num)``, float32, the numerical features in schema order (``(B, 0)`` if none).
+        - ``x_cat``: ``(B, n_cat)``, int64, the categorical codes in schema order, column j in
+          ``0 .. cardinality_j - 1`` of the schema the model was built with (in processed data code 0 is
+          reserved for values unseen in train); ``(B, 0)`` if none.
+        - output: ``{task: Tensor}`` in the schema's task order, float32: ``(B,)`` for a binary task
+          (logits) or a regression task (predictions), ``(B, C)`` for a C-class task (logits).
+        - inside (per task): tokens ``(B, 1 + n_num + n_cat, d_embedding)``, the [CLS] token first; the
+          inter-sample layer sees the batch as one sequence ``(1, B, (1 + n_num + n_cat) * d_embedding)``.
+        - rows: with ``inter_sample="attention"`` (the default) or ``"rope_attention"`` a row's outputs
+          depend on the other rows of its batch (and, with rotary positions, on its place in it), in
+          training and in evaluation alike: keep evaluation batches fixed. With ``"per_sample_mixing"`` or
+          ``"none"`` each row's outputs depend on that row alone.
+
+    Examples:
+        >>> import torch
+        >>> from multitab.datasets.schema import get_schema
+        >>> from multitab.models.base import cat_cardinalities
+        >>> from multitab.models.saint import SAINT
+        >>> schema = get_schema("acs_income")  # 10 categorical features, no numerical; binary + 5-class task
+        >>> model = SAINT(schema=schema, d_embedding=8, n_heads=2, ffn_d_hidden=16, head_d_hidden=(16,))
+        >>> _ = torch.manual_seed(0)
+        >>> cards = torch.tensor(cat_cardinalities(schema))  # codes of column j: 0 .. cards[j] - 1
+        >>> x_num, x_cat = torch.randn(4, 0), (torch.rand(4, schema.n_cat) * cards).long()
+        >>> {name: tuple(y.shape) for name, y in model(x_num, x_cat).items()}
+        {'income': (4,), 'marital': (4, 5)}
+    """
 
     def __init__(
         self,

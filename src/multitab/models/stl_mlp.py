@@ -64,6 +64,31 @@ class STLMLP(PerTask):
     """One independent `MLP` per task behind the multitask interface (`models[task]` is task's MLP).
 
     forward(x_num [B, n_num] float, x_cat [B, n_cat] long) -> {task: [B] or [B, n_classes]}.
+
+    Shape:
+        - ``x_num``: ``(B, n_num)``, float32, the numerical features in schema order (``(B, 0)`` if none).
+        - ``x_cat``: ``(B, n_cat)``, int64, the categorical codes in schema order, column j in
+          ``0 .. cardinality_j - 1`` of the schema the model was built with (in processed data code 0 is
+          reserved for values unseen in train); ``(B, 0)`` if none.
+        - output: ``{task: Tensor}`` in the schema's task order, float32: ``(B,)`` for a binary task
+          (logits) or a regression task (predictions), ``(B, C)`` for a C-class task (logits).
+        - inside (per task): the embedded features, concatenated, ``(B, (n_num + n_cat) * d_embedding)``,
+          through the MLP ``d_hidden``.
+        - rows: the hidden layers' BatchNorm normalises with the batch's statistics in training mode, so
+          there a row's outputs depend on the other rows of its batch (a batch of one row uses the running
+          statistics); in evaluation mode each row's outputs depend on that row alone.
+
+    Examples:
+        >>> import torch
+        >>> from multitab.datasets.schema import get_schema
+        >>> from multitab.models.stl_mlp import STLMLP
+        >>> schema = get_schema("higgs")  # 17 numerical, 4 categorical (codes 0..2); binary + 7 regression
+        >>> model = STLMLP(schema=schema, d_embedding=4, d_hidden=(32, 16))
+        >>> _ = torch.manual_seed(0)
+        >>> x_num, x_cat = torch.randn(4, schema.n_num), torch.randint(0, 3, (4, schema.n_cat))
+        >>> {name: tuple(y.shape) for name, y in model(x_num, x_cat).items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'target': (4,), 'm_jj': (4,), 'm_jjj': (4,), 'm_lv': (4,), 'm_jlv': (4,),
+         'm_bb': (4,), 'm_wbb': (4,), 'm_wwbb': (4,)}
     """
 
     def __init__(

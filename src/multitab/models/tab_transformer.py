@@ -77,7 +77,34 @@ class _TabTransformerSingle(MultitaskModel):
 
 class TabTransformer(PerTask):
     """forward(x_num [B, n_num], x_cat [B, n_cat]) -> {task: [B] or [B, n_classes]}; one
-    TabTransformer per task in ``models``."""
+    TabTransformer per task in ``models``.
+
+    Shape:
+        - ``x_num``: ``(B, n_num)``, float32, the numerical features in schema order (``(B, 0)`` if none).
+        - ``x_cat``: ``(B, n_cat)``, int64, the categorical codes in schema order, column j in
+          ``0 .. cardinality_j - 1`` of the schema the model was built with (in processed data code 0 is
+          reserved for values unseen in train); ``(B, 0)`` if none.
+        - output: ``{task: Tensor}`` in the schema's task order, float32: ``(B,)`` for a binary task
+          (logits) or a regression task (predictions), ``(B, C)`` for a C-class task (logits).
+        - inside (per task): categorical tokens ``(B, n_cat, d_embedding)`` through the blocks, flattened and
+          joined with the normalised numerical columns: the tower reads ``(B, n_cat * d_embedding + n_num)``.
+        - rows: each row's outputs depend on that row alone.
+
+    Examples:
+        >>> import torch
+        >>> from multitab.datasets.schema import get_schema
+        >>> from multitab.models.base import cat_cardinalities
+        >>> from multitab.models.tab_transformer import TabTransformer
+        >>> schema = get_schema("acs_income")  # 10 categorical features, no numerical; binary + 5-class task
+        >>> model = TabTransformer(schema=schema, d_embedding=8, n_blocks=1, n_heads=2, ffn_d_hidden=16)
+        >>> _ = torch.manual_seed(0)
+        >>> cards = torch.tensor(cat_cardinalities(schema))  # codes of column j: 0 .. cards[j] - 1
+        >>> x_num, x_cat = torch.randn(4, 0), (torch.rand(4, schema.n_cat) * cards).long()
+        >>> {name: tuple(y.shape) for name, y in model(x_num, x_cat).items()}
+        {'income': (4,), 'marital': (4, 5)}
+        >>> list(model.models)  # one TabTransformer per task
+        ['income', 'marital']
+    """
 
     def __init__(
         self,

@@ -67,6 +67,34 @@ class XGBoost:
         multiclass -> logits [B, n_classes], regression -> prediction [B] (the torch models' contract,
         as numpy float32). Inputs may be numpy arrays or CPU torch tensors.
     save(folder) / load(folder): the fitted boosters (XGBoost JSON) and best rounds, written atomically.
+
+    Shape:
+        - ``x_num``: ``(N, n_num)``, numerical features in schema order (``(N, 0)`` if none), read as
+          float32; ``x_cat``: ``(N, n_cat)``, integer codes in schema order (in processed data code 0 is
+          reserved for values unseen in train), given to the trees as numbers; ``(N, 0)`` if none. Numpy
+          arrays or CPU torch tensors.
+        - ``fit`` targets: ``{task: (N,)}`` for every task, also for the validation split.
+        - ``predict`` output: ``{task: np.ndarray}`` in the schema's task order, float32 numpy arrays (not
+          tensors): ``(B,)`` for a binary task (logits, not probabilities) or a regression task
+          (predictions), ``(B, C)`` for a C-class task (logits).
+        - ``boosters``: one per task group (the binary tasks, the regression tasks, each multiclass task).
+        - rows: each row's predictions depend on that row alone.
+
+    Examples:
+        >>> import numpy as np
+        >>> from multitab.datasets.schema import get_schema
+        >>> from multitab.models.xgboost_model import XGBoost
+        >>> schema = get_schema("acs_income")  # 10 categorical features, no numerical; binary + 5-class task
+        >>> rng = np.random.default_rng(0)
+        >>> cards = [f.cardinality for f in schema.features]  # codes of column j: 0 .. cards[j] - 1
+        >>> x_num, x_cat = np.zeros((40, 0), np.float32), rng.integers(0, cards, size=(40, schema.n_cat))
+        >>> y = {"income": rng.integers(0, 2, 40), "marital": rng.integers(0, 5, 40)}
+        >>> model = XGBoost(schema=schema, n_rounds=3, early_stopping_rounds=1, device="cpu", n_threads=1)
+        >>> _ = model.fit(x_num, x_cat, y, x_num_val=x_num, x_cat_val=x_cat, targets_val=y)
+        >>> len(model.boosters)  # a binary group and a multiclass task
+        2
+        >>> {name: (p.shape, str(p.dtype)) for name, p in model.predict(x_num[:4], x_cat[:4]).items()}
+        {'income': ((4,), 'float32'), 'marital': ((4, 5), 'float32')}
     """
 
     def __init__(
