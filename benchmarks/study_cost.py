@@ -24,7 +24,7 @@ so that the projection is cheap to take; the output says so.
 The compute floor: the same study's arithmetic at this machine's best matrix-product rate, i.e. what no
 software could beat at this precision. Training FLOPs per run = E x (3 F x training rows + F x validation
 rows) + F x test rows, with F the forward FLOPs per sample of the model at the study's batch size
-(multitab.evaluation.complexity, the paper's Table 4 convention; backward ~ 2 x forward) and E the epochs
+(multitab.evaluation.paper.complexity, the paper's Table 4 convention; backward ~ 2 x forward) and E the epochs
 above; the rate is the best of a few matrix products of the models' own shapes (median of repeats) at
 `train.num_threads` threads in the measured precision, and `workers` of them at once. So
 `floor_wall_seconds` > `goal_seconds` says the goal cannot be met on this machine at that precision, and
@@ -61,7 +61,7 @@ from multitab.config import Params, load_params
 from multitab.config.train import TrainConfig
 from multitab.datasets.bench import synthesize_config, write_dataset
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
-from multitab.evaluation.complexity import complexity
+from multitab.evaluation.paper.complexity import complexity
 from multitab.hparams import BENCH, for_run, load, selection_file
 from multitab.models import build_model
 from multitab.profiles import group_train, profiled

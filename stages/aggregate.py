@@ -15,12 +15,12 @@ from pathlib import Path
 from multitab.config import Params, load_params
 from multitab.config.aggregate import synthetic_configs
 from multitab.datasets.split import split_sizes
-from multitab.evaluation.bench_study import Budget
-from multitab.evaluation.entry_page import write_entry_page
-from multitab.evaluation.published import load_published
-from multitab.evaluation.report import Outputs, build_results
-from multitab.evaluation.report_markdown import Provenance
-from multitab.evaluation.runs import RunSet, load_runs, select_declared
+from multitab.evaluation.bench.numbers import Budget
+from multitab.evaluation.paper.entry_page import write_entry_page
+from multitab.evaluation.paper.published import load_published
+from multitab.evaluation.paper.report import Outputs, build_results
+from multitab.evaluation.paper.report_markdown import Provenance
+from multitab.evaluation.paper.runs import RunSet, load_runs, select_declared
 from multitab.io import all_or_nothing, remove_stale_temporaries
 from multitab.profiles import group_train, profiled
 from multitab.provenance import git_commit

@@ -3,7 +3,7 @@
     python -m stages.aggregate_study --params params.yaml --runs results/study_runs --out results/study_report
 
 Writes <out>/metrics.csv and curves.csv (the runs' numbers), then from those alone (multitab.evaluation.
-bench_study): Figures 5 and 6 with standard-error bars, the Δm table (mean ± σ over seeds), the paper's
+bench.study): Figures 5 and 6 with standard-error bars, the Δm table (mean ± σ over seeds), the paper's
 claim checked per configuration, the learning curves, and <out>/report.md, which leads with that section.
 """
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 from multitab.config import load_params
 from multitab.config.aggregate import synthetic_configs
-from multitab.evaluation.bench_study import StudySettings, collect, write_csv, write_study, write_text
+from multitab.evaluation.bench.numbers import StudySettings, collect
+from multitab.evaluation.bench.study import write_csv, write_study, write_text
 from multitab.profiles import profiled
 from stages._common import parser, run
 

@@ -1,7 +1,7 @@
 """complexity: parameters and forward FLOPs per sample of every registered model on every dataset
 (params: complexity, protocol, datasets). Schemas come from the processed datasets' meta.json files (cardinalities with
 the reserved index, i.e. the models as trained), not from the schema registry.
-Writes <out>.csv and <out>.md (FLOPs = 2 x MACs, ptflops-style, see multitab.evaluation.complexity)."""
+Writes <out>.csv and <out>.md (FLOPs = 2 x MACs, ptflops-style, see multitab.evaluation.paper.complexity)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 
 from multitab.config import ComplexityConfig, load_params
 from multitab.datasets.schema import schema_from_meta
-from multitab.evaluation.complexity import complexity_rows
+from multitab.evaluation.paper.complexity import complexity_rows
 from multitab.evaluation.tables import Cell, Table, Value
 from multitab.hparams import load
 from multitab.io import atomic_path

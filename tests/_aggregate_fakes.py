@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-PUBLISHED = Path(__file__).resolve().parents[1] / "src/multitab/evaluation/published"
+PUBLISHED = Path(__file__).resolve().parents[1] / "src/multitab/evaluation/paper/published"
 LABELS = {"STL": "stl_mlp", "MTL": "mtl_shared_bottom", "MMoE": "mmoe", "PLE": "ple", "TabT": "tab_transformer",
           "FT-T": "ft_transformer", "SAINT": "saint", "XGB": "xgboost", "STEM": "stem",
           "MultiTab-Net": "multitab_net"}

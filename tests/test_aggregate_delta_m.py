@@ -13,7 +13,7 @@ from hypothesis.extra.numpy import arrays
 
 from multitab.evaluation.delta_m import delta_m, delta_m_per_seed, task_gains, task_gains_per_seed
 
-PUBLISHED = Path(__file__).resolve().parents[1] / "src/multitab/evaluation/published"
+PUBLISHED = Path(__file__).resolve().parents[1] / "src/multitab/evaluation/paper/published"
 
 
 def test_hand_computed_mixed_tasks_with_lower_is_better() -> None:

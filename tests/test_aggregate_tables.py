@@ -10,10 +10,10 @@ import pytest
 from _aggregate_fakes import published_runs, write_run
 from multitab.config import load_params, parse_params
 from multitab.config.aggregate import AggregateConfig, synthetic_configs
-from multitab.evaluation.paper_tables import table3, table8, table9
-from multitab.evaluation.published import load_published
-from multitab.evaluation.runs import RunError, RunSet, load_runs, split_model
-from multitab.evaluation.study import Study
+from multitab.evaluation.paper.paper_tables import table3, table8, table9
+from multitab.evaluation.paper.published import load_published
+from multitab.evaluation.paper.results import PaperResults
+from multitab.evaluation.paper.runs import RunError, RunSet, load_runs, split_model
 from multitab.evaluation.tables import STANDIN_MARK, Cell, Table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,8 +87,8 @@ def test_partial_seeds_and_undefined_values_are_missing(tmp_path: Path) -> None:
     assert runs.matrix("aliexpress", "stl_mlp") is not None
     assert runs.matrix("aliexpress", "mmoe") is None  # seed 2 missing
     assert runs.matrix("aliexpress", "ple") is None  # an undefined AUC (null)
-    study = Study(runs, config(), load_published())
-    t = table3(study)
+    results = PaperResults(runs, config(), load_published())
+    t = table3(results)
     row = {r[0]: r for r in t.rows}
     text = t.to_markdown()
     assert "| MMoE | missing (2/3 seeds) | missing (2/3 seeds) | missing (2/3 seeds) |" in text
@@ -102,8 +102,8 @@ def test_partial_seeds_and_undefined_values_are_missing(tmp_path: Path) -> None:
 def test_table3_from_runs_equal_to_published_means(tmp_path: Path) -> None:
     """Every seed at the published mean: our Table 3 prints the published numbers, Δm to four decimals."""
     published_runs(tmp_path, seeds=(0, 1), noise=0.0, standin=False)
-    study = Study(RunSet(load_runs(tmp_path)), config(), load_published())
-    t = table3(study)
+    results = PaperResults(RunSet(load_runs(tmp_path)), config(), load_published())
+    t = table3(results)
     checked = 0
     for _, col, cell in t.cells():
         if cell.paper is not None:
@@ -117,15 +117,15 @@ def test_significance_tables_from_runs(tmp_path: Path) -> None:
     from scipy import stats
 
     published_runs(tmp_path, seeds=(0, 1, 2, 3, 4), noise=0.003)
-    study = Study(RunSet(load_runs(tmp_path)), config(), load_published())
-    t8, t9 = table8(study), table9(study)
+    results = PaperResults(RunSet(load_runs(tmp_path)), config(), load_published())
+    t8, t9 = table8(results), table9(results)
     assert [r[0] for r in t9.rows] == ["aliexpress", "acs_income", "higgs", "global"]
-    a = study.delta_m_per_seed("higgs", "multitab_net")
-    b = study.delta_m_per_seed("higgs", "mmoe")
+    a = results.delta_m_per_seed("higgs", "multitab_net")
+    b = results.delta_m_per_seed("higgs", "mmoe")
     assert a is not None and b is not None
     cell = {r[0]: r for r in t8.rows}["higgs"][t8.header.index("MMoE")]
     assert cell.value == pytest.approx(stats.ttest_ind(a, b, alternative="greater").pvalue)  # type: ignore[union-attr]
-    ga, gb = study.task_gains_per_seed("higgs", "multitab_net"), study.task_gains_per_seed("higgs", "mmoe")
+    ga, gb = results.task_gains_per_seed("higgs", "multitab_net"), results.task_gains_per_seed("higgs", "mmoe")
     assert ga is not None and gb is not None and ga.size == 40
     cell = {r[0]: r for r in t9.rows}["higgs"][t9.header.index("MMoE")]
     ref = stats.wilcoxon(ga.to_numpy().ravel(), gb.to_numpy().ravel(), alternative="greater").pvalue
@@ -164,7 +164,7 @@ def test_delta_m_on_mse_flips_the_sign(tmp_path: Path) -> None:
 
     published_runs(tmp_path, seeds=(0, 1), noise=0.002)
     runs = RunSet(load_runs(tmp_path))
-    study = Study(runs, dataclasses.replace(config(), regression_metric="mse"), load_published())
+    results = PaperResults(runs, dataclasses.replace(config(), regression_metric="mse"), load_published())
 
     def means(model: str) -> dict[str, float]:
         rs = runs.runs("higgs", model)
@@ -176,9 +176,9 @@ def test_delta_m_on_mse_flips_the_sign(tmp_path: Path) -> None:
     m, b = means("multitab_net"), means("stl_mlp")
     expected = (100 * (m["target"] - b["target"]) / b["target"]
                 - sum(100 * (m[t] - b[t]) / b[t] for t in m if t != "target")) / 8
-    assert study.delta_m("higgs", "multitab_net") == pytest.approx(expected)
+    assert results.delta_m("higgs", "multitab_net") == pytest.approx(expected)
     lower = {t for t in m if t != "target"}
-    assert study.delta_m("higgs", "multitab_net") == pytest.approx(delta_m(m, b, lower_is_better=lower))
+    assert results.delta_m("higgs", "multitab_net") == pytest.approx(delta_m(m, b, lower_is_better=lower))
 
 
 def test_zero_baseline_gives_n_a_not_a_crash(tmp_path: Path) -> None:
@@ -186,11 +186,11 @@ def test_zero_baseline_gives_n_a_not_a_crash(tmp_path: Path) -> None:
     for model, ev in (("stl_mlp", 0.0), ("multitab_net", 0.2), ("mmoe", 0.1)):
         for seed in (0, 1):
             write_run(tmp_path, "higgs", model, seed, {"target": 0.8 + seed / 100, "m_jj": ev}, types)
-    study = Study(RunSet(load_runs(tmp_path)), config(), load_published())
-    assert study.delta_m("higgs", "multitab_net") != study.delta_m("higgs", "multitab_net")  # NaN
-    row = {r[0]: r for r in table3(study).rows}["MultiTab-Net"]
+    results = PaperResults(RunSet(load_runs(tmp_path)), config(), load_published())
+    assert results.delta_m("higgs", "multitab_net") != results.delta_m("higgs", "multitab_net")  # NaN
+    row = {r[0]: r for r in table3(results).rows}["MultiTab-Net"]
     assert [c.text() for c in row if isinstance(c, Cell)][-1] == "n/a"
-    assert {r[0]: r for r in table8(study).rows}["higgs"][3].text() == "n/a"  # type: ignore[union-attr]
+    assert {r[0]: r for r in table8(results).rows}["higgs"][3].text() == "n/a"  # type: ignore[union-attr]
 
 
 def test_saved_figures_are_byte_reproducible(tmp_path):

@@ -15,19 +15,17 @@ import pytest
 
 from multitab.config import ConfigError
 from multitab.config.aggregate import SyntheticConfig
-from multitab.evaluation.bench_study import (
+from multitab.evaluation.bench.numbers import (
     StudyError,
     StudySettings,
     claims,
     collect,
     delta_m_runs,
     read_metrics_csv,
-    regenerate,
-    section_only,
     summarise,
-    write_study,
 )
-from multitab.evaluation.bench_study import main as bench_study_main
+from multitab.evaluation.bench.study import main as bench_study_main
+from multitab.evaluation.bench.study import regenerate, section_only, write_study
 from multitab.exit_codes import BAD_INPUT
 from multitab.profiles import profiled
 

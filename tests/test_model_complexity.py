@@ -14,8 +14,7 @@ from torch import nn
 
 from _models_tiny import build_authors
 from multitab.datasets.schema import get_schema
-from multitab.evaluation import complexity
-from multitab.evaluation.complexity import PAPER_TABLE4, count_macs
+from multitab.evaluation.paper.complexity import PAPER_TABLE4, complexity, count_macs
 from multitab.exit_codes import BAD_INPUT
 from multitab.models import MODELS
 
@@ -122,7 +121,7 @@ def test_complexity_stage_writes_tables(tmp_path: Path, capsys: pytest.CaptureFi
 def test_flops_follow_table4_convention() -> None:
     # Table 4 (2 x MACs, ptflops-style): our counts are 0.1-0.8% below (a few thousand FLOPs; the
     # layer file of their code that would settle the difference is not available).
-    from multitab.evaluation.complexity import PAPER_TABLE4, complexity
+    from multitab.evaluation.paper.complexity import PAPER_TABLE4, complexity
 
     for ds in ["higgs", "acs_income"]:
         for name in ["mmoe", "ple", "stem"]:

@@ -122,7 +122,7 @@ def test_table_1_off_without_warn_policy_stops_at_validate_raw(tmp_path: Path) -
 def test_report_banner_names_the_estimates_that_did_not_hold() -> None:
     from types import SimpleNamespace
 
-    from multitab.evaluation.report_markdown import validation_banner
+    from multitab.evaluation.paper.report_markdown import validation_banner
 
     run = SimpleNamespace(extra={"validation_warnings": ["[train] column 'income' · ... (class_balance): observed 0.2"]})
     runs = SimpleNamespace(datasets=["acs_income", "higgs"], models=lambda d: ["stl_mlp"],

@@ -2,6 +2,10 @@
 
 Matplotlib's Agg backend only (no display). A figure built from any stand-in input carries a "STAND-IN
 DATA" watermark and title; a missing value is drawn as the word "missing" where its bar would stand.
+
+Shared by the subjects of evaluation/: the default report (paper/report.py) and the MultiTab-Bench study
+(bench/study.py) draw their Figures 5-6 and learning curves here, and the sweeps' report (sweep.py) saves
+its figures with `save_figure`.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ def convergence_note(runs: int, capped: int) -> str:
 
 def delta_m_figure(frame: pd.DataFrame, groups: Sequence[str], models: Sequence[str], title: str,
                    note: str = "") -> Figure:
-    """One panel per group present in `frame` (columns as `study.synthetic_delta_m`), on one shared y-scale
+    """One panel per group present in `frame` (columns as `paper_tables.synthetic_delta_m`), on one shared y-scale
     (a bar reads the same in every panel); the subtitle says n per bar, whether there are error bars, and
     `note` (e.g. how many runs had not converged)."""
     present = [g for g in groups if (frame.group == g).any()]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from multitab.evaluation.report_markdown import Provenance
+from multitab.evaluation.paper.report_markdown import Provenance
 from multitab.io import write_text
 
 # (section, glob patterns relative to the project root): what the page links, where it exists

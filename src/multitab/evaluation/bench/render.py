@@ -1,5 +1,5 @@
 """The MultiTab-Bench study's Markdown and figures: the Δm and claims tables, the Figure 5/6 rows, the
-learning-curve grid and the report section (see bench_study.py)."""
+learning-curve grid and the report section (see study.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation import figures
-from multitab.evaluation.bench_study_numbers import (
+from multitab.evaluation.bench.numbers import (
     BELOW_BUDGET,
     FIGURE5_GROUPS,
     FIGURE6_GROUPS,

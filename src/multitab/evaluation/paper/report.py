@@ -21,12 +21,12 @@ import pandas as pd
 
 from multitab.config.aggregate import AggregateConfig, SyntheticConfig
 from multitab.evaluation import figures
-from multitab.evaluation import paper_tables as pt
-from multitab.evaluation import study as st
 from multitab.evaluation.curves import CURVES, seed_mean_curves
-from multitab.evaluation.published import Published
-from multitab.evaluation.report_markdown import Provenance, bench_section, render_report
-from multitab.evaluation.runs import RunSet
+from multitab.evaluation.paper import paper_tables as pt
+from multitab.evaluation.paper.published import Published
+from multitab.evaluation.paper.report_markdown import Provenance, bench_section, render_report
+from multitab.evaluation.paper.results import PaperResults
+from multitab.evaluation.paper.runs import RunSet
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
 from multitab.io import atomic_path, write_json
 
@@ -50,23 +50,23 @@ def _write_text(path: Path, text: str) -> None:
         tmp.write_text(text)
 
 
-def _convergence_note(study: st.Study, configs: set[str]) -> str:
+def _convergence_note(results: PaperResults, configs: set[str]) -> str:
     """The Δm figure's convergence line from the runs of `configs` of the figure's models."""
-    models = [study.config.baseline, *study.config.figures.models]
-    runs = [r for c in configs for m in models for r in study.runs.runs(c, m).values()]
+    models = [results.config.baseline, *results.config.figures.models]
+    runs = [r for c in configs for m in models for r in results.runs.runs(c, m).values()]
     capped = [r for r in runs if not r.extra.get("stopped_early") and r.extra.get("best_epoch") is not None
               and r.extra.get("best_epoch") == r.extra.get("epochs")]
     return figures.convergence_note(len(runs), len(capped))
 
 
-def build_tables(study: st.Study, complexity_csv: str | Path) -> list[Table]:
+def build_tables(results: PaperResults, complexity_csv: str | Path) -> list[Table]:
     """The paper's tables in the paper's order (2, 3, 4, 5–7, 8, 9, 10)."""
-    cfg = study.config
-    tables = [pt.table2(study), pt.table3(study), pt.table4(study, complexity_csv)]
-    tables += [pt.table_std(study, d, 5 + i) for i, d in enumerate(cfg.datasets)]
-    tables += [pt.table8(study), pt.table9(study)]
+    cfg = results.config
+    tables = [pt.table2(results), pt.table3(results), pt.table4(results, complexity_csv)]
+    tables += [pt.table_std(results, d, 5 + i) for i, d in enumerate(cfg.datasets)]
+    tables += [pt.table8(results), pt.table9(results)]
     if "higgs" in cfg.datasets:
-        tables.append(pt.table10(study))
+        tables.append(pt.table10(results))
     return tables
 
 
@@ -89,14 +89,14 @@ def _json_value(value: float | None) -> object:
     return MISSING if value is None else ("n/a" if math.isnan(value) else round(value, 6))
 
 
-def _summary(study: st.Study, tables: Sequence[Table]) -> dict[str, object]:
+def _summary(results: PaperResults, tables: Sequence[Table]) -> dict[str, object]:
     """results/metrics.json: the headline numbers, strings "missing" where a value is missing."""
-    cfg = study.config
+    cfg = results.config
     delta: dict[str, dict[str, object]] = {}
     for d in cfg.datasets:
         delta[d] = {}
         for m in cfg.models:
-            v = study.delta_m(d, m)
+            v = results.delta_m(d, m)
             delta[d][cfg.label(m)] = _json_value(v)
     by_name = {t.name: t for t in tables}
     pvals: dict[str, dict[str, dict[str, object]]] = {}
@@ -109,30 +109,30 @@ def _summary(study: st.Study, tables: Sequence[Table]) -> dict[str, object]:
             scope = str(row[0])
             pvals[name][scope] = {col: _json_value(c.value) for col, c in zip(t.header[1:], row[1:])}  # type: ignore[union-attr]
     return {
-        "standin": {d: study.runs.standin(d) for d in (*cfg.datasets, *study.synthetic)},
+        "standin": {d: results.runs.standin(d) for d in (*cfg.datasets, *results.synthetic)},
         "delta_m": delta,
         **pvals,
     }
 
 
-def write_curves(study: st.Study, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:
+def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:
     """results/plots/learning_curves_<dataset>_<curve>.csv (dvc plots) and results/figures/learning_curves.*;
     returns the paths and the report section."""
-    cfg = study.config
+    cfg = results.config
     models = list(cfg.models)
     labels = [cfg.label(m) for m in models]
     written: list[Path] = []
     val_curves = {}
     for d in cfg.datasets:
         for name in CURVES:
-            frame = seed_mean_curves(runs_dir, d, models, labels, study.runs.seeds(d), name)
+            frame = seed_mean_curves(runs_dir, d, models, labels, results.runs.seeds(d), name)
             if name == "val_mean":
                 val_curves[d] = frame
             path = out.plots / f"learning_curves_{d}_{name}.csv"
             with atomic_path(path) as tmp:
                 frame.reset_index().to_csv(tmp, index=False, float_format="%.6f")
             written.append(path)
-    standin = study.standin(cfg.datasets)
+    standin = results.standin(cfg.datasets)
     fig = figures.curves_figure(val_curves, "validation mean metric (AUC / EV)",
                                 "Learning curves: validation mean metric, seed mean", bool(standin))
     paths = figures.save_figure(fig, out.figures, "learning_curves", cfg.figures.dpi)
@@ -156,13 +156,13 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     learning-curve logs are (None: no curves). `provenance`: the commit, params hash and the study's budget
     the report's first screen states (None: unknown, and every MultiTab-Bench verdict stands)."""
     provenance = provenance or Provenance()
-    study = st.Study(runs, config, published, synthetic)
-    tables = build_tables(study, complexity_csv)
-    synth = pt.synthetic_delta_m(study)
+    results = PaperResults(runs, config, published, synthetic)
+    tables = build_tables(results, complexity_csv)
+    synth = pt.synthetic_delta_m(results)
     figure_tables = [
-        pt.table_synthetic(study, synth, FIGURE5_GROUPS, "figure5_delta_m",
+        pt.table_synthetic(results, synth, FIGURE5_GROUPS, "figure5_delta_m",
                            "Figure 5 data: Δm (%) and standard error per MultiTab-Bench configuration"),
-        pt.table_synthetic(study, synth, FIGURE6_GROUPS, "figure6_delta_m",
+        pt.table_synthetic(results, synth, FIGURE6_GROUPS, "figure6_delta_m",
                            "Figure 6 data: Δm (%) and standard error, non-uniform task complexities"),
     ]
     written: list[Path] = []
@@ -183,7 +183,7 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
         ("figure6", FIGURE6_GROUPS, "Figure 6: Δm (STL-relative) with non-uniform task complexities"),
     ):
         part = synth[synth.group.isin(groups)]
-        fig = figures.delta_m_figure(part, groups, labels, title, _convergence_note(study, set(part.config)))
+        fig = figures.delta_m_figure(part, groups, labels, title, _convergence_note(results, set(part.config)))
         paths = figures.save_figure(fig, out.figures, f"{name}_delta_m", config.figures.dpi)
         figure_paths[name] = paths[0]
         shown = part[~part["missing"].astype(bool)]
@@ -195,14 +195,14 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
 
     curves_section = ""
     if runs_dir is not None:
-        paths, curves_section = write_curves(study, Path(runs_dir), out)
+        paths, curves_section = write_curves(results, Path(runs_dir), out)
         written += paths
-    write_json(out.metrics, _summary(study, tables))
+    write_json(out.metrics, _summary(results, tables))
     written.append(out.metrics)
-    lead = bench_section(study, Path(runs_dir) if runs_dir is not None else None, figure_paths, out.report,
+    lead = bench_section(results, Path(runs_dir) if runs_dir is not None else None, figure_paths, out.report,
                          provenance.budget)
-    _write_text(out.report, render_report(study, tables, figure_tables, figure_paths, out.report, curves_section,
+    _write_text(out.report, render_report(results, tables, figure_tables, figure_paths, out.report, curves_section,
                                           lead, provenance, figure_notes))
     written.append(out.report)
-    log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(study, tables)["standin"]))
+    log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(results, tables)["standin"]))
     return written

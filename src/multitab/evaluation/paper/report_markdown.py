@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multitab.evaluation import bench_study
-from multitab.evaluation import study as st
-from multitab.evaluation.runs import Run
+from multitab.evaluation.bench.numbers import Budget, StudySettings, collect
+from multitab.evaluation.bench.study import section_only
+from multitab.evaluation.paper.results import PaperResults
+from multitab.evaluation.paper.runs import Run
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table
 
 
@@ -23,7 +24,7 @@ class Provenance:
 
     commit: str = "unknown"
     params_sha256: str = "unknown"
-    budget: bench_study.Budget | None = None
+    budget: Budget | None = None
 
 
 _SOURCES = {"standin": STANDIN_MARK, "local": "real (local file)", "remote": "real (download)",
@@ -52,10 +53,10 @@ def _steps(run: Run) -> int | None:
     return int(epochs) * math.ceil(int(rows) / int(batch))
 
 
-def what_ran_section(study: st.Study, prov: Provenance) -> list[str]:
+def what_ran_section(results: PaperResults, prov: Provenance) -> list[str]:
     """The report's first screen: the code, params and settings the runs were built from, per dataset the
     data, seeds, rows, epochs and optimiser steps, and what the report can and cannot show at that scale."""
-    all_runs = [r for d in study.runs.datasets for m in study.runs.models(d) for r in study.runs.runs(d, m).values()]
+    all_runs = [r for d in results.runs.datasets for m in results.runs.models(d) for r in results.runs.runs(d, m).values()]
     protocols = sorted({str(r.extra["protocol"]) for r in all_runs if r.extra.get("protocol")})
     selections = sorted({str((r.extra.get("hparams") or {}).get("source")) for r in all_runs
                          if isinstance(r.extra.get("hparams"), dict) and r.extra["hparams"].get("source")})
@@ -65,9 +66,9 @@ def what_ran_section(study: st.Study, prov: Provenance) -> list[str]:
              "(params `train.hparams`).", "",
              "| Dataset | Data | Runs | Seeds | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
              "|---|---|---:|---|---:|---|---:|"]
-    for d in [*study.config.datasets, *study.synthetic, *[x for x in study.runs.datasets
-                                                          if x not in study.config.datasets and x not in study.synthetic]]:
-        runs = [r for m in study.runs.models(d) for r in study.runs.runs(d, m).values()]
+    for d in [*results.config.datasets, *results.synthetic, *[x for x in results.runs.datasets
+                                                          if x not in results.config.datasets and x not in results.synthetic]]:
+        runs = [r for m in results.runs.models(d) for r in results.runs.runs(d, m).values()]
         if not runs:
             lines.append(f"| {d} | {MISSING} | 0 | {MISSING} | {MISSING} | {MISSING} | {MISSING} |")
             continue
@@ -80,17 +81,17 @@ def what_ran_section(study: st.Study, prov: Provenance) -> list[str]:
                      f"| {_span((r.extra.get('n_rows') or {}).get('train') for r in runs)} | {epochs} ({caps}) "
                      f"| {_span(_steps(r) for r in runs)} |")
     lines += ["", "Epochs and steps count the neural models (XGBoost's boosting rounds are not epochs).", "",
-              *_can_show(study, prov), ""]
+              *_can_show(results, prov), ""]
     return lines
 
 
-def _can_show(study: st.Study, prov: Provenance) -> list[str]:
+def _can_show(results: PaperResults, prov: Provenance) -> list[str]:
     """What the report can and cannot show at the scale that ran."""
-    cfg = study.config
+    cfg = results.config
     out = []
-    standin = [d for d in cfg.datasets if study.runs.standin(d)]
-    real = [d for d in cfg.datasets if study.runs.standin(d) is False]
-    caps = study.runs.training_caps()
+    standin = [d for d in cfg.datasets if results.runs.standin(d)]
+    real = [d for d in cfg.datasets if results.runs.standin(d) is False]
+    caps = results.runs.training_caps()
     if standin:
         out.append(f"- {', '.join(standin)}: generated stand-in data. Their tables check the pipeline; they are "
                    "not results of the study, and the paper's values are not set beside them.")
@@ -100,8 +101,8 @@ def _can_show(study: st.Study, prov: Provenance) -> list[str]:
                    "paper's training (`train.max_train_rows: null`, `train.max_epochs: null`).")
     elif real:
         out.append(f"- {', '.join(real)}: real data under the configured training; the tables compare with the paper.")
-    if study.synthetic and prov.budget is not None:
-        frames = [study.runs.runs(c, m) for c in study.synthetic for m in study.runs.models(c)]
+    if results.synthetic and prov.budget is not None:
+        frames = [results.runs.runs(c, m) for c in results.synthetic for m in results.runs.models(c)]
         seeds = {s for f in frames for s in f}
         rows = [(r.extra.get("n_rows") or {}).get("train") for f in frames for r in f.values()]
         rows_known = [int(x) for x in rows if x]
@@ -116,31 +117,31 @@ def _can_show(study: st.Study, prov: Provenance) -> list[str]:
     return out or ["- Nothing ran: every table below reads `missing`."]
 
 
-def inputs_section(study: st.Study) -> list[str]:
-    cfg = study.config
+def inputs_section(results: PaperResults) -> list[str]:
+    cfg = results.config
     lines = ["## Inputs", "",
              "| Dataset | Data | Seeds expected | Complete run sets | Incomplete or missing |",
              "|---|---|---|---|---|"]
-    for d in (*cfg.datasets, *study.synthetic):
-        seeds = study.runs.seeds(d)
-        flag = study.runs.standin(d)
+    for d in (*cfg.datasets, *results.synthetic):
+        seeds = results.runs.seeds(d)
+        flag = results.runs.standin(d)
         data = MISSING if flag is None else (STANDIN_MARK if flag else "real")
-        if d in study.synthetic and flag is False:
+        if d in results.synthetic and flag is False:
             data = "MultiTab-Bench (generated)"
         names = [*cfg.models, *(r.model for r in cfg.ablation if r.model not in cfg.models)]
         if d not in cfg.datasets:
             names = [cfg.baseline, *cfg.figures.models]
-        complete = [m for m in names if study.runs.matrix(d, m) is not None]
-        incomplete = [f"{m} ({study.runs.n_found(d, m)}/{len(seeds)})" for m in names if m not in complete]
+        complete = [m for m in names if results.runs.matrix(d, m) is not None]
+        incomplete = [f"{m} ({results.runs.n_found(d, m)}/{len(seeds)})" for m in names if m not in complete]
         named = (f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}") if seeds else MISSING
         lines.append(f"| {d} | {data} | {named} | {len(complete)} | "
                      f"{', '.join(incomplete) or '—'} |")
-    unused = [d for d in study.runs.datasets if d not in cfg.datasets and d not in study.synthetic]
+    unused = [d for d in results.runs.datasets if d not in cfg.datasets and d not in results.synthetic]
     if unused:
         lines += ["", f"Runs of datasets named neither in aggregate.datasets nor in bench.configs (not used): "
                       f"{', '.join(unused)}."]
     shown = {*cfg.models, *(r.model for r in cfg.ablation)}
-    extra = [f"{d}/{m}" for d in cfg.datasets for m in study.runs.models(d) if m not in shown]
+    extra = [f"{d}/{m}" for d in cfg.datasets for m in results.runs.models(d) if m not in shown]
     if extra:
         lines += ["", f"Run sets in no table (add them to aggregate.models or aggregate.ablation): {', '.join(extra)}."]
     return lines + [""]
@@ -162,11 +163,11 @@ def agreement_section(tables: Sequence[Table]) -> list[str]:
     return lines + [""]
 
 
-def validation_banner(study: st.Study) -> list[str]:
+def validation_banner(results: PaperResults) -> list[str]:
     """Warnings of the data validation (params validation.policy: warn) carried by the runs' metrics.json."""
     out = []
-    for d in study.runs.datasets:
-        warns = sorted({w for m in study.runs.models(d) for r in study.runs.runs(d, m).values()
+    for d in results.runs.datasets:
+        warns = sorted({w for m in results.runs.models(d) for r in results.runs.runs(d, m).values()
                         for w in r.extra.get("validation_warnings") or []})
         if warns:
             shown = "; ".join(warns[:5]) + (f"; ... {len(warns) - 5} more" if len(warns) > 5 else "")
@@ -176,22 +177,22 @@ def validation_banner(study: st.Study) -> list[str]:
     return out
 
 
-def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str, Path], report_path: Path,
-                  budget: bench_study.Budget | None = None) -> str:
+def bench_section(results: PaperResults, runs_dir: Path | None, figure_paths: dict[str, Path], report_path: Path,
+                  budget: Budget | None = None) -> str:
     """The MultiTab-Bench section the report leads with: Δm (mean ± σ) per configuration and model and the
-    paper's claim checked per configuration (multitab.evaluation.bench_study), from the bench runs of
+    paper's claim checked per configuration (multitab.evaluation.bench.study), from the bench runs of
     `runs_dir`; empty when there are none. Points at a `make study` report when one exists beside it."""
-    if runs_dir is None or not study.synthetic:
+    if runs_dir is None or not results.synthetic:
         return ""
-    cfg = study.config
+    cfg = results.config
     models = [cfg.baseline, *[m for m in cfg.figures.models if m != cfg.baseline]]
-    metrics, _ = bench_study.collect(runs_dir, study.synthetic, models)
+    metrics, _ = collect(runs_dir, results.synthetic, models)
     if metrics.empty:
         return ""
-    settings = bench_study.StudySettings(baseline=cfg.baseline, labels={**cfg.models},
-                                         model=cfg.significance.model,
-                                         rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model),
-                                         budget=budget)
+    settings = StudySettings(baseline=cfg.baseline, labels={**cfg.models},
+                             model=cfg.significance.model,
+                             rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model),
+                             budget=budget)
     prefix = os.path.relpath(figure_paths["figure5"].parent, report_path.parent) + "/"
     header = ["From the run group `bench` (params `runs.bench`; the default is one seed for a few epochs, and "
               "with one seed no t-test is run). `make study` trains Figures 5-6 to convergence over several seeds "
@@ -200,22 +201,22 @@ def bench_section(study: st.Study, runs_dir: Path | None, figure_paths: dict[str
     if study_report.is_file():
         header += [f"A `make study` report exists: [{os.path.relpath(study_report, report_path.parent)}]"
                    f"({os.path.relpath(study_report, report_path.parent)}).", ""]
-    return bench_study.section_only(metrics, settings, models, header=header, figure_prefix=prefix)
+    return section_only(metrics, settings, models, header=header, figure_prefix=prefix)
 
 
-def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Sequence[Table],
+def render_report(results: PaperResults, tables: Sequence[Table], figure_tables: Sequence[Table],
                   figure_paths: dict[str, Path], report_path: Path, curves_section: str = "",
                   lead_section: str = "", provenance: Provenance | None = None,
                   figure_notes: dict[str, str] | None = None) -> str:
-    cfg = study.config
+    cfg = results.config
     standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
     lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
-    lines += what_ran_section(study, provenance or Provenance())
+    lines += what_ran_section(results, provenance or Provenance())
     if standin:
         lines += [f"> **{STANDIN_MARK.upper()}**: inputs {', '.join(standin)} come from generated stand-in data. "
                   "Every number built from them is a pipeline check, not a result of the study.", ""]
-    lines += validation_banner(study)
-    caps = study.runs.training_caps()
+    lines += validation_banner(results)
+    caps = results.runs.training_caps()
     if caps:
         lines += [f"> **REDUCED TRAINING**: runs were trained on at most {caps['max_train_rows']} training rows for at "
                   f"most {caps['max_epochs']} epochs (params `train.max_train_rows`, `train.max_epochs`), not the "
@@ -230,7 +231,7 @@ def render_report(study: st.Study, tables: Sequence[Table], figure_tables: Seque
         "`missing` marks a run that failed or was not run "
         "(`missing (k/n seeds)`: only k of the n expected seeds exist); it is never replaced by a number.", "",
     ]
-    lines += inputs_section(study)
+    lines += inputs_section(results)
     by_name = {t.name: t for t in tables}
     order = ["table2_ablation", "table3_test_results", "figure5", "figure6", "table4_params_flops"]
     order += [t.name for t in tables if t.name.startswith(("table5", "table6", "table7"))]

@@ -1,6 +1,6 @@
-"""The study's numbers from the runs: seed means, Δm (headline and per seed).
+"""The numbers behind the paper's tables, from the runs: seed means, Δm (headline and per seed).
 
-`Study` answers "what is X for (dataset, model)" with a number or None (missing: a run absent, a seed
+`PaperResults` answers "what is X for (dataset, model)" with a number or None (missing: a run absent, a seed
 short, a value undefined, or the STL baseline itself incomplete). paper_tables.py lays those answers out
 as the paper's tables.
 """
@@ -16,8 +16,8 @@ import pandas as pd
 from multitab.config.aggregate import AggregateConfig, SyntheticConfig
 from multitab.datasets.schema import SCHEMAS
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m, delta_m_per_seed, task_gains_per_seed
-from multitab.evaluation.published import Published
-from multitab.evaluation.runs import RunSet
+from multitab.evaluation.paper.published import Published
+from multitab.evaluation.paper.runs import RunSet
 from multitab.evaluation.tables import MISSING
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 METRIC_LABEL = {"binary": "AUC", "multiclass": "AUC", "regression": "EV"}
 
 
-class Study:
+class PaperResults:
     def __init__(self, runs: RunSet, config: AggregateConfig, published: Published,
                  synthetic: dict[str, SyntheticConfig] | None = None) -> None:
         self.runs = runs

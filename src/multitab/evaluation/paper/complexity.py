@@ -96,7 +96,7 @@ def _module_macs(m: nn.Module, inputs: tuple[Any, ...], output: Any, rules: dict
         return 0
     raise ValueError(
         f"complexity: module {type(m).__name__} holds its own parameters but has no counting rule; "
-        "give it a `flops(inputs, output) -> MACs` method (see multitab.evaluation.complexity)"
+        "give it a `flops(inputs, output) -> MACs` method (see multitab.evaluation.paper.complexity)"
     )
 
 
@@ -181,8 +181,8 @@ _TABLE4_LABELS = {"SAINT": "saint", "MMoE": "mmoe", "PLE": "ple", "STEM": "stem"
 
 def paper_table4() -> dict[tuple[str, str], tuple[float, float]]:
     """The paper's Table 4, (registry name, dataset) -> (params, FLOPs) in millions, read from the published
-    CSV shipped with the package (multitab.evaluation.published)."""
-    from multitab.evaluation.published import load_published
+    CSV shipped with the package (multitab.evaluation.paper.published)."""
+    from multitab.evaluation.paper.published import load_published
 
     return {(_TABLE4_LABELS[label], ds): v for (label, ds), v in load_published().table4.items()}
 

@@ -9,7 +9,7 @@ Everything is built from two CSV files, so a committed record regenerates its ow
 
 `collect(runs_dir, ...)` writes those rows from the runs' metrics.json and dvclive logs; `write_study(...)`
 writes everything else from them; `regenerate(folder)` does the same for a record folder. The numbers are
-computed in bench_study_numbers.py, the Markdown and figures drawn in bench_study_render.py.
+computed in bench/numbers.py, the Markdown and figures drawn in bench/render.py.
 
 Δm (Equation 5, in %) of a seed is taken against the STL seed mean (the paper's pairing). The claim of the
 paper's section "Experiments with MultiTab-Bench", per configuration: MultiTab-Net's Δm is above each of
@@ -29,27 +29,21 @@ from pathlib import Path
 import pandas as pd
 
 from multitab.evaluation import figures
-from multitab.evaluation.bench_study_numbers import (
-    BELOW_BUDGET,
+from multitab.evaluation.bench.numbers import (
     CURVES_COLUMNS,
-    DEFAULT_LABELS,
     FIGURE5_GROUPS,
     FIGURE6_GROUPS,
-    METRICS_COLUMNS,
-    Budget,
     StudyError,
     StudySettings,
     apply_budget,
-    below_budget,
     claims,
-    collect,
     configs_from_metrics,
     convergence,
     delta_m_runs,
     read_metrics_csv,
     summarise,
 )
-from multitab.evaluation.bench_study_render import (
+from multitab.evaluation.bench.render import (
     claims_markdown,
     curves_figure,
     delta_m_markdown,
@@ -59,12 +53,6 @@ from multitab.evaluation.bench_study_render import (
 from multitab.io import atomic_path
 
 log = logging.getLogger(__name__)
-
-__all__ = [
-    "BELOW_BUDGET", "Budget", "below_budget", "CURVES_COLUMNS", "DEFAULT_LABELS", "FIGURE5_GROUPS", "FIGURE6_GROUPS", "METRICS_COLUMNS", "StudyError",
-    "StudySettings", "claims", "collect", "configs_from_metrics", "convergence", "delta_m_runs", "read_metrics_csv",
-    "record_header", "regenerate", "section_only", "summarise", "write_csv", "write_study", "write_text",
-]
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
@@ -170,7 +158,7 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m multitab.evaluation.bench_study record --from results/study_report --to results/study/<name>
+    """`python -m multitab.evaluation.bench.study record --from results/study_report --to results/study/<name>
     --note "..."`: copy a study's metrics.csv and curves.csv into a record folder, write its header.md and
     regenerate its figures and tables from them. `regenerate FOLDER`: only the last step."""
     import argparse
@@ -178,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from multitab.provenance import git_commit, machine
 
-    p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench_study")
+    p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.study")
     sub = p.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record")
     rec.add_argument("--from", dest="source", required=True, type=Path)
@@ -202,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_text("\n".join(header) + "\n", a.target / "header.md")
         regenerate(a.target)
     except (StudyError, OSError) as e:
-        print(f"bench_study: {e}", file=sys.stderr)
+        print(f"bench.study: {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,5 +1,5 @@
 """The MultiTab-Bench study's numbers: the runs' metrics and curves as rows, Δm per seed, its summary over
-seeds, the paper's claim checked per configuration, and convergence (see bench_study.py)."""
+seeds, the paper's claim checked per configuration, and convergence (see study.py)."""
 
 from __future__ import annotations
 
