@@ -71,6 +71,6 @@ study-interim: $(STAMP)
 	$(BIN)/python -m stages.aggregate_study --params params.yaml --runs results/study_runs --out results/study_interim
 
 # The hyperparameter sweeps (run groups runs.sweep_*, docs/sweeps.md): every grid point, then the selection
-# (hparams/swept.yaml, which `train.hparams: swept` trains with) and results/sweeps/report.md.
+# (hparams/swept/, which `train.hparams: swept` trains with) and results/sweeps/report.md.
 sweep: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline --groups 'sweep_*' --targets sweep_select

@@ -88,17 +88,19 @@ class Hparams:
         unknown = sorted(set(point) - set(POINT_KEYS))
         if unknown:
             raise HparamsError(f"grid point {dict(point)}: unknown axis {unknown}; known: {sorted(POINT_KEYS)}")
-        sections = {"model": dict(self.model), "optim": None if self.optim is None else dict(self.optim)}
+        model, optim = dict(self.model), None if self.optim is None else dict(self.optim)
         for axis, value in point.items():
             for section, key in POINT_KEYS[axis]:
-                if sections[section] is None:
-                    raise HparamsError(f"{self.file}: grid axis {axis!r} sets optim.{key}, and the file has no optim")
-                if axis == "rope":
-                    if sections["model"].get("inter_sample", "none") == "none":
-                        continue
-                    value = ROPE[bool(value)]
-                sections[section][key] = value  # type: ignore[index]
-        return Hparams(sections["model"], sections["optim"], self.file, dict(point))
+                if section == "optim":
+                    if optim is None:
+                        raise HparamsError(f"{self.file}: grid axis {axis!r} sets optim.{key}, and the file has no optim")
+                    optim[key] = value
+                elif axis == "rope":
+                    if model.get("inter_sample", "none") != "none":
+                        model[key] = ROPE[bool(value)]
+                else:
+                    model[key] = value
+        return Hparams(model, optim, self.file, dict(point))
 
     def record(self) -> dict[str, Any]:
         """What metrics.json records (`hparams`): the file, its selection, the grid point, the values."""

@@ -8,7 +8,7 @@ NOTE[DIFF] (docs/deviations.md O11): compared with the SAINT paper: no contrasti
 pre-training, a plain GELU FFN instead of GEGLU, per-feature linear numerical embeddings instead of
 per-feature MLPs, a tower MLP head; all as in the MultiTab authors' baseline. `inter_sample` has
 MultiTab-Net's meaning, and their `rope: true` maps to "per_sample_mixing" (see multitab_net.py,
-defaults.py and docs/deviations.md). Dropout sites are MultiTab-Net's, i.e. the authors' SAINT's:
+multitab.hparams.authors and docs/deviations.md). Dropout sites are MultiTab-Net's, i.e. the authors' SAINT's:
 `ffn_dropout` on the token embeddings, the attention outputs, inside the FFNs and in the tower.
 """
 
