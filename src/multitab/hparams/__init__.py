@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from multitab.config.train import TrainConfig
 from multitab.io import read_yaml_file
 from multitab.protocol import DEFAULT, check_protocol
 
@@ -175,7 +176,7 @@ def apply_protocol(h: Hparams, model: str, overlay: Mapping[str, Any]) -> Hparam
 
 
 def for_run(root: Path, file: str, *, model: str, dataset: str, point: Mapping[str, Any] | None,
-            config: Any) -> Hparams:
+            config: TrainConfig) -> Hparams:
     """The hyperparameters one run trains with: `file` (relative to `root`), its grid point, the protocol's
     overlay and the run group's (`config`, its TrainConfig: `optim.<model>`, `model_overrides`, the variant
     of a run model `<model>@<variant>`)."""
