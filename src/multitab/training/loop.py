@@ -47,8 +47,8 @@ from multitab.training.losses import MultitaskLoss, task_loss
 log = logging.getLogger(__name__)
 
 # What run.py takes from here: the loop's types and the run setup it shares with the loop.
-__all__ = ["EpochStats", "RunResult", "RunSettings", "make_optimizer", "regression_mse", "resolve_device",
-           "seed_everything", "train", "train_epoch"]
+__all__ = ["EpochStats", "RunResult", "RunSettings", "history_row", "make_optimizer", "optimizer_for", "regression_mse",
+           "resolve_device", "save_epoch", "seed_everything", "evaluate_best", "train", "train_epoch"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,11 @@ class RunResult:
 
 
 def make_optimizer(model: torch.nn.Module, settings: RunSettings) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
+    return optimizer_for([p for p in model.parameters() if p.requires_grad], settings)
+
+
+def optimizer_for(params: list[torch.Tensor], settings: RunSettings) -> torch.optim.Optimizer:
+    """The run's optimiser over `params` (a model's trainable parameters, in `parameters()` order)."""
     if not params:
         raise ValueError("model has no trainable parameters")
     cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[settings.optimizer]
@@ -232,38 +236,76 @@ def train(
         train_seconds += epoch_seconds
         loop_seconds += t_loop
         samples_seen += n_train
-        row: dict[str, float] = {"epoch": epoch + 1, "train_loss": train_loss,
-                                 **{f"train_loss_{k}": float(v.item()) / max(n_batches, 1) for k, v in task_sums.items()},
-                                 **{f"val_{k}": v for k, v in val_metrics.items()},
-                                 "val_mean": val_mean, "epoch_seconds": epoch_seconds, "data_seconds": stats.data_seconds,
-                                 "samples_per_second": n_train / t_loop if t_loop > 0 else math.nan}
+        row = history_row(epoch, train_loss, {k: float(v.item()) / max(n_batches, 1) for k, v in task_sums.items()},
+                          val_metrics, val_mean, epoch_seconds=epoch_seconds, data_seconds=stats.data_seconds,
+                          loop_seconds=t_loop, n_train=n_train)
         history.append(row)
         log.info("epoch %d: train loss %.4f, val mean %.4f%s, %.0f samples/s", epoch + 1, train_loss, val_mean,
                  " (best)" if improved else "", row["samples_per_second"])
         epoch += 1
         stopped_early = stopper.should_stop
-        if improved:
-            ckpt.save(checkpoint_dir / ckpt.BEST, {**ckpt.identity(run_fingerprint, run_settings), "epoch": epoch,
-                                                   "model": model.state_dict(), "val": val_metrics})
-        ckpt.save(checkpoint_dir / ckpt.LAST, {
-            **ckpt.identity(run_fingerprint, run_settings), "epoch": epoch, "model": model.state_dict(), "val": val_metrics,
-            "optimizer": optimizer.state_dict(), "rng": ckpt.rng_state(generator),
-            "early_stopping": stopper.state_dict(), "history": history, "stopped": stopped_early,
-            "train_seconds": train_seconds, "loop_seconds": loop_seconds, "samples_seen": samples_seen,
-        })
+        save_epoch(checkpoint_dir, run_fingerprint, run_settings, epoch=epoch, improved=improved,
+                   model_state=model.state_dict(), val_metrics=val_metrics, optimizer_state=optimizer.state_dict(),
+                   rng=ckpt.rng_state(generator), stopper=stopper, history=history, stopped=stopped_early,
+                   train_seconds=train_seconds, loop_seconds=loop_seconds, samples_seen=samples_seen)
         if stopped_early:
             log.info("early stop after epoch %d: no improvement for %d epochs (best epoch %d)",
                      epoch, stopper.patience, stopper.best_epoch + 1)
 
+    return evaluate_best(model, forward, data, train_split, checkpoint_dir, run_fingerprint, run_settings,
+                         eval_args=eval_args, stopper=stopper, epochs=epoch, stopped_early=stopped_early,
+                         train_seconds=train_seconds, loop_seconds=loop_seconds, samples_seen=samples_seen,
+                         history=history, resumed_from=resumed_from)
+
+
+def history_row(
+    epoch: int, train_loss: float, task_losses: dict[str, float], val_metrics: dict[str, float], val_mean: float, *,
+    epoch_seconds: float, data_seconds: float, loop_seconds: float, n_train: int,
+) -> dict[str, float]:
+    """One epoch's row of the history (the curves: metrics.json's history, dvclive); `epoch` 0-based."""
+    return {"epoch": epoch + 1, "train_loss": train_loss,
+            **{f"train_loss_{k}": v for k, v in task_losses.items()},
+            **{f"val_{k}": v for k, v in val_metrics.items()},
+            "val_mean": val_mean, "epoch_seconds": epoch_seconds, "data_seconds": data_seconds,
+            "samples_per_second": n_train / loop_seconds if loop_seconds > 0 else math.nan}
+
+
+def save_epoch(
+    checkpoint_dir: Path, run_fingerprint: str, run_settings: dict[str, Any] | None, *, epoch: int, improved: bool,
+    model_state: dict[str, torch.Tensor], val_metrics: dict[str, float], optimizer_state: dict[str, Any],
+    rng: dict[str, Any], stopper: EarlyStopping, history: list[dict[str, float]], stopped: bool,
+    train_seconds: float, loop_seconds: float, samples_seen: int,
+) -> None:
+    """The checkpoints of a finished epoch (`epoch` 1-based): `best.pt` when it improved, `last.pt` always."""
+    if improved:
+        ckpt.save(checkpoint_dir / ckpt.BEST, {**ckpt.identity(run_fingerprint, run_settings), "epoch": epoch,
+                                               "model": model_state, "val": val_metrics})
+    ckpt.save(checkpoint_dir / ckpt.LAST, {
+        **ckpt.identity(run_fingerprint, run_settings), "epoch": epoch, "model": model_state, "val": val_metrics,
+        "optimizer": optimizer_state, "rng": rng,
+        "early_stopping": stopper.state_dict(), "history": history, "stopped": stopped,
+        "train_seconds": train_seconds, "loop_seconds": loop_seconds, "samples_seen": samples_seen,
+    })
+
+
+def evaluate_best(
+    model: torch.nn.Module, forward: Callable[..., dict[str, torch.Tensor]], data: ProcessedData,
+    train_split: TensorSplit, checkpoint_dir: Path, run_fingerprint: str, run_settings: dict[str, Any] | None, *,
+    eval_args: dict[str, Any], stopper: EarlyStopping, epochs: int, stopped_early: bool, train_seconds: float,
+    loop_seconds: float, samples_seen: int, history: list[dict[str, float]], resumed_from: int,
+) -> RunResult:
+    """After training: load `best.pt` into `model`, test it, and return the run's result."""
     best = ckpt.load_best(checkpoint_dir, run_fingerprint, run_settings)
     model.load_state_dict(best["model"])
+    device = eval_args["device"]
     model.to(device)
     val_metrics = dict(best["val"])  # measured at the best epoch, with these weights
     test_metrics, test_preds, test_labels = evaluate(model, forward, data, "test", train_split, **eval_args)
-    test_mse, test_mse_std = regression_mse(tasks, test_labels, test_preds, data.meta.get("target_stats", {}))
+    test_mse, test_mse_std = regression_mse(data.schema.tasks, test_labels, test_preds,
+                                            data.meta.get("target_stats", {}))
     return RunResult(
         val=val_metrics, test=test_metrics, test_mse=test_mse, test_mse_standardised=test_mse_std,
-        best_epoch=stopper.best_epoch + 1, epochs=epoch, stopped_early=stopped_early,
+        best_epoch=stopper.best_epoch + 1, epochs=epochs, stopped_early=stopped_early,
         train_seconds=train_seconds, samples_per_second=samples_seen / loop_seconds if loop_seconds > 0 else math.nan,
         device=str(device), history=history, resumed_from_epoch=resumed_from,
     )

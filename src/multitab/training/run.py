@@ -148,6 +148,81 @@ def resume_settings(
     }
 
 
+def load_run_data(spec: RunSpec, config: TrainConfig) -> ProcessedData:
+    """The run's processed data (its training split cut to `train.max_train_rows` when set)."""
+    data = load_processed(spec.data_path)
+    if config.max_train_rows is not None and len(data.splits["train"]) > config.max_train_rows:
+        log.info("training on the first %d of %d training rows (train.max_train_rows)",
+                 config.max_train_rows, len(data.splits["train"]))
+        data.splits["train"] = data.splits["train"].head(config.max_train_rows)
+    return data
+
+
+@dataclass(frozen=True)
+class TorchRun:
+    """What a torch model's run trains with: the loop's settings, the optimiser and epochs it records, and
+    the resolved settings its checkpoints' fingerprint hashes."""
+
+    settings: RunSettings
+    optim: dict[str, Any]
+    max_epochs: int
+    run_settings: dict[str, Any]
+
+    @property
+    def fingerprint(self) -> str:
+        return ckpt.fingerprint(self.run_settings)
+
+
+def torch_run(
+    spec: RunSpec, config: TrainConfig, hparams: Hparams, data: ProcessedData, model: torch.nn.Module, *,
+    on_step: Callable[[int, int], None] | None = None,
+) -> TorchRun:
+    """The settings of a torch model's run (`model` built for it by `build_run_model`)."""
+    base_model, _ = config.resolve(spec.model)
+    if hparams.optim is None:
+        raise ValueError(f"{hparams.file}: {base_model} is trained by gradient descent; the file needs `optim:` "
+                         "(optimizer, lr, weight_decay, max_epochs)")
+    optim = {k: hparams.optim[k] for k in ("optimizer", "lr", "weight_decay")}
+    max_epochs = config.max_epochs if config.max_epochs is not None else int(hparams.optim["max_epochs"])
+    patience = config.patience_for(spec.dataset)
+    settings = RunSettings(
+        seed=spec.seed, max_epochs=max_epochs, patience=patience, batch_size=config.batch_size,
+        optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
+        precision=config.precision, compile=config.compile, deterministic=config.deterministic,
+        progress=config.progress, on_step=on_step,
+    )
+    values = hparams.record()
+    run_settings = resume_settings(spec, config, data, model, overrides=config.overrides_for(spec.model, spec.dataset),
+                                   optim=optim, max_epochs=max_epochs, patience=patience,
+                                   hparams={"model": values["model"], "point": values["point"]})
+    return TorchRun(settings, optim, max_epochs, run_settings)
+
+
+def torch_record(
+    spec: RunSpec, config: TrainConfig, hparams: Hparams, data: ProcessedData, model: torch.nn.Module, run: TorchRun,
+    result: RunResult,
+) -> dict[str, Any]:
+    """The metrics record of a torch model's run."""
+    n_params = sum(p.numel() for p in model.parameters())
+    # every resolved setting of the run (its checkpoint's identity), the processed meta.json aside
+    resolved = {k: v for k, v in run.run_settings.items() if k != "meta"}
+    return _finish_record(spec, config, hparams, data, result, optim=run.optim, max_epochs=run.max_epochs,
+                          n_params=n_params, resolved=resolved)
+
+
+def _finish_record(
+    spec: RunSpec, config: TrainConfig, hparams: Hparams, data: ProcessedData, result: RunResult, *,
+    optim: dict[str, Any], max_epochs: int, n_params: int | None, resolved: dict[str, Any],
+) -> dict[str, Any]:
+    record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
+    record["max_train_rows"] = config.max_train_rows
+    record["protocol"] = config.protocol
+    record["settings"] = resolved
+    # the hyperparameters the run trained with: their file, its selection (or "grid point"), the point, the values
+    record["hparams"] = hparams.record()
+    return record
+
+
 def run_training(
     spec: RunSpec,
     config: TrainConfig,
@@ -161,58 +236,32 @@ def run_training(
     when that is set."""
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
-    data = load_processed(spec.data_path)
-    if config.max_train_rows is not None and len(data.splits["train"]) > config.max_train_rows:
-        log.info("training on the first %d of %d training rows (train.max_train_rows)",
-                 config.max_train_rows, len(data.splits["train"]))
-        data.splits["train"] = data.splits["train"].head(config.max_train_rows)
+    data = load_run_data(spec, config)
     seed_everything(spec.seed, config.deterministic)
     base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> (the variant: in hparams)
-    overrides = config.overrides_for(spec.model, spec.dataset)  # params.yaml's, already in hparams.model
     model = build_run_model(base_model, data.meta, spec, config, hparams)
-    patience = config.patience_for(spec.dataset)
-    values = hparams.record()
     if isinstance(model, torch.nn.Module):
-        if hparams.optim is None:
-            raise ValueError(f"{hparams.file}: {base_model} is trained by gradient descent; the file needs `optim:` "
-                             "(optimizer, lr, weight_decay, max_epochs)")
-        optim = {k: hparams.optim[k] for k in ("optimizer", "lr", "weight_decay")}
-        max_epochs = config.max_epochs if config.max_epochs is not None else int(hparams.optim["max_epochs"])
-        settings = RunSettings(
-            seed=spec.seed, max_epochs=max_epochs, patience=patience, batch_size=config.batch_size,
-            optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
-            precision=config.precision, compile=config.compile, deterministic=config.deterministic,
-            progress=config.progress, on_step=on_step,
-        )
-        run_settings = resume_settings(spec, config, data, model, overrides=overrides, optim=optim,
-                                       max_epochs=max_epochs, patience=patience,
-                                       hparams={"model": values["model"], "point": values["point"]})
-        result = train(model, data, settings, checkpoint_dir=spec.checkpoint_dir,
-                       run_fingerprint=ckpt.fingerprint(run_settings), run_settings=run_settings)
-        n_params: int | None = sum(p.numel() for p in model.parameters())
-        # every resolved setting of the run (its checkpoint's identity), the processed meta.json aside
-        resolved = {k: v for k, v in run_settings.items() if k != "meta"}
-    else:
-        optim = {"optimizer": "none (gradient boosting)"}
-        max_epochs = int(getattr(model, "n_rounds", 1))
-        result = fit_predict(model, data)
-        # The fitted boosters are this run's checkpoint (the stage's declared output folder), swapped in
-        # whole from a temporary beside it: first remove the temporaries of a save that was killed.
-        remove_stale_temporaries(spec.checkpoint_dir.parent, spec.checkpoint_dir.name)
-        model.save(spec.checkpoint_dir)
-        n_params = None
-        resolved = {"dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
-                    "hparams": {"model": values["model"], "point": values["point"]},
-                    "early_stopping_rounds": config.xgboost_early_stopping_rounds,
-                    "num_threads": config.num_threads, "device": config.device, "protocol": config.protocol,
-                    "max_train_rows": config.max_train_rows,
-                    "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()}}
-    record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
-    record["max_train_rows"] = config.max_train_rows
-    record["protocol"] = config.protocol
-    record["settings"] = resolved
-    # the hyperparameters the run trained with: their file, its selection (or "grid point"), the point, the values
-    record["hparams"] = values
+        run = torch_run(spec, config, hparams, data, model, on_step=on_step)
+        result = train(model, data, run.settings, checkpoint_dir=spec.checkpoint_dir, run_fingerprint=run.fingerprint,
+                       run_settings=run.run_settings)
+        return torch_record(spec, config, hparams, data, model, run, result), result.history
+    overrides = config.overrides_for(spec.model, spec.dataset)  # params.yaml's, already in hparams.model
+    values = hparams.record()
+    optim = {"optimizer": "none (gradient boosting)"}
+    max_epochs = int(getattr(model, "n_rounds", 1))
+    result = fit_predict(model, data)
+    # The fitted boosters are this run's checkpoint (the stage's declared output folder), swapped in
+    # whole from a temporary beside it: first remove the temporaries of a save that was killed.
+    remove_stale_temporaries(spec.checkpoint_dir.parent, spec.checkpoint_dir.name)
+    model.save(spec.checkpoint_dir)
+    resolved = {"dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
+                "hparams": {"model": values["model"], "point": values["point"]},
+                "early_stopping_rounds": config.xgboost_early_stopping_rounds,
+                "num_threads": config.num_threads, "device": config.device, "protocol": config.protocol,
+                "max_train_rows": config.max_train_rows,
+                "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()}}
+    record = _finish_record(spec, config, hparams, data, result, optim=optim, max_epochs=max_epochs, n_params=None,
+                            resolved=resolved)
     return record, result.history
 
 
