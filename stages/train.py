@@ -1,6 +1,9 @@
-"""Stage `train@<run>`: one training run of params.yaml's run matrix (`runs`, expanded in runs.yaml).
+"""Stage `train@<run>`: one training run of params.yaml's run matrix (`runs`, expanded in runs.yaml); stage
+`train_stack@<stack>`: the seeds of one dataset x model of a group with `train.stack_seeds`, as one stacked
+model (multitab.training.stacked; each seed's files as its own run writes them).
 
     python -m stages.train --run real-higgs-multitab_net-0
+    python -m stages.train --stack study-p06_pd3_t3-mmoe
 
 The run's key names its group, dataset, model, grid point and seed (multitab.runs); its data, validation
 verdict, output folders (relative to the params file's folder, the project root) and settings (the group's
@@ -18,15 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
+from typing import Any
 
 from multitab.config import load_params
-from multitab.hparams import for_run
+from multitab.config.train import TrainConfig
+from multitab.hparams import Hparams, for_run
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
 from multitab.profiles import group_train, run_params
-from multitab.runs import RUNS_FILE, entry
+from multitab.runs import RUNS_FILE, Run, entry, stack_entry
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
+
+log = logging.getLogger("stages.train")
 
 
 def check_verdict(path: Path, dataset: str) -> None:
@@ -60,32 +68,95 @@ def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
                 live.next_step()
 
 
-def train_one(a: argparse.Namespace) -> None:
-    params = load_params(a.params)
-    root = Path(a.params).parent  # the project: run paths are relative to it (DVC runs stages there)
-    run_ = entry(params, a.run, a.runs if a.runs is not None else root / RUNS_FILE)
-    check_verdict(root / run_.verdict, run_.dataset)
+def _spec(root: Path, run_: Run) -> RunSpec:
     out = root / run_.out
     remove_stale_temporaries(out)  # of a save killed in an earlier attempt (the checkpoints: by `resume`)
-    spec = RunSpec(dataset=run_.dataset, model=run_.model, seed=run_.seed, data_path=root / run_.data,
+    return RunSpec(dataset=run_.dataset, model=run_.model, seed=run_.seed, data_path=root / run_.data,
                    checkpoint_dir=root / run_.checkpoints)
-    config = group_train(params, run_.group)
-    # the one file multitab.runs chose for the run, with its grid point, the protocol's and the group's overlay
-    hparams = for_run(root, run_.hparams_file, model=run_.model, dataset=run_.dataset, point=run_.point, config=config)
-    record, history = run_training(spec, config, hparams)
+
+
+def _write(root: Path, params: Any, run_: Run, record: dict[str, Any], history: list[dict[str, float]],
+           stacked: list[int] | None) -> None:
     record["group"] = run_.group
+    record["stacked"] = stacked  # the seeds it trained with in one stacked model (None: alone)
     # what params.yaml said about this run (the aggregate stage compares it with the params of its time)
     record["params"] = run_params(params, run_.group, run_.dataset, run_.model)
+    out = root / run_.out
     write_dvclive(history, out / "dvclive")
     write_json(out / "metrics.json", record)
     print(json.dumps({k: record[k] for k in ("dataset", "model", "seed", "test", "best_epoch", "epochs")}))
 
 
+def train_one(a: argparse.Namespace) -> None:
+    params = load_params(a.params)
+    root = Path(a.params).parent  # the project: run paths are relative to it (DVC runs stages there)
+    run_ = entry(params, a.run, a.runs if a.runs is not None else root / RUNS_FILE)
+    check_verdict(root / run_.verdict, run_.dataset)
+    spec = _spec(root, run_)
+    config = group_train(params, run_.group)
+    # the one file multitab.runs chose for the run, with its grid point, the protocol's and the group's overlay
+    hparams = for_run(root, run_.hparams_file, model=run_.model, dataset=run_.dataset, point=run_.point, config=config)
+    record, history = run_training(spec, config, hparams)
+    _write(root, params, run_, record, history, None)
+
+
+def stack_refusal(config: TrainConfig, model: str, hparams: Hparams) -> str | None:
+    """Why the runs of `model` cannot stack (multitab.training.stacked refuses them), or None."""
+    import torch
+
+    from multitab.models import model_class
+    from multitab.training.stacked import check_hparams
+
+    cls = model_class(config.resolve(model)[0])
+    if not issubclass(cls, torch.nn.Module):
+        return f"{cls.__name__} is not a torch module (it trains itself)"
+    hooks = [h for h in ("training_loss", "fit_context") if hasattr(cls, h)]
+    if hooks:
+        return f"{cls.__name__} has the hook(s) {hooks}"
+    if config.precision != "fp32" or config.compile:
+        return f"precision {config.precision}, compile {config.compile}: stacked training is fp32 and eager only"
+    try:
+        check_hparams(hparams.model, hparams.file)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def train_stack(a: argparse.Namespace) -> None:
+    """The members of a stack as one stacked model; where stacking is refused (multitab.training.stacked:
+    dropout > 0, bf16, MAYA, XGBoost ...), one after another as separate runs, with a log line saying why."""
+    from multitab.training.stacked import run_training_stacked
+
+    params = load_params(a.params)
+    root = Path(a.params).parent
+    stack = stack_entry(params, a.stack, a.runs if a.runs is not None else root / RUNS_FILE)
+    check_verdict(root / stack.verdict, stack.dataset)
+    members = stack.members()
+    specs = [_spec(root, m) for m in members]
+    config = group_train(params, stack.group)
+    hparams = for_run(root, stack.hparams_file, model=stack.model, dataset=stack.dataset, point=stack.point,
+                      config=config)
+    refused = stack_refusal(config, stack.model, hparams)
+    if refused is None:
+        results = run_training_stacked(specs, config, hparams)
+        seeds: list[int] | None = [m.seed for m in members]
+    else:
+        log.warning("%s: not stacked (%s); training its %d seeds one after another", a.stack, refused, len(specs))
+        results = [run_training(spec, config, hparams) for spec in specs]
+        seeds = None
+    for member, (record, history) in zip(members, results):
+        _write(root, params, member, record, history, seeds)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
-    p.add_argument("--run", required=True, help="the run's key in runs.yaml (<group>-<dataset>-<model>[-<point>]-<seed>)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", help="the run's key in runs.yaml's train_runs (<group>-<dataset>-<model>[-<point>]-<seed>)")
+    which.add_argument("--stack", help="the stack's key in runs.yaml's train_stacks (<group>-<dataset>-<model>[-<point>])")
     p.add_argument("--runs", type=Path, default=None, help="the expanded run matrix (default: runs.yaml beside --params)")
     a = p.parse_args(argv)
+    if a.stack is not None:
+        return run(f"train_stack@{a.stack}", lambda: train_stack(a))
     return run(f"train@{a.run}", lambda: train_one(a))
 
 

@@ -133,7 +133,7 @@ TINY_TRAIN: dict[str, Any] = {
     "device": "auto", "precision": "fp32", "compile": False, "deterministic": True, "num_threads": 1,
     "batch_size": 256, "max_epochs": 2, "max_train_rows": None, "patience": {"default": 5},
     "xgboost_early_stopping_rounds": 5, "progress": False,
-    "optim": {}, "model_overrides": {}, "hparams": "authors", "variants": {},
+    "optim": {}, "model_overrides": {}, "hparams": "authors", "variants": {}, "stack_seeds": False,
 }
 
 

@@ -46,7 +46,7 @@ def group_train(params: Params, group: str) -> TrainConfig:
 # Settings of `train` that change a run's numbers (device, threads and the progress bar change at most the
 # last bits or nothing; the seed is part of the run's identity).
 _RUN_TRAIN_KEYS = ("batch_size", "max_epochs", "max_train_rows", "precision", "deterministic", "compile",
-                   "hparams", "xgboost_early_stopping_rounds")
+                   "hparams", "xgboost_early_stopping_rounds", "stack_seeds")
 
 
 def plain(value: Any) -> Any:

@@ -56,6 +56,12 @@ class TrainConfig:
     # in our vocabulary) or `swept` (hparams/swept/, written by the sweep_select stage; a dataset and model no
     # sweep group selects for keep the authors').
     hparams: Literal["authors", "swept"] = "authors"
+    # Train the seeds of each dataset x model (x grid point) of a run group as one stacked model
+    # (multitab.training.stacked: one vmapped step for all seeds, each seed's results and checkpoints its own,
+    # equal to its separate run up to float rounding): one stage train_stack@<group>-<dataset>-<model>[-<point>]
+    # instead of one train@ stage per seed. Where stacking is refused (dropout > 0, bf16, MAYA, XGBoost) the
+    # stage trains the seeds one after another.
+    stack_seeds: bool = False
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
     # load_params: it changes some models' settings where the paper and the authors' code differ.
     protocol: Protocol = DEFAULT
