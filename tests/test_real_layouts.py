@@ -9,6 +9,7 @@ repeat in census microdata (ACS) and test ids that train never had (AliExpress).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ def write_params(tmp: Path, dataset: str, path: Path, split_cfg: dict[str, Any],
     out = tmp / "params.yaml"
     out.write_text(yaml.safe_dump(params, sort_keys=False))
     (tmp / RUNS_FILE).write_text(render(load_params(out)))
+    shutil.copytree(ROOT / "hparams", tmp / "hparams", dirs_exist_ok=True)  # the runs' hyperparameter files
     return out
 
 
