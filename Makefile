@@ -22,6 +22,10 @@ export PYTHONUNBUFFERED := 1
 # Stage commands in dvc.yaml call `python`: the venv's.
 export PATH := $(abspath $(BIN)):$(PATH)
 
+# `make test`'s pytest processes (pytest-xdist): two fit the 2-core CI machine, where most of the suite's
+# time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+
 .PHONY: repro study study-interim sweep test lint ui benchmarks clean-venv assets
 
 $(STAMP): pyproject.toml
@@ -45,7 +49,7 @@ repro: $(STAMP) $(ASSETS)
 test: $(STAMP) $(ASSETS)
 	$(BIN)/ruff check src stages flows tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 ui: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.deploy

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import load_params
-from multitab.config.train import TrainConfig
-from multitab.hparams import Hparams, for_run
+from multitab.hparams import for_run
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
 from multitab.profiles import group_train, run_params
 from multitab.runs import RUNS_FILE, Run, entry, stack_entry
@@ -100,32 +99,10 @@ def train_one(a: argparse.Namespace) -> None:
     _write(root, params, run_, record, history, None)
 
 
-def stack_refusal(config: TrainConfig, model: str, hparams: Hparams) -> str | None:
-    """Why the runs of `model` cannot stack (multitab.training.stacked refuses them), or None."""
-    import torch
-
-    from multitab.models import model_class
-    from multitab.training.stacked import check_hparams
-
-    cls = model_class(config.resolve(model)[0])
-    if not issubclass(cls, torch.nn.Module):
-        return f"{cls.__name__} is not a torch module (it trains itself)"
-    hooks = [h for h in ("training_loss", "fit_context") if hasattr(cls, h)]
-    if hooks:
-        return f"{cls.__name__} has the hook(s) {hooks}"
-    if config.precision != "fp32" or config.compile:
-        return f"precision {config.precision}, compile {config.compile}: stacked training is fp32 and eager only"
-    try:
-        check_hparams(hparams.model, hparams.file)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
 def train_stack(a: argparse.Namespace) -> None:
     """The members of a stack as one stacked model; where stacking is refused (multitab.training.stacked:
     dropout > 0, bf16, MAYA, XGBoost ...), one after another as separate runs, with a log line saying why."""
-    from multitab.training.stacked import run_training_stacked
+    from multitab.training.stacked import StackRefused, run_training_stacked
 
     params = load_params(a.params)
     root = Path(a.params).parent
@@ -136,11 +113,10 @@ def train_stack(a: argparse.Namespace) -> None:
     config = group_train(params, stack.group)
     hparams = for_run(root, stack.hparams_file, model=stack.model, dataset=stack.dataset, point=stack.point,
                       config=config)
-    refused = stack_refusal(config, stack.model, hparams)
-    if refused is None:
+    seeds: list[int] | None = [m.seed for m in members]
+    try:
         results = run_training_stacked(specs, config, hparams)
-        seeds: list[int] | None = [m.seed for m in members]
-    else:
+    except StackRefused as refused:  # raised before anything is read or written
         log.warning("%s: not stacked (%s); training its %d seeds one after another", a.stack, refused, len(specs))
         results = [run_training(spec, config, hparams) for spec in specs]
         seeds = None

@@ -53,7 +53,15 @@ from multitab.training.data import load_processed
 from multitab.training.device import seed_everything
 from multitab.training.loop import RunResult, RunSettings
 from multitab.training.run import RunSpec, run_training
-from multitab.training.stacked import StackMember, check_hparams, run_training_stacked, seeded, train_stacked
+from multitab.training.stacked import (
+    StackMember,
+    StackRefused,
+    check_hparams,
+    check_training,
+    run_training_stacked,
+    seeded,
+    train_stacked,
+)
 
 torch.set_num_threads(1)
 
@@ -418,12 +426,19 @@ def test_refusals_name_why(bench: Path, tmp_path: Path) -> None:
     mmoe = bench_hparams("mmoe").model
 
     def refused(members: list[StackMember], match: str, s: RunSettings = settings) -> None:
-        with pytest.raises(ValueError, match=match):
+        """A refusal: StackRefused, the one error the stage answers by training the seeds separately."""
+        with pytest.raises(StackRefused, match=match):
             train_stacked(members, load_processed(bench), s)
+
+    def wrong(members: list[StackMember], match: str) -> None:
+        """An error in the request (or found while training): a ValueError the stage must not paper over."""
+        with pytest.raises(ValueError, match=match) as caught:
+            train_stacked(members, load_processed(bench), settings)
+        assert not isinstance(caught.value, StackRefused)
 
     refused(_tiny_members(tmp_path, meta, lambda: build_model("mmoe", meta, {**mmoe, "dropout": 0.1})), "dropout > 0")
     refused(_tiny_members(tmp_path, meta, lambda: TinyNet(meta)), r"dropout > 0 .*Dropout, p=0.1")
-    with pytest.raises(ValueError, match="every dropout 0"):
+    with pytest.raises(StackRefused, match="every dropout 0"):
         check_hparams({"attention_dropout": 0.0, "ffn_dropout": 0.1, "head_dropout": None})
     check_hparams({"attention_dropout": 0.0, "ffn_dropout": 0.0, "head_dropout": None})
     refused(_tiny_members(tmp_path, meta), "fp32 only", dataclasses.replace(settings, precision="bf16"))
@@ -443,13 +458,13 @@ def test_refusals_name_why(bench: Path, tmp_path: Path) -> None:
     refused(_tiny_members(tmp_path, meta, Hooked), r"hook\(s\) \['fit_context'\]")
     members = _tiny_members(tmp_path, meta)
     members[1].model = build_model("mmoe", meta, {**mmoe, "n_experts": 4})
-    refused(members, "differ in more than the seed")
+    wrong(members, "differ in more than the seed")
     members = _tiny_members(tmp_path, meta)
     members[1].run_settings, members[0].run_settings = {"seed": 1, "lr": 1e-3}, {"seed": 0, "lr": 1e-2}
-    refused(members, r"run settings \['lr'\]")
+    wrong(members, r"run settings \['lr'\]")
     members = _tiny_members(tmp_path, meta)
     members[1].checkpoint_dir = members[0].checkpoint_dir
-    refused(members, "share a checkpoint folder")
+    wrong(members, "share a checkpoint folder")
     members = _tiny_members(tmp_path, meta)
     members[0].model = object()  # type: ignore[assignment]
     refused(members, "not a torch module")
@@ -460,10 +475,21 @@ def test_refusals_name_why(bench: Path, tmp_path: Path) -> None:
         def forward(self, x_num: torch.Tensor, x_cat: torch.Tensor) -> dict[str, torch.Tensor]:
             return super().forward(x_num + torch.randn_like(x_num), x_cat)
 
-    refused(_tiny_members(tmp_path, meta, Noisy), "draws random numbers")
+    wrong(_tiny_members(tmp_path, meta, Noisy), "draws random numbers")
     config = TrainConfig(device="cpu", precision="fp32", compile=False, deterministic=True, num_threads=1,
                          batch_size=64, max_epochs=1, max_train_rows=None, patience={"default": 5},
                          xgboost_early_stopping_rounds=5, progress=False)
     spec = RunSpec(dataset="bench", model="xgboost", seed=0, data_path=bench, checkpoint_dir=tmp_path / "x")
-    with pytest.raises(ValueError, match="not a torch module"):
+    with pytest.raises(StackRefused, match="not a torch module"):
         run_training_stacked([spec], config, Hparams(model={}, optim=None))
+    # the stage's early check: before any data is read (the data path does not exist)
+    h = bench_hparams("mmoe")
+    check_training(config, "mmoe", h)
+    for cfg, hp, match in ((dataclasses.replace(config, precision="bf16"), h, "fp32 and eager only"),
+                           (dataclasses.replace(config, compile=True), h, "fp32 and eager only"),
+                           (config, Hparams(model={**h.model, "dropout": 0.2}, optim=h.optim), "every dropout 0"),
+                           (config, Hparams(model={}, optim=None), "not a torch module")):
+        model = "xgboost" if match == "not a torch module" else "mmoe"
+        with pytest.raises(StackRefused, match=match):
+            run_training_stacked([RunSpec(dataset="bench", model=model, seed=0, data_path=tmp_path / "absent",
+                                          checkpoint_dir=tmp_path / "y")], cfg, hp)

@@ -33,7 +33,7 @@ import yaml
 
 from multitab.config.runs import RunGroup
 from multitab.hparams import POINT_KEYS, ROPE, Hparams, read
-from multitab.io import atomic_dir, read_json, read_yaml_file, write_json, write_text
+from multitab.io import atomic_dir, read_json, write_json, write_text
 from multitab.profiles import plain
 from multitab.runs import grid_points, hparams_file, point_id
 
@@ -150,10 +150,8 @@ def collect(sweeps_dir: Path, groups: Mapping[str, RunGroup], kinds: Mapping[str
         for (kind, dataset), model in itertools.product(group.data_names(dict(kinds)), group.models):
             points = [Point(coords=c, order=i) for i, c in enumerate(grid_points(group.grid))]
             file = hparams_file("authors", kind, dataset, model, set())
-            source = (read_yaml_file(root / file) or {}).get("source") if (root / file).is_file() else None
-            published = not str((source or {}).get("authors", "")).startswith("none published")
-            sweep = Sweep(dataset, model, group.sweep, group.grid, group.seeds, points, read(root / file, file),
-                          published)
+            authors = read(root / file, file)
+            sweep = Sweep(dataset, model, group.sweep, group.grid, group.seeds, points, authors, authors.published)
             for p in points:
                 for seed in group.seeds:
                     path = sweeps_dir / dataset / model / point_id(p.coords) / f"seed{seed}" / "metrics.json"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ BENCH = "multitab_bench"  # the authors' selection's folder for every MultiTab-B
 SELECTIONS = ("authors", "swept")
 OPTIM_KEYS = ("optimizer", "lr", "weight_decay", "max_epochs")
 OPTIMIZERS = ("adam", "adamw")
+NONE_PUBLISHED = "none published"  # how an authors' file's `source.authors` begins when they published nothing
 _FILE_KEYS = ("model", "optim", "source", "selected_by")
 # A grid point's axes (multitab.config.runs.PAPER_GRIDS; the paper's names) -> the (section, key) pairs they
 # set. `rope` sets `inter_sample` through ROPE (a model without inter-sample attention, "none", keeps none).
@@ -83,6 +84,12 @@ class Hparams:
     optim: dict[str, Any] | None
     file: str = ""
     point: dict[str, Any] | None = None
+    about: dict[str, Any] = field(default_factory=dict, compare=False)  # the file's `source:` (for people)
+
+    @property
+    def published(self) -> bool:
+        """False for an authors' file that says they published no selection (constructor defaults)."""
+        return not str(self.about.get("authors", "")).startswith(NONE_PUBLISHED)
 
     def with_point(self, point: Mapping[str, Any]) -> Hparams:
         """A copy with a sweep's grid point put in its places (POINT_KEYS)."""
@@ -143,7 +150,9 @@ def read(path: Path, shown: str | None = None) -> Hparams:
             raise HparamsError(f"{name}: optim: lr must be a number > 0, weight_decay >= 0 and max_epochs an "
                                f"integer >= 1, got {optim}")
         optim = {k: optim[k] for k in OPTIM_KEYS}
-    return Hparams(model=_tuples(data["model"]), optim=optim, file=name)
+    about = data.get("source")
+    return Hparams(model=_tuples(data["model"]), optim=optim, file=name,
+                   about=about if isinstance(about, dict) else {})
 
 
 def protocol_overlay(root: Path, protocol: str) -> dict[str, Any]:

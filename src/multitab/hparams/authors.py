@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from multitab.hparams import BENCH, HPARAMS, selection_file
+from multitab.hparams import BENCH, HPARAMS, NONE_PUBLISHED, selection_file
 from multitab.io import read_yaml_file, write_text
 from multitab.names import MODEL_NAMES
 
@@ -158,7 +158,7 @@ def translate(their: str, model: str, entry: dict[str, Any] | None) -> dict[str,
     defaults = constructor_defaults(model)
     where = f"{SOURCE}: {their}.{model}"
     if entry is None:
-        source: dict[str, Any] = {"authors": f"none published for {model} on {their}",
+        source: dict[str, Any] = {"authors": f"{NONE_PUBLISHED} for {model} on {their}",
                                   "values": "the constructor's defaults"}
         values = defaults
     else:

@@ -101,8 +101,8 @@ from multitab.training.run import RunSpec, build_run_model, load_run_data, torch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["StackMember", "check_hparams", "check_stackable", "global_rng_state", "run_training_stacked", "seeded",
-           "train_stacked"]
+__all__ = ["StackMember", "StackRefused", "check_hparams", "check_stackable", "check_training", "global_rng_state",
+           "run_training_stacked", "seeded", "train_stacked"]
 
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 # vmap's per-sample fallback for ops without a batching rule (CPU flash attention): correct, only unbatched.
@@ -140,11 +140,18 @@ def seeded(seed: int, build: Callable[[], nn.Module], deterministic: bool = True
 
 
 # ------------------------------------------------------------------------------------------ refusals
+class StackRefused(ValueError):
+    """The model or the training settings cannot train as a stack equal to the separate runs (dropout > 0,
+    bf16, compile, a model that trains itself or has its own objective). Raised before anything trains or
+    is written, so the caller may train the runs one after another instead. Any other ValueError of this
+    module is an error in the request (members that differ in more than the seed, ...)."""
+
+
 def check_hparams(model_hparams: Mapping[str, Any], where: str = "hyperparameters") -> None:
-    """ValueError when a model hyperparameter whose name contains "dropout" is neither 0 nor None."""
+    """StackRefused when a model hyperparameter whose name contains "dropout" is neither 0 nor None."""
     bad = {k: v for k, v in model_hparams.items() if "dropout" in k.lower() and v not in (None, 0, 0.0)}
     if bad:
-        raise ValueError(f"{where}: stacked training needs every dropout 0, got {bad}: the separate runs draw "
+        raise StackRefused(f"{where}: stacked training needs every dropout 0, got {bad}: the separate runs draw "
                          "their dropout masks from one global generator each, which a stacked step cannot replay")
 
 
@@ -188,30 +195,49 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
+def check_training(config: TrainConfig, model: str, hparams: Hparams) -> None:
+    """StackRefused naming why, when runs of `model` (a name of config's, variants included) under `config`
+    and `hparams` cannot stack; checked before any data is read or model built."""
+    base_model, _ = config.resolve(model)
+    cls = model_class(base_model)
+    if not issubclass(cls, nn.Module):
+        raise StackRefused(f"{cls.__name__} is not a torch module (it trains itself); only "
+                           "gradient-trained torch models stack")
+    hooks = [h for h in ("training_loss", "fit_context") if callable(getattr(cls, h, None))]
+    if hooks:
+        raise StackRefused(f"{cls.__name__} has the hook(s) {hooks} (its own objective or a context fitted on "
+                           "the training split), which a stacked step cannot batch")
+    if config.precision != "fp32" or config.compile:
+        raise StackRefused(f"precision {config.precision}, compile {config.compile}: stacked training is fp32 "
+                           "and eager only (bf16 autocast and compiled kernels differ from the separate runs')")
+    check_hparams(hparams.model, hparams.file or "hyperparameters")
+
+
 def check_stackable(members: Sequence[StackMember], settings: RunSettings) -> None:
-    """ValueError naming why, when `members` cannot train as one stack equal to their separate runs."""
+    """StackRefused naming why, when the members' models or settings cannot stack; ValueError when the
+    members differ in more than the seed."""
     if not members:
         raise ValueError("stacked training needs at least one member")
     if settings.precision != "fp32":
-        raise ValueError(f"stacked training runs in fp32 only (precision {settings.precision!r}): bf16 autocast "
+        raise StackRefused(f"stacked training runs in fp32 only (precision {settings.precision!r}): bf16 autocast "
                          "takes other kernels than the separate runs'")
     device = resolve_device(settings.device)
     if settings.compile and device.type == "cuda":
-        raise ValueError("stacked training does not compile (train.compile): the separate runs' compiled kernels "
+        raise StackRefused("stacked training does not compile (train.compile): the separate runs' compiled kernels "
                          "differ from the vmapped step's")
     first = members[0]
     for m in members:
         who = f"member seed {m.seed}"
         if not isinstance(m.model, nn.Module):
-            raise ValueError(f"{who}: a {type(m.model).__name__} is not a torch module (it trains itself); "
+            raise StackRefused(f"{who}: a {type(m.model).__name__} is not a torch module (it trains itself); "
                              "only gradient-trained torch models stack")
         hooks = [h for h in ("training_loss", "fit_context") if callable(getattr(m.model, h, None))]
         if hooks:
-            raise ValueError(f"{who}: {type(m.model).__name__} has the hook(s) {hooks} (its own objective or a "
+            raise StackRefused(f"{who}: {type(m.model).__name__} has the hook(s) {hooks} (its own objective or a "
                              "context fitted on the training split), which a stacked step cannot batch")
         dropouts = _dropouts(m.model)
         if dropouts:
-            raise ValueError(f"{who}: dropout > 0 in {dropouts}; stacked training needs every dropout 0 (the "
+            raise StackRefused(f"{who}: dropout > 0 in {dropouts}; stacked training needs every dropout 0 (the "
                              "separate runs draw their masks from one global generator each)")
         if m.run_settings is not None:
             check_hparams(((m.run_settings.get("hparams") or {}).get("model") or {}), f"{who}: hparams")
@@ -546,18 +572,16 @@ def run_training_stacked(
 ) -> list[tuple[dict[str, Any], list[dict[str, float]]]]:
     """`run_training` of several runs that differ only in their seed (same dataset, model, data folder,
     configuration and hyperparameters), trained as one stack: one (metrics record, history) per spec, each
-    what `run_training` returns for it (up to float rounding), with the same checkpoints."""
+    what `run_training` returns for it (up to float rounding), with the same checkpoints. StackRefused
+    (before anything is read or written) where the model or settings cannot stack."""
     if not specs:
         raise ValueError("stacked training needs at least one run")
     first = specs[0]
     for spec in specs[1:]:
         if (spec.dataset, spec.model, Path(spec.data_path)) != (first.dataset, first.model, Path(first.data_path)):
             raise ValueError(f"stacked runs differ in more than the seed: {spec} vs {first}")
+    check_training(config, first.model, hparams)
     base_model, _ = config.resolve(first.model)
-    if not issubclass(model_class(base_model), nn.Module):
-        raise ValueError(f"{base_model} is not a torch module (it trains itself); only gradient-trained torch "
-                         "models stack")
-    check_hparams(hparams.model, hparams.file or "hyperparameters")
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_run_data(first, config)
