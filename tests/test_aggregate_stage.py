@@ -50,6 +50,7 @@ def make_inputs(root: Path) -> Path:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["bench"]["configs"] = BENCH
     params["study"]["configs"] = list(BENCH)  # study.configs must be keys of bench.configs
+    params["attribution"]["configs"] = list(BENCH)  # and so must attribution.configs
     # the run matrix of the fakes: three seeds, and a variant that no table shows
     for group in ("real", "ablation", "bench"):
         params["runs"][group]["seeds"] = [0, 1, 2]
