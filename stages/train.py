@@ -27,11 +27,10 @@ from typing import Any
 
 from multitab.config import load_params
 from multitab.config.attribution import is_attribution
-from multitab.config.attribution import train_config as attribution_train
 from multitab.config.train import TrainConfig
 from multitab.hparams import Hparams, for_run
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
-from multitab.profiles import group_train, run_params
+from multitab.profiles import run_params, run_train
 from multitab.runs import RUNS_FILE, Run, entry, stack_entry
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
@@ -70,15 +69,6 @@ def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
                 live.next_step()
 
 
-def _settings(params: Any, group: str, model: str, point: dict[str, Any] | None) -> tuple[TrainConfig, dict[str, Any] | None]:
-    """(the run's TrainConfig, the grid point for_run lays over its file): the group's `train` over `train`;
-    an attribution run's point is its arm's training settings, laid over that (multitab.config.attribution)."""
-    config = group_train(params, group)
-    if point is not None and is_attribution(params, group):
-        return attribution_train(config, point, model), None
-    return config, point
-
-
 def _spec(root: Path, run_: Run) -> RunSpec:
     out = root / run_.out
     remove_stale_temporaries(out)  # of a save killed in an earlier attempt (the checkpoints: by `resume`)
@@ -106,7 +96,7 @@ def train_one(a: argparse.Namespace) -> None:
     run_ = entry(params, a.run, a.runs if a.runs is not None else root / RUNS_FILE)
     check_verdict(root / run_.verdict, run_.dataset)
     spec = _spec(root, run_)
-    config, point = _settings(params, run_.group, run_.model, run_.point)
+    config, point = run_train(params, run_.group, run_.model, run_.point)
     # the one file multitab.runs chose for the run, with its grid point, the protocol's and the group's overlay
     hparams = for_run(root, run_.hparams_file, model=run_.model, dataset=run_.dataset, point=point, config=config)
     record, history = run_training(spec, config, hparams)
@@ -146,7 +136,7 @@ def train_stack(a: argparse.Namespace) -> None:
     check_verdict(root / stack.verdict, stack.dataset)
     members = stack.members()
     specs = [_spec(root, m) for m in members]
-    config, point = _settings(params, stack.group, stack.model, stack.point)
+    config, point = run_train(params, stack.group, stack.model, stack.point)
     hparams = for_run(root, stack.hparams_file, model=stack.model, dataset=stack.dataset, point=point,
                       config=config)
     refused = stack_refusal(config, stack.model, hparams)

@@ -44,6 +44,19 @@ def group_train(params: Params, group: str) -> TrainConfig:
         raise ConfigError(f"{params.source}: runs.{group}.train: {e}") from None
 
 
+def run_train(params: Params, group: str, model: str, point: dict[str, Any] | None
+              ) -> tuple[TrainConfig, dict[str, Any] | None]:
+    """(a run's TrainConfig, the grid point multitab.hparams.for_run lays over its file): the group's `train`
+    over `train` and the sweep's point; an attribution run's point is its arm's training settings instead,
+    laid over the TrainConfig (multitab.config.attribution), with no grid point."""
+    from multitab.config.attribution import is_attribution, train_config
+
+    config = group_train(params, group)
+    if point is not None and is_attribution(params, group):
+        return train_config(config, point, model), None
+    return config, point
+
+
 # Settings of `train` that change a run's numbers (device, threads and the progress bar change at most the
 # last bits or nothing; the seed is part of the run's identity).
 _RUN_TRAIN_KEYS = ("batch_size", "max_epochs", "max_train_rows", "precision", "deterministic", "compile",
