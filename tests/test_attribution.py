@@ -5,7 +5,6 @@ report regenerated from its own CSVs."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -18,7 +17,8 @@ from multitab.config import ConfigError, parse_params, read_yaml
 from multitab.config.aggregate import SyntheticConfig
 from multitab.config.attribution import arm_runs, train_config
 from multitab.datasets.bench import synthesize_config
-from multitab.evaluation.bench.attribution import collect_arms, flips, ladder, regenerate, write_attribution
+from multitab.evaluation.bench.attribution import collect_arms, flips, ladder, regenerate
+from multitab.evaluation.bench.attribution import main as attribution_main
 from multitab.evaluation.bench.numbers import StudySettings
 from multitab.hparams import for_run
 from multitab.profiles import group_train
@@ -176,7 +176,11 @@ def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
         assert path.read_bytes() == (record / path.relative_to(copy_)).read_bytes(), path.name
     assert {p.relative_to(record).as_posix() for p in written} == {
         "ladder.csv", "ladder.md", "figures/ladder.png", "figures/ladder.svg", "section.md"}
+    # `record`: the report's three CSVs into a record folder with its header (distinct runs counted once)
+    assert attribution_main(["record", "--from", str(record), "--to", str(tmp_path / "rec"), "--note", "Tiny."]) == 0
+    header = (tmp_path / "rec" / "header.md").read_text()
+    assert "> Tiny." in header and "30 distinct runs for 30 arm-runs" in header
+    assert (tmp_path / "rec" / "ladder.csv").read_bytes() == (record / "ladder.csv").read_bytes()
     # an arm without its runs reads missing and is skipped over by the flip
-    partial = write_attribution(metrics[metrics.arm == "A0"], curves, arms, tmp_path / "partial", settings)
-    assert pd.read_csv(partial[0]).verdict.tolist() == ["holds", "missing"]
-    assert dataclasses.replace(settings, alpha=0.05) == settings
+    partial = ladder(metrics[metrics.arm == "A0"], curves, arms, settings)
+    assert partial.verdict.tolist() == ["holds", "missing"] and flips(partial) == {"c1": []}

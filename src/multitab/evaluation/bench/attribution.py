@@ -4,8 +4,8 @@ the paper's claim checked under each arm, from the authors' exact setup to this 
 Everything is built from three CSV files, so a committed record regenerates its own figures and tables
 (`regenerate(folder)`, byte for byte):
 
-- `metrics.csv`: the study's metrics rows (bench/numbers.py, METRICS_COLUMNS) with an `arm` column first; a
-  run that two arms share appears under both;
+- `metrics.csv`: the study's metrics rows (bench/numbers.py, METRICS_COLUMNS) after `arm` and `run` (the run's
+  folder under the runs directory); a run that two arms share appears under both, with the same `run`;
 - `curves.csv`: the learning-curve rows, likewise with `arm`;
 - `arms.csv`: the arms in order: `arm`, `source` (authors_code | paper | ours), `changed` (the factor the arm
   changes from the one before, `factor=value`; the first arm lists every factor).
@@ -68,7 +68,7 @@ def collect_arms(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig],
                 raise StudyError(f"{path}: not valid JSON ({e}); delete it and re-run its train stage") from None
             for task, value in (rec.get("test") or {}).items():
                 metric_rows.append({
-                    "arm": arm, "config": config, "groups": ";".join(conf.groups), "correlation": conf.correlation,
+                    "arm": arm, "run": f"{data}/{model}/{point}/seed{seed}", "config": config, "groups": ";".join(conf.groups), "correlation": conf.correlation,
                     "degrees": "-".join(map(str, conf.degrees or ())), "model": model, "seed": seed, "task": task,
                     "test_ev": value, "val_ev": (rec.get("val") or {}).get(task), "best_epoch": rec.get("best_epoch"),
                     "epochs": rec.get("epochs"), "max_epochs": rec.get("max_epochs"),
@@ -82,7 +82,7 @@ def collect_arms(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig],
                 curve_rows.append({"arm": arm, "config": config, "model": model, "seed": seed, "epoch": int(step) + 1,
                                    "val_mean": v,
                                    "train_loss": loss.get(step, math.nan) if loss is not None else math.nan})
-    return (pd.DataFrame.from_records(metric_rows, columns=["arm", *METRICS_COLUMNS]),
+    return (pd.DataFrame.from_records(metric_rows, columns=["arm", "run", *METRICS_COLUMNS]),
             pd.DataFrame.from_records(curve_rows, columns=["arm", *CURVES_COLUMNS]))
 
 
@@ -94,7 +94,7 @@ def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, sett
     configs = list(dict.fromkeys(metrics["config"]))
     for config in configs:
         for arm in arms.itertuples(index=False):
-            part = metrics[(metrics.arm == arm.arm) & (metrics.config == config)].drop(columns="arm")
+            part = metrics[(metrics.arm == arm.arm) & (metrics.config == config)].drop(columns=["arm", "run"])
             row: dict[str, Any] = {"config": config, "arm": arm.arm, "source": arm.source, "changed": arm.changed,
                                    "model_mean": math.nan, "model_se": math.nan, "best_rival": "",
                                    "rival_mean": math.nan, "rival_se": math.nan, "gap": math.nan,
@@ -271,18 +271,57 @@ def regenerate(folder: str | Path, settings: StudySettings | None = None) -> lis
     return write_attribution(metrics, curves, read_arms_csv(folder / "arms.csv"), folder, settings, header=header)
 
 
+def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str,
+                  flow_wall_seconds: float | None = None) -> list[str]:
+    """header.md lines of a committed attribution record: what ran, where, at which commit, and the training
+    time per model over the distinct runs (a run two arms share is counted once)."""
+    runs = metrics.drop_duplicates("run")
+    arm_runs = len(metrics.drop_duplicates(["arm", "run"]))
+    rows = sorted({int(x) for x in runs["n_train"].dropna()})
+    lines = [f"> {note}", "", f"- Commit: `{commit}`; machine: {machine}.",
+             f"- Scale: arms {list(dict.fromkeys(metrics['arm']))}, configurations {list(dict.fromkeys(runs['config']))}, "
+             f"seeds {sorted(int(s) for s in runs['seed'].unique())}, {rows} training rows per run; {len(runs)} "
+             f"distinct runs for {arm_runs} arm-runs.",
+             "- Training time per model (train_seconds of the distinct runs, sum and per run):"]
+    for model, part in runs.groupby("model", sort=False):
+        lines.append(f"  - {model}: {part['train_seconds'].sum():.0f} s in {len(part)} runs "
+                     f"({part['train_seconds'].mean():.0f} s per run, median {part['epochs'].median():g} epochs)")
+    if flow_wall_seconds is not None:
+        lines.append(f"- Wall time of the whole `flows.pipeline` run: {flow_wall_seconds:.0f} s.")
+    return lines + [""]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m multitab.evaluation.bench.attribution regenerate FOLDER`: a record's ladder, figure and
-    section from its own CSVs."""
+    """`python -m multitab.evaluation.bench.attribution record --from results/attribution_report --to
+    results/study/<name> --note "..." [--flow-wall-seconds S]`: copy the report's three CSVs into a record
+    folder, write its header.md and regenerate the rest; `regenerate FOLDER`: only the last step."""
     import argparse
+    import shutil
     import sys
+
+    from multitab.evaluation.bench.study import write_text
+    from multitab.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.attribution")
     sub = p.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--from", dest="source", required=True, type=Path)
+    rec.add_argument("--to", dest="target", required=True, type=Path)
+    rec.add_argument("--note", required=True)
+    rec.add_argument("--flow-wall-seconds", type=float, default=None)
     sub.add_parser("regenerate").add_argument("folder", type=Path)
     a = p.parse_args(argv)
     try:
-        regenerate(a.folder)
+        if a.command == "record":
+            a.target.mkdir(parents=True, exist_ok=True)
+            for name in ("metrics.csv", "curves.csv", "arms.csv"):
+                if not (a.source / name).is_file():
+                    raise StudyError(f"{a.source / name}: not found; run `make attribution` first")
+                shutil.copy(a.source / name, a.target / name)
+            header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=git_commit(a.source),
+                                   machine=machine(), note=a.note, flow_wall_seconds=a.flow_wall_seconds)
+            write_text("\n".join(header) + "\n", a.target / "header.md")
+        regenerate(a.target if a.command == "record" else a.folder)
     except (StudyError, OSError) as e:
         print(f"bench.attribution: {e}", file=sys.stderr)
         return 1
