@@ -30,10 +30,8 @@ log = logging.getLogger("stages.aggregate_attribution")
 
 
 def arms_frame(params: Params) -> pd.DataFrame:
-    rows = []
-    for name, arm in params.attribution.arms.items():
-        changed = ", ".join(f"{k}={v}" for k, v in arm.set.items())
-        rows.append({"arm": name, "source": arm.source, "changed": changed})
+    rows = [{"arm": name, "source": params.attribution.arms[name].source, "changed": changed}
+            for name, changed in params.attribution.changes().items()]
     return pd.DataFrame.from_records(rows, columns=ARMS_COLUMNS)
 
 

@@ -83,6 +83,15 @@ def test_arms_expand_to_train_stages_sharing_the_runs_their_settings_share():
     assert {k.split("-")[2] for k in shared} == {"stl_mlp", "mmoe"} and len(shared) == 4
     assert "attribution-p06_pd3_t3_tr_raw_s0-multitab_net-optadamw0-epauthors-masknone-mixpsm-0" in keys
     assert "attribution-p06_pd3_t3_ho_std_fixed-multitab_net-optadam1e5-ep40-maskt_t-mixrope-1" in keys
+    # run_arms: the authors' and the paper study's arms alone, each with the settings the whole list gives it
+    raw, _ = _params(run_arms=["A0_authors", "A7_inter_sample"])
+    two = parse_params(raw)
+    assert {k for k in document(two, ["attribution"])["train_runs"] if k.startswith("attribution-")} == {
+        k for arm in ("A0_authors", "A7_inter_sample") for k in run_keys[arm]}
+    assert two.attribution.changes()["A7_inter_sample"] == (
+        "evaluation=held_out, data_seed=fixed, targets=standard, optimizer=adam_wd1e-5, mask=t_t, "
+        "inter_sample=rope_attention, epochs=40")
+    assert params.attribution.changes()["A6_mask_t_t"] == "mask=t_t"
     # the default run matrix holds none of them
     assert not [k for k in document(params)["train_runs"] if k.startswith("attribution-")]
     assert document(params)["attribution_data"] == {}

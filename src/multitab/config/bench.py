@@ -164,12 +164,18 @@ class AttributionConfig:
     data: dict[str, Any] = field(default_factory=dict)
     group: str = "attribution"
     claim: ClaimConfig = field(default_factory=ClaimConfig)
+    # the arms to train and report (null: every arm), e.g. [A0_authors, A7_inter_sample] at the paper's scale;
+    # each keeps the settings the whole ordered list gives it
+    run_arms: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.configs:
             raise ConfigError("attribution.configs: expected a non-empty list")
         if not self.arms:
             raise ConfigError("attribution.arms: expected at least one arm")
+        unknown = [a for a in self.run_arms or () if a not in self.arms]
+        if unknown or self.run_arms == ():
+            raise ConfigError(f"attribution.run_arms: {unknown or '[]'} are not arms ({list(self.arms)}); null runs every arm")
         for key in ("evaluation", "data_seed", "targets"):
             if key in self.data:
                 raise ConfigError(f"attribution.data.{key}: a factor, set per arm (attribution.arms)")
@@ -198,10 +204,21 @@ class AttributionConfig:
             previous = {**previous, **arm.set}
 
     def settings(self) -> dict[str, dict[str, Any]]:
-        """arm -> every factor's value in that arm (each arm laid over the one before)."""
+        """arm -> every factor's value in that arm (each arm laid over the one before), for the arms run
+        (`run_arms`, in the arms' order)."""
         out: dict[str, dict[str, Any]] = {}
         current: dict[str, Any] = {}
         for name, arm in self.arms.items():
             current = {**current, **arm.set}
-            out[name] = dict(current)
+            if self.run_arms is None or name in self.run_arms:
+                out[name] = dict(current)
+        return out
+
+    def changes(self) -> dict[str, str]:
+        """arm run -> what it changes from the arm run before it (`factor=value, ...`; the first: every factor)."""
+        out: dict[str, str] = {}
+        previous: dict[str, Any] = {}
+        for name, settings in self.settings().items():
+            out[name] = ", ".join(f"{k}={v}" for k, v in settings.items() if previous.get(k, object()) != v)
+            previous = settings
         return out
