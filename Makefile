@@ -26,7 +26,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-.PHONY: repro study study-interim sweep test lint ui benchmarks clean-venv assets
+.PHONY: repro study study-interim attribution sweep test lint ui benchmarks clean-venv assets
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -78,3 +78,10 @@ study-interim: $(STAMP)
 # (hparams/swept/, which `train.hparams: swept` trains with) and results/sweeps/report.md.
 sweep: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline --groups 'sweep_*' --targets sweep_select
+
+# The attribution study (params `attribution`, run group runs.attribution; docs/study.md, "Attribution"): the
+# paper's MultiTab-Bench claim arm by arm, from the authors' exact setup to the `paper` study, one factor at a
+# time, through the same DVC stages and Prefect flow (a run two arms share is one train@ stage).
+# Outputs: results/attribution_report/ (report.md, ladder.{csv,md}, figures/ladder.png).
+attribution: $(STAMP) $(ASSETS)
+	$(BIN)/python -m flows.pipeline --groups attribution --targets aggregate_attribution

@@ -17,7 +17,7 @@ from multitab.config import load_params
 from multitab.config.aggregate import synthetic_configs
 from multitab.evaluation.bench.numbers import StudySettings, collect
 from multitab.evaluation.bench.study import write_csv, write_study, write_text
-from multitab.profiles import profiled
+from multitab.profiles import group_train, profiled
 from stages._common import parser, run
 
 log = logging.getLogger("stages.aggregate_study")
@@ -28,9 +28,10 @@ def aggregate_study(a: argparse.Namespace) -> None:
     study = params.study
     configs = synthetic_configs({name: params.bench.configs[name] for name in study.configs})
     labels = dict(params.aggregate.models) if "aggregate" in params.sections else {}
-    settings = StudySettings(model=study.claim.model, rivals=study.claim.rivals, alpha=study.claim.alpha,
-                             labels={**StudySettings().labels, **labels})
     group = params.group(study.group)
+    settings = StudySettings(model=study.claim.model, rivals=study.claim.rivals, alpha=study.claim.alpha,
+                             labels={**StudySettings().labels, **labels},
+                             patience=group_train(params, study.group).patience["default"])
     models = list(group.models)
     metrics, curves = collect(a.runs, configs, models, list(group.seeds))
     if metrics.empty:  # nothing to report (e.g. `make study-interim` before any run finished): write nothing

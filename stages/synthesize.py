@@ -18,12 +18,20 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
     p.add_argument("--config", required=True, help="a key of bench.configs in the params file")
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--profile", choices=("default", "study"), default="default",
-                   help="study: `study.data` replaces keys of `bench.data` (the study's sample count)")
+    p.add_argument("--profile", choices=("default", "study", "attribution"), default="default",
+                   help="study / attribution: `study.data` / `attribution.data` replaces keys of `bench.data`")
+    # the attribution study's data factors (multitab.config.attribution; defaults: bench.data's behaviour)
+    p.add_argument("--evaluation", choices=("held_out", "training_rows"), default="held_out",
+                   help="training_rows: validation and test are the training rows (the authors' loader)")
+    p.add_argument("--data-seed", type=int, default=-1,
+                   help="the generator's seed (a run seed: that run's own dataset); -1: the configuration's")
+    p.add_argument("--targets", choices=("raw", "standard"), default=None, help="default: bench.data.targets")
     a = p.parse_args(argv)
 
     def body() -> None:
-        frames, meta = synthesize_config(a.config, profiled(load_params(a.params), a.profile).bench)
+        frames, meta = synthesize_config(a.config, profiled(load_params(a.params), a.profile).bench,
+                                         evaluation=a.evaluation, seed=None if a.data_seed < 0 else a.data_seed,
+                                         targets=a.targets)
         write_dataset(a.out, frames, meta)
         log.info("%s: %s rows -> %s", a.config, meta["n_rows"], a.out)
 

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import load_params
+from multitab.config.attribution import is_attribution
 from multitab.hparams import for_run
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
-from multitab.profiles import group_train, run_params
+from multitab.profiles import run_params, run_train
 from multitab.runs import RUNS_FILE, Run, entry, stack_entry
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
@@ -80,6 +81,8 @@ def _write(root: Path, params: Any, run_: Run, record: dict[str, Any], history: 
     record["stacked"] = stacked  # the seeds it trained with in one stacked model (None: alone)
     # what params.yaml said about this run (the aggregate stage compares it with the params of its time)
     record["params"] = run_params(params, run_.group, run_.dataset, run_.model)
+    if is_attribution(params, run_.group):  # the arm settings it trained with (its key's point)
+        record["attribution"] = run_.point
     out = root / run_.out
     write_dvclive(history, out / "dvclive")
     write_json(out / "metrics.json", record)
@@ -92,9 +95,9 @@ def train_one(a: argparse.Namespace) -> None:
     run_ = entry(params, a.run, a.runs if a.runs is not None else root / RUNS_FILE)
     check_verdict(root / run_.verdict, run_.dataset)
     spec = _spec(root, run_)
-    config = group_train(params, run_.group)
+    config, point = run_train(params, run_.group, run_.model, run_.point)
     # the one file multitab.runs chose for the run, with its grid point, the protocol's and the group's overlay
-    hparams = for_run(root, run_.hparams_file, model=run_.model, dataset=run_.dataset, point=run_.point, config=config)
+    hparams = for_run(root, run_.hparams_file, model=run_.model, dataset=run_.dataset, point=point, config=config)
     record, history = run_training(spec, config, hparams)
     _write(root, params, run_, record, history, None)
 
@@ -110,8 +113,8 @@ def train_stack(a: argparse.Namespace) -> None:
     check_verdict(root / stack.verdict, stack.dataset)
     members = stack.members()
     specs = [_spec(root, m) for m in members]
-    config = group_train(params, stack.group)
-    hparams = for_run(root, stack.hparams_file, model=stack.model, dataset=stack.dataset, point=stack.point,
+    config, point = run_train(params, stack.group, stack.model, stack.point)
+    hparams = for_run(root, stack.hparams_file, model=stack.model, dataset=stack.dataset, point=point,
                       config=config)
     seeds: list[int] | None = [m.seed for m in members]
     try:

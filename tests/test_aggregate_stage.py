@@ -50,6 +50,7 @@ def make_inputs(root: Path) -> Path:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["bench"]["configs"] = BENCH
     params["study"]["configs"] = list(BENCH)  # study.configs must be keys of bench.configs
+    params["attribution"]["configs"] = list(BENCH)  # and so must attribution.configs
     # the run matrix of the fakes: three seeds, and a variant that no table shows
     for group in ("real", "ablation", "bench"):
         params["runs"][group]["seeds"] = [0, 1, 2]
@@ -293,7 +294,7 @@ def test_first_screen_says_what_ran_and_gives_no_verdict_below_the_study_budget(
     assert f"params.yaml sha256 `{hashlib.sha256(params.read_bytes()).hexdigest()[:16]}`" in head
     assert "| p02_pd3_t3 |" in head and "| 14,000 |" in head and "| higgs |" in head
     assert "not tested at this" in head  # what the MultiTab-Bench runs can show, on the first screen
-    assert "does not hold" not in report
+    assert "**does not hold**" not in report  # no verdict below the budget
     assert "| p02_pd3_t3 | **not tested at this budget** |" in report
 
     raw = yaml.safe_load(params.read_text())

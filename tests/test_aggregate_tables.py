@@ -141,7 +141,7 @@ def test_bench_configs_view() -> None:
         "p06_pd3_t3": {"groups": ["correlation", "complexity", "count"], "correlation": 0.6, "degrees": [3, 3, 3],
                        "seed": 0},
         "mix": {"groups": ["nonuniform"], "correlation": 0.4, "degrees": [1, 3, 2], "seed": 0}}
-    raw["study"]["configs"] = ["mix"]
+    raw["study"]["configs"] = raw["attribution"]["configs"] = ["mix"]
     got = synthetic_configs(parse_params(raw).bench.configs)
     assert got["p06_pd3_t3"].level("count") == "t=3" and got["p06_pd3_t3"].level("correlation") == "p=0.6"
     assert got["mix"].groups == ("nonuniform",) and got["mix"].level("nonuniform") == "t=3, PD=[1, 3, 2], p=0.4"

@@ -20,6 +20,7 @@ from multitab.evaluation.bench.numbers import (
     StudySettings,
     claims,
     collect,
+    convergence,
     delta_m_runs,
     read_metrics_csv,
     summarise,
@@ -82,7 +83,60 @@ def test_delta_m_and_claim_per_configuration(tmp_path):
     assert verdict["p02_pd3_t3"] == "holds"
     assert verdict["p06_pd234_t3"] == "does not hold"
     row = table[(table.config == "p06_pd234_t3") & (table.rival == "mmoe")].iloc[0]
-    assert row.status == "rival not below" and row.difference < 0 and row.p_value > 0.5
+    assert row.status == "below (significant)" and row.difference < 0 and row.p_value > 0.5 and row.p_below < 0.05
+
+
+def _dm(samples: dict[str, list[float]], conf: str = "c") -> pd.DataFrame:
+    return pd.DataFrame([{"config": conf, "model": m, "seed": i, "delta_m": v}
+                         for m, values in samples.items() for i, v in enumerate(values)])
+
+
+def test_verdict_is_three_valued_at_alpha_on_constructed_delta_m():
+    """holds: significantly above every rival; does not hold: significantly below one; inconclusive:
+    overlapping samples, whichever way the means point."""
+    rivals = {"mmoe": [0.0, 0.1, -0.1], "ple": [0.2, 0.3, 0.1], "stem": [-0.2, -0.1, -0.3]}
+
+    def verdict(ours: list[float]) -> tuple[str, dict[str, str]]:
+        table = claims(_dm({"multitab_net": ours, **rivals}), ["c"], StudySettings())
+        return table.verdict.iloc[0], dict(zip(table.rival, table.status))
+
+    assert verdict([2.0, 2.1, 1.9]) == ("holds", dict.fromkeys(rivals, "above (significant)"))
+    got, status = verdict([-1.0, -1.1, -0.9])
+    assert got == "does not hold" and set(status.values()) == {"below (significant)"}
+    # MMoE's own sample: significantly below PLE, above STEM: one significant loss decides
+    got, status = verdict([0.0, 0.1, -0.1])
+    assert got == "does not hold" and status == {"mmoe": "not significant", "ple": "below (significant)",
+                                                  "stem": "above (significant)"}
+    got, status = verdict([0.5, -0.5, 0.1])  # overlapping every rival
+    assert got == "inconclusive" and set(status.values()) == {"not significant"}
+    # the 40-epoch record's p06_pd4_t3 shape: a mean far below the rivals' with a wide spread decides nothing
+    got, status = verdict([-15.9, -1.9, -3.2])
+    assert got == "inconclusive" and set(status.values()) == {"not significant"}
+    # the means above every rival, one of them not significantly: inconclusive, not `holds`
+    got, status = verdict([0.6, 0.2, 0.4])
+    assert got == "inconclusive" and status["stem"] == "above (significant)" and status["ple"] == "not significant"
+    table = claims(_dm({"multitab_net": [0.6, 0.2, 0.4], **rivals}), ["c"], StudySettings(alpha=0.5))
+    assert table.verdict.iloc[0] == "holds"  # the stated alpha decides
+
+
+def test_convergence_flags_runs_improving_at_the_end_and_training_losses_far_above_their_siblings():
+    runs = [  # (model, seed, best_epoch, epochs, stopped_early, last training loss)
+        ("mmoe", 0, 35, 40, True, 0.05), ("mmoe", 1, 36, 40, False, 0.06), ("mmoe", 2, 40, 40, False, 0.05),
+        ("multitab_net", 0, 18, 23, True, 0.77), ("multitab_net", 1, 17, 22, True, 0.86),
+        ("multitab_net", 2, 30, 35, True, 0.04)]
+    metrics = pd.DataFrame([{"config": "c", "model": m, "seed": s, "task": "y1", "best_epoch": b, "epochs": e,
+                             "stopped_early": st, "train_seconds": 1.0} for m, s, b, e, st, _ in runs])
+    curves = pd.DataFrame([{"config": "c", "model": m, "seed": s, "epoch": k, "val_mean": 0.5,
+                            "train_loss": loss * (1 + (e - k))} for m, s, _, e, _, loss in runs
+                           for k in range(1, e + 1)])
+    conv = convergence(metrics, curves, StudySettings(patience=5)).set_index("model")
+    # mmoe seed 1 (best 4 epochs before the cap) and seed 2 (best at the cap); seed 0 stopped early
+    assert conv.loc["mmoe", ["best_at_cap", "improving_at_end", "loss_outliers", "not_converged"]].tolist() == [1, 2, 0, 2]
+    # the two MultiTab-Net seeds that stopped at losses 0.77 and 0.86, 19-22x their sibling's 0.04
+    assert conv.loc["multitab_net", ["improving_at_end", "loss_outliers", "not_converged"]].tolist() == [0, 2, 2]
+    conv = convergence(metrics, curves, StudySettings(patience=3, loss_factor=25)).set_index("model")
+    assert conv["not_converged"].tolist() == [1, 0]
+    assert convergence(metrics, None, StudySettings())["loss_outliers"].tolist() == [0, 0]
 
 
 def test_claim_with_one_seed_is_untested_and_a_missing_rival_is_missing(tmp_path):
@@ -91,8 +145,8 @@ def test_claim_with_one_seed_is_untested_and_a_missing_rival_is_missing(tmp_path
     metrics, _ = collect(tmp_path / "runs", CONFIGS, MODELS)
     table = claims(delta_m_runs(metrics), list(CONFIGS), StudySettings())
     verdict = table.drop_duplicates("config").set_index("config").verdict
-    assert verdict["p02_pd3_t3"] == "holds in the means only"
-    assert set(table[table.config == "p02_pd3_t3"].status) == {"above (untested: one seed)"}
+    assert verdict["p02_pd3_t3"] == "inconclusive"
+    assert set(table[table.config == "p02_pd3_t3"].status) == {"untested: one seed"}
     assert verdict["p06_pd234_t3"] == "missing"
     assert math.isnan(summarise(delta_m_runs(metrics))["std"].iloc[0])
 
@@ -267,7 +321,7 @@ def _study_params(tmp_path: Path) -> tuple[dict, Path]:
     params["bench"]["configs"] = {
         "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
         "p06_pd234_t3": {"groups": ["nonuniform"], "correlation": 0.6, "degrees": [2, 3, 4], "seed": 0}}
-    params["study"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
+    params["study"]["configs"] = params["attribution"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
     for group in ("sweep_mlp", "sweep_inter_sample"):  # they name the repo's configurations
         del params["runs"][group]
     path = tmp_path / "params.yaml"
@@ -321,7 +375,7 @@ def test_committed_records_regenerate_from_their_own_metrics():
     import tempfile
 
     root = Path(__file__).resolve().parents[1] / "results" / "study"
-    records = sorted(p.parent for p in root.glob("*/metrics.csv"))
+    records = sorted(p.parent for p in root.glob("*/metrics.csv") if not (p.parent / "arms.csv").is_file())
     assert records, "no committed study record under results/study/"
     for record in records:
         with tempfile.TemporaryDirectory() as tmp:
@@ -339,3 +393,24 @@ def test_committed_records_regenerate_from_their_own_metrics():
         assert "**Claim per configuration:" in section
         for conf in read_metrics_csv(record / "metrics.csv")["config"].unique():
             assert f"| {conf} | **" in section, conf
+
+
+def test_committed_attribution_records_regenerate_from_their_own_csvs():
+    """Every attribution record under results/study/ (a folder with arms.csv) is what the aggregate code makes
+    of its own metrics.csv, curves.csv and arms.csv (and header.md), byte for byte, and states a verdict per
+    arm and configuration."""
+    import tempfile
+
+    from multitab.evaluation.bench.attribution import regenerate as regenerate_attribution
+
+    root = Path(__file__).resolve().parents[1] / "results" / "study"
+    for record in sorted(p.parent for p in root.glob("*/arms.csv")):
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / record.name
+            copy.mkdir()
+            for name in ("metrics.csv", "curves.csv", "arms.csv", "header.md"):
+                shutil.copy(record / name, copy / name)
+            for path in regenerate_attribution(copy):
+                rel = path.relative_to(copy)
+                assert (record / rel).read_bytes() == path.read_bytes(), f"{record.name}/{rel}"
+        assert "missing" not in pd.read_csv(record / "ladder.csv")["verdict"].tolist(), record.name

@@ -19,7 +19,7 @@ from multitab.hparams import HparamsError, for_run, load, protocol_overlay, read
 from multitab.hparams.authors import files
 from multitab.hparams.authors import main as authors_main
 from multitab.models import MODELS
-from multitab.profiles import group_train
+from multitab.profiles import run_train
 from multitab.protocol import PROTOCOLS
 from multitab.runs import expand
 from multitab.training.run import RUN_KEYWORDS
@@ -56,11 +56,12 @@ def test_every_declared_run_resolves_from_its_one_file(protocol: str) -> None:
     runs = expand(params)  # every group, the opt-in ones too
     assert len(runs) > 300
     for run in runs.values():
-        config = dataclasses.replace(group_train(params, run.group), protocol=protocol)
+        config, point = run_train(params, run.group, run.model, run.point)  # what stages.train resolves
+        config = dataclasses.replace(config, protocol=protocol)
         if run.hparams_file.startswith("hparams/swept/"):
             continue  # written by the sweep (make sweep)
-        h = for_run(ROOT, run.hparams_file, model=run.model, dataset=run.dataset, point=run.point, config=config)
-        assert h.file == run.hparams_file and (h.point or None) == run.point
+        h = for_run(ROOT, run.hparams_file, model=run.model, dataset=run.dataset, point=point, config=config)
+        assert h.file == run.hparams_file and (h.point or None) == point
 
 
 def test_a_malformed_file_names_itself_and_what_is_wrong(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ data overlay.
   `train`'s; the keys were checked against TrainConfig's fields when params.yaml was loaded, and the
   replaced section checks its values again, e.g. `train.max_epochs >= 1`).
 - `profiled(params, "study")`: `study.data` laid over `bench.data` (the study's sample count), for the
-  study's synthesize stages; `"default"` is params unchanged.
+  study's synthesize stages; `"attribution"`: `attribution.data` likewise; `"default"` is params unchanged.
 - `run_params(params, group, dataset, model)`: what params.yaml says about one run, which its metrics.json
   records and the aggregate stage checks.
 """
@@ -18,19 +18,20 @@ from typing import Any
 from multitab.config import ConfigError, Params
 from multitab.config.train import TrainConfig
 
-PROFILES = ("default", "study")
+PROFILES = ("default", "study", "attribution")
 
 
 def profiled(params: Params, profile: str) -> Params:
-    """`params` with the profile's data overlay (`study`: study.data over bench.data)."""
+    """`params` with the profile's data overlay (`study`: study.data over bench.data; `attribution`:
+    attribution.data)."""
     if profile not in PROFILES:
         raise ConfigError(f"unknown profile {profile!r}; known: {list(PROFILES)}")
     if profile == "default":
         return params
     try:
-        study = params.study
+        overlay = params.study.data if profile == "study" else params.attribution.data
         return params.replace(
-            bench=dataclasses.replace(params.bench, data=dataclasses.replace(params.bench.data, **study.data)))
+            bench=dataclasses.replace(params.bench, data=dataclasses.replace(params.bench.data, **overlay)))
     except ConfigError as e:
         raise ConfigError(f"{params.source} (profile {profile}): {e}") from None
 
@@ -41,6 +42,19 @@ def group_train(params: Params, group: str) -> TrainConfig:
         return dataclasses.replace(params.train, **params.group(group).train)
     except ConfigError as e:
         raise ConfigError(f"{params.source}: runs.{group}.train: {e}") from None
+
+
+def run_train(params: Params, group: str, model: str, point: dict[str, Any] | None
+              ) -> tuple[TrainConfig, dict[str, Any] | None]:
+    """(a run's TrainConfig, the grid point multitab.hparams.for_run lays over its file): the group's `train`
+    over `train` and the sweep's point; an attribution run's point is its arm's training settings instead,
+    laid over the TrainConfig (multitab.config.attribution), with no grid point."""
+    from multitab.config.attribution import is_attribution, train_config
+
+    config = group_train(params, group)
+    if point is not None and is_attribution(params, group):
+        return train_config(config, point, model), None
+    return config, point
 
 
 # Settings of `train` that change a run's numbers (device, threads and the progress bar change at most the
@@ -72,6 +86,8 @@ def run_params(params: Params, group: str, dataset: str, model: str) -> dict[str
     kinds = params.group(group).data
     if kinds == "study" or (isinstance(kinds, dict) and "study" in kinds):
         params = profiled(params, "study")  # its data: study.data over bench.data
+    elif kinds == "attribution":
+        params = profiled(params, "attribution")
     data: Any = None  # a processed folder given directly: no data settings in params
     if "datasets" in params.sections and dataset in params.datasets:
         data = params.datasets[dataset]

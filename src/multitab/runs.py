@@ -147,6 +147,7 @@ def data_names(params: Params) -> dict[str, tuple[str, ...]]:
         "datasets": tuple(params.datasets) if "datasets" in params.sections else (),
         "bench": tuple(params.bench.configs) if "bench" in params.sections else (),
         "study": tuple(params.study.configs) if "study" in params.sections else (),
+        "attribution": tuple(params.attribution.configs) if "attribution" in params.sections else (),
     }
 
 
@@ -175,6 +176,12 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
     for name, group in params.runs.items():
         if groups is not None and name not in groups:
             continue
+        if group.data == "attribution":
+            for run in attribution_runs(params, name):
+                if out.get(run.key, run) != run:
+                    raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
+                out[run.key] = run  # a run two arms share: one key, trained once
+            continue
         points: list[dict[str, Any] | None] = list(grid_points(group.grid)) if group.sweep else [None]
         for (kind, dataset), model, point, seed in itertools.product(
                 group.data_names(kinds), group.models, points, group.seeds):
@@ -188,6 +195,25 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
                 raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
             out[run.key] = run
     return out
+
+
+def attribution_runs(params: Params, name: str) -> list[Run]:
+    """The runs of the attribution study's group `name` (multitab.config.attribution): every arm x configuration x
+    model x seed, keyed `<group>-<data>-<model>-<point>-<seed>` by the settings it trains with, so that the
+    arms' shared runs have one key (the list holds them once per arm; `expand` keeps one)."""
+    from multitab.config.attribution import arm_runs
+
+    group = params.runs[name]
+    data_pattern, verdict_pattern = DATA_KINDS["attribution"]
+    runs = []
+    for members in arm_runs(params).values():
+        for _config, model, seed, data, point in members:
+            folder = f"{data}/{model}/{point_id(point)}/seed{seed}"
+            runs.append(Run(group=name, dataset=data, model=model, seed=seed, point=point,
+                            data=data_pattern.format(data), verdict=verdict_pattern.format(data),
+                            out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
+                            opt_in=group.opt_in, hparams_file=hparams_file("authors", "study", data, model, set())))
+    return runs
 
 
 def declared_runs(params: Params) -> dict[tuple[str, str, int], str]:
@@ -219,6 +245,7 @@ def document(params: Params, groups: Iterable[str] = ()) -> dict[str, Any]:
     active = active_groups(params, groups)
     runs, stacks = stacked(params, expand(params, active))
     study = "study" in params.sections and params.study.group in active
+    attribution = "attribution" in params.sections and params.attribution.group in active
     return {
         "opt_in_groups": [name for name in active if params.runs[name].opt_in],
         KEY: {key: plain(asdict(run)) for key, run in runs.items()},
@@ -226,7 +253,16 @@ def document(params: Params, groups: Iterable[str] = ()) -> dict[str, Any]:
         "study_configs": list(params.study.configs) if study else [],  # synthesize_study@, validate_study@
         "study_reports": ["study"] if study else [],  # aggregate_study@study
         "sweep_selections": ["sweeps"] if any(params.runs[n].sweep for n in active) else [],  # sweep_select@sweeps
+        # synthesize_attribution@, validate_attribution@ (one per data folder the arms need), aggregate_attribution@
+        "attribution_data": _attribution_data(params) if attribution else {},
+        "attribution_reports": ["attribution"] if attribution else [],
     }
+
+
+def _attribution_data(params: Params) -> dict[str, dict[str, Any]]:
+    from multitab.config.attribution import data_entries
+
+    return {entry["name"]: entry for entry in data_entries(params)}
 
 
 def entries(params: Params, groups: Iterable[str] = ()) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ import yaml
 
 from multitab.config._build import ConfigError, build, overlay
 from multitab.config.aggregate import AggregateConfig
-from multitab.config.bench import BenchConfig, BenchDataConfig, StudyConfig
+from multitab.config.bench import AttributionConfig, BenchConfig, BenchDataConfig, StudyConfig
 from multitab.config.data import DatasetConfig
 from multitab.config.names import check_names
 from multitab.config.orchestration import OrchestrationConfig
@@ -45,6 +45,7 @@ _SECTIONS: dict[str, type] = {
     "validation": ValidationConfig,
     "bench": BenchConfig,
     "study": StudyConfig,
+    "attribution": AttributionConfig,
     "train": TrainConfig,
     "runs": dict[str, RunGroup],
     "complexity": ComplexityConfig,
@@ -89,6 +90,10 @@ class Params:
     @property
     def study(self) -> StudyConfig:
         return self._get("study", StudyConfig)
+
+    @property
+    def attribution(self) -> AttributionConfig:
+        return self._get("attribution", AttributionConfig)
 
     @property
     def runs(self) -> dict[str, RunGroup]:
@@ -192,6 +197,14 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
         unknown = [c for c in study.configs if c not in configs]
         if unknown:
             raise ConfigError(f"{source}: study.configs: {unknown} are not keys of bench.configs ({sorted(configs)})")
+    if "attribution" in sections:
+        attribution = sections["attribution"]
+        sections["attribution"] = dataclasses.replace(
+            attribution, data=overlay(BenchDataConfig, raw["attribution"].get("data"), f"{source}: attribution.data"))
+        configs = sections["bench"].configs if "bench" in sections else {}
+        unknown = [c for c in attribution.configs if c not in configs]
+        if unknown:
+            raise ConfigError(f"{source}: attribution.configs: {unknown} are not keys of bench.configs ({sorted(configs)})")
     if "aggregate" in sections and not sections["aggregate"].datasets:
         sections["aggregate"] = dataclasses.replace(sections["aggregate"], datasets=tuple(sections.get("datasets", ())))
     check_names(sections, source)

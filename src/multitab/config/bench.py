@@ -129,3 +129,96 @@ class StudyConfig:
         for key in ("configs",):
             if not getattr(self, key):
                 raise ConfigError(f"study.{key}: expected a non-empty list")
+
+
+# The attribution study's factors (issue 28; docs/study.md, "Attribution"): each factor's values, in the
+# order <the authors' code's> first. `epochs` also takes an integer cap (with early stopping).
+ATTRIBUTION_FACTORS: dict[str, tuple[str, ...]] = {
+    "evaluation": ("training_rows", "held_out"),  # test (and validation) = the training rows | a held-out split
+    "data_seed": ("per_run", "fixed"),  # a new dataset per run seed | the configuration's one dataset
+    "targets": ("raw", "standard"),  # regression targets raw | standardised with train statistics
+    "optimizer": ("adamw_wd0", "adam_wd1e-5"),  # every model: AdamW, weight decay 0 | Adam, 1e-5
+    "mask": ("none", "t_t"),  # MultiTab-Net's attention mask
+    "inter_sample": ("per_sample_mixing", "rope_attention"),  # MultiTab-Net's `rope: true` layer (P3)
+    "epochs": ("authors",),  # the authors' 10 (max_epochs null) or an integer cap
+}
+ARM_SOURCES = ("authors_code", "paper", "ours")
+
+
+@dataclass(frozen=True)
+class ArmConfig:
+    """One arm: the factors it sets (the first arm every factor, each later one exactly one factor changed
+    from the arm before), and whose setup it is."""
+
+    set: dict[str, Any]
+    source: Literal["authors_code", "paper", "ours"] = "ours"
+
+
+@dataclass(frozen=True)
+class AttributionConfig:
+    """params.yaml `attribution`: `configs` (keys of bench.configs) x the arms, in order, trained by run group
+    `group` (its models, seeds, base `train`, folders); `data` replaces keys of `bench.data` (n_samples)."""
+
+    configs: tuple[str, ...] = field(metadata=bounded(unique=True))
+    arms: dict[str, ArmConfig]
+    data: dict[str, Any] = field(default_factory=dict)
+    group: str = "attribution"
+    claim: ClaimConfig = field(default_factory=ClaimConfig)
+    # the arms to train and report (null: every arm), e.g. [A0_authors, A7_inter_sample] at the paper's scale;
+    # each keeps the settings the whole ordered list gives it
+    run_arms: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.configs:
+            raise ConfigError("attribution.configs: expected a non-empty list")
+        if not self.arms:
+            raise ConfigError("attribution.arms: expected at least one arm")
+        unknown = [a for a in self.run_arms or () if a not in self.arms]
+        if unknown or self.run_arms == ():
+            raise ConfigError(f"attribution.run_arms: {unknown or '[]'} are not arms ({list(self.arms)}); null runs every arm")
+        for key in ("evaluation", "data_seed", "targets"):
+            if key in self.data:
+                raise ConfigError(f"attribution.data.{key}: a factor, set per arm (attribution.arms)")
+        previous: dict[str, Any] | None = None
+        for name, arm in self.arms.items():
+            where = f"attribution.arms.{name}"
+            for factor, value in arm.set.items():
+                if factor not in ATTRIBUTION_FACTORS:
+                    raise ConfigError(f"{where}: unknown factor {factor!r}; known: {list(ATTRIBUTION_FACTORS)}")
+                ok = value in ATTRIBUTION_FACTORS[factor] or (
+                    factor == "epochs" and isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+                if not ok:
+                    extra = " or an integer >= 1" if factor == "epochs" else ""
+                    raise ConfigError(f"{where}.{factor}={value!r}: expected one of "
+                                      f"{list(ATTRIBUTION_FACTORS[factor])}{extra}")
+            if previous is None:
+                missing = [f for f in ATTRIBUTION_FACTORS if f not in arm.set]
+                if missing:
+                    raise ConfigError(f"{where}: the first arm sets every factor; missing {missing}")
+                previous = dict(arm.set)
+                continue
+            changed = [f for f, v in arm.set.items() if previous[f] != v]
+            if len(arm.set) != 1 or len(changed) != 1:
+                raise ConfigError(f"{where}: an arm after the first changes exactly one factor from the arm "
+                                  f"before (one factor at a time); it sets {arm.set}")
+            previous = {**previous, **arm.set}
+
+    def settings(self) -> dict[str, dict[str, Any]]:
+        """arm -> every factor's value in that arm (each arm laid over the one before), for the arms run
+        (`run_arms`, in the arms' order)."""
+        out: dict[str, dict[str, Any]] = {}
+        current: dict[str, Any] = {}
+        for name, arm in self.arms.items():
+            current = {**current, **arm.set}
+            if self.run_arms is None or name in self.run_arms:
+                out[name] = dict(current)
+        return out
+
+    def changes(self) -> dict[str, str]:
+        """arm run -> what it changes from the arm run before it (`factor=value, ...`; the first: every factor)."""
+        out: dict[str, str] = {}
+        previous: dict[str, Any] = {}
+        for name, settings in self.settings().items():
+            out[name] = ", ".join(f"{k}={v}" for k, v in settings.items() if previous.get(k, object()) != v)
+            previous = settings
+        return out

@@ -59,7 +59,7 @@ def check_names(sections: dict[str, Any], source: str) -> None:
             if variant:
                 _unknown(source, f"runs.{name}.models", [variant], variants, f"a train variant (in {model!r})")
         if isinstance(group.data, dict):
-            known = {"datasets": [*real, *declared], "bench": configs, "study": configs}
+            known = {"datasets": [*real, *declared], "bench": configs, "study": configs, "attribution": configs}
             for kind, names in group.data.items():
                 _unknown(source, f"runs.{name}.data.{kind}", names, known[kind], a_dataset)
     if "study" in sections:
@@ -68,6 +68,16 @@ def check_names(sections: dict[str, Any], source: str) -> None:
         _unknown(source, "study.group", [study.group], groups, "a run group (runs:)")
         _unknown(source, "study.claim", [study.claim.model, *study.claim.rivals], groups[study.group].models,
                  f"one of runs.{study.group}.models")
+    if "attribution" in sections:
+        attribution = sections["attribution"]
+        groups = sections.get("runs", {})
+        _unknown(source, "attribution.group", [attribution.group], groups, "a run group (runs:)")
+        group = groups[attribution.group]
+        if group.data != "attribution":
+            raise ConfigError(f"{source}: runs.{attribution.group}.data={group.data!r}: the attribution study's "
+                              "group trains on `data: attribution` (its arms' data)")
+        _unknown(source, "attribution.claim", [attribution.claim.model, *attribution.claim.rivals], group.models,
+                 f"one of runs.{attribution.group}.models")
     if "aggregate" in sections:
         agg = sections["aggregate"]
         _unknown(source, "aggregate.models", agg.models, models, a_model)

@@ -31,6 +31,8 @@ DATA_KINDS: dict[str, tuple[str, str]] = {
     "datasets": ("data/processed/{}", "data/validated/{}.json"),  # the real datasets (`datasets:`)
     "bench": ("data/synthetic/{}", "data/validated/synthetic/{}.json"),  # MultiTab-Bench (`bench.configs`)
     "study": ("data/study/{}", "data/validated/study/{}.json"),  # the study's MultiTab-Bench (`study.configs`)
+    # the attribution study's data (`attribution`): one folder per configuration x data settings (x seed)
+    "attribution": ("data/attribution/{}", "data/validated/attribution/{}.json"),
 }
 
 # The paper's grids (appendix "Implementation Details"), per family: axis -> values.

@@ -162,6 +162,7 @@ def make_splits(
     generator: dict[str, Any],
     split: SplitConfig,
     targets: Literal["raw", "standard"] = "raw",
+    evaluation: Literal["held_out", "training_rows"] = "held_out",
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """One generated dataset -> processed train / val / test frames + meta.json, through the same split
     (`split_frames`, method "shuffle": a seeded permutation cut e.g. 70 / 15 / 15) and preprocessing
@@ -170,7 +171,11 @@ def make_splits(
     Features x00.. stay as drawn (numerical transform "none": x ~ N(0, I) is already what the quantile
     transform gives the real datasets); regression targets y1.. stay raw (`targets`: "raw", the authors'
     code) or are standardised with train statistics ("standard"). `generator` (the arguments of
-    `generate`) and W are recorded in meta.json."""
+    `generate`) and W are recorded in meta.json.
+
+    NOTE[DIFF] (docs/deviations.md O6): `evaluation="training_rows"` is the authors' loader: no split, every
+    row trains, and validation and test are the very training rows (their test set is a copy of the training
+    generator); the default "held_out" is the split above."""
     if split.method != "shuffle":
         raise ValueError(
             f"dataset {name!r}: split method {split.method!r}; MultiTab-Bench rows are i.i.d., use 'shuffle'"
@@ -189,7 +194,10 @@ def make_splits(
     data = pd.DataFrame(X, columns=f_names, copy=False)
     for j, tn in enumerate(t_names):
         data[tn] = Y[:, j]
-    parts = split_frames(schema, {"data": data}, split)
+    if evaluation == "training_rows":
+        parts = {"train": data, "val": data.copy(), "test": data.copy()}
+    else:
+        parts = split_frames(schema, {"data": data}, split)
     del data
     # Not a stand-in for real data: MultiTab-Bench data is synthetic by design (paper, Figures 5 and 6).
     result = preprocess(
@@ -202,7 +210,8 @@ def make_splits(
     meta["inputs"] = {}  # generated from the recorded arguments: no input files
     meta["generator"] = {
         **generator,
-        "split": {
+        "evaluation": evaluation,
+        "split": None if evaluation == "training_rows" else {
             "method": split.method,
             "seed": split.seed,
             "val_fraction": split.val_fraction,
@@ -232,6 +241,7 @@ def synthesize(
     seed: int,
     split: SplitConfig,
     targets: Literal["raw", "standard"] = "raw",
+    evaluation: Literal["held_out", "training_rows"] = "held_out",
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
     """generate + make_splits: one processed MultiTab-Bench dataset in memory."""
     X, Y, W = generate(n_samples, n_features, correlation, degrees, noise, seed)
@@ -244,11 +254,15 @@ def synthesize(
         "noise": noise_list,
         "seed": seed,
     }
-    return make_splits(name, X, Y, W, generator=gen_args, split=split, targets=targets)
+    return make_splits(name, X, Y, W, generator=gen_args, split=split, targets=targets, evaluation=evaluation)
 
 
-def synthesize_config(name: str, bench: BenchConfig) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
-    """The processed dataset of `bench.configs.<name>`; meta.json also records its groups."""
+def synthesize_config(name: str, bench: BenchConfig, *, evaluation: Literal["held_out", "training_rows"] = "held_out",
+                      seed: int | None = None, targets: Literal["raw", "standard"] | None = None,
+                      ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    """The processed dataset of `bench.configs.<name>`; meta.json also records its groups. The attribution
+    study's options (multitab.config.attribution): `evaluation` (make_splits), `seed` (None: the configuration's;
+    a run seed gives that run its own dataset) and `targets` (None: bench.data's)."""
     data, cfg = bench.data, bench.dataset(name)
     frames, meta = synthesize(
         name,
@@ -257,9 +271,10 @@ def synthesize_config(name: str, bench: BenchConfig) -> tuple[dict[str, pd.DataF
         correlation=cfg.correlation,
         degrees=cfg.degrees,
         noise=data.noise,
-        seed=cfg.seed,
+        seed=cfg.seed if seed is None else seed,
         split=data.split,
-        targets=data.targets,
+        targets=data.targets if targets is None else targets,
+        evaluation=evaluation,
     )
     meta["generator"]["groups"] = list(cfg.groups)
     return frames, meta

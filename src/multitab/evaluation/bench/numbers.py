@@ -65,6 +65,8 @@ class StudySettings:
     labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
     dpi: int = 150
     budget: Budget | None = None  # None: every verdict stands (a study's own report, a committed record)
+    patience: int = 5  # early stopping's patience (params train.patience.default): the convergence rule
+    loss_factor: float = 3.0  # a run's last training loss above this x its best same-model seed's: flagged
 
     def label(self, model: str) -> str:
         return self.labels.get(model, model)
@@ -177,9 +179,17 @@ def summarise(dm: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=["config", "model", "n_seeds", "mean", "std", "se"])
 
 
+VERDICTS = ("holds", "does not hold", "inconclusive", "missing")
+
+
 def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) -> pd.DataFrame:
-    """One row per (config, rival): the means, their difference, the one-sided t-test and whether the
-    paper's claim holds against that rival; `verdict` is the configuration's (same on each of its rows)."""
+    """One row per (config, rival): the means, their difference and two one-sided Student's t-tests over the
+    seeds, `p_value` (H1: the claim's model above the rival) and `p_below` (H1: below). `status` per rival:
+    `above (significant)` (p_value < alpha), `below (significant)` (p_below < alpha), `not significant`,
+    `untested: one seed` or `missing`. `verdict`, the configuration's (same on each of its rows), is
+    three-valued at alpha: `holds` (significantly above every rival), `does not hold` (significantly below
+    at least one), `inconclusive` (otherwise: a difference of means alone decides nothing); `missing` while a
+    run set is absent."""
     rows = []
     for conf in configs:
         part = dm[dm.config == conf]
@@ -190,35 +200,35 @@ def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) ->
             row: dict[str, Any] = {"config": conf, "model": settings.model, "rival": rival,
                                    "n_model": ours.size, "n_rival": theirs.size, "mean_model": math.nan,
                                    "mean_rival": math.nan, "difference": math.nan, "t": math.nan,
-                                   "p_value": math.nan, "status": "missing"}
+                                   "p_value": math.nan, "p_below": math.nan, "status": "missing"}
             if ours.size and theirs.size:
                 row.update(mean_model=float(ours.mean()), mean_rival=float(theirs.mean()),
-                           difference=float(ours.mean() - theirs.mean()))
+                           difference=float(ours.mean() - theirs.mean()), status="untested: one seed")
                 if ours.size >= 2 and theirs.size >= 2:
-                    test = t_test_greater(ours, theirs, equal_var=True)
-                    row.update(t=test.statistic, p_value=test.pvalue)
-                if row["difference"] <= 0:
-                    row["status"] = "rival not below"
-                elif not math.isnan(row["p_value"]) and row["p_value"] < settings.alpha:
-                    row["status"] = "above (significant)"
-                else:
-                    row["status"] = "above (not significant)" if ours.size >= 2 and theirs.size >= 2 \
-                        else "above (untested: one seed)"
+                    above = t_test_greater(ours, theirs, equal_var=True)
+                    below = t_test_greater(theirs, ours, equal_var=True)
+                    row.update(t=above.statistic, p_value=above.pvalue, p_below=below.pvalue)
+                    if above.pvalue < settings.alpha:
+                        row["status"] = "above (significant)"
+                    elif below.pvalue < settings.alpha:
+                        row["status"] = "below (significant)"
+                    else:
+                        row["status"] = "not significant"
             conf_rows.append(row)
         statuses = [r["status"] for r in conf_rows]
         if any(s == "missing" for s in statuses):
             verdict = "missing"
-        elif any(s == "rival not below" for s in statuses):
+        elif any(s == "below (significant)" for s in statuses):
             verdict = "does not hold"
         elif all(s == "above (significant)" for s in statuses):
             verdict = "holds"
         else:
-            verdict = "holds in the means only"
+            verdict = "inconclusive"
         for r in conf_rows:
             r["verdict"] = verdict
         rows += conf_rows
     return pd.DataFrame.from_records(rows, columns=["config", "model", "rival", "n_model", "n_rival", "mean_model",
-                                                    "mean_rival", "difference", "t", "p_value", "status",
+                                                    "mean_rival", "difference", "t", "p_value", "p_below", "status",
                                                     "verdict"])
 
 
@@ -248,16 +258,46 @@ def apply_budget(claim: pd.DataFrame, metrics: pd.DataFrame, budget: Budget | No
     return claim
 
 
-def convergence(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per (config, model): runs, runs stopped by early stopping, runs whose best epoch was their last at
-    the epoch cap (still improving: not converged), and the median epochs."""
+def convergence(metrics: pd.DataFrame, curves: pd.DataFrame | None = None,
+                settings: StudySettings | None = None) -> pd.DataFrame:
+    """Per (config, model): runs, runs ended by early stopping, runs whose best epoch was their last at the
+    epoch cap, and the runs flagged as not converged (`not_converged`), by either rule:
+    - `improving_at_end`: not ended by early stopping and its best epoch within its last `patience` epochs
+      (epochs - best_epoch < patience): it was still improving when the cap ended it;
+    - `loss_outliers` (needs `curves`): its training loss at its last epoch is above `loss_factor` times the
+      lowest last-epoch training loss of the same model's other seeds on the configuration (a seed stuck
+      where its siblings went on: early stopping ended it on a noisy validation curve).
+    And the median epochs and mean training seconds."""
+    settings = settings or StudySettings()
     runs = metrics.drop_duplicates(["config", "model", "seed"])
+    outliers = _loss_outliers(curves, settings.loss_factor) if curves is not None and len(curves) else set()
     rows = []
     for (conf, model), part in runs.groupby(["config", "model"], sort=False):
         stopped = part["stopped_early"].astype(str).str.lower().eq("true")
         capped = (~stopped) & (part["best_epoch"] == part["epochs"])
+        improving = (~stopped) & ((part["epochs"] - part["best_epoch"]) < settings.patience)
+        stuck = part["seed"].map(lambda s, c=conf, m=model: (c, m, int(s)) in outliers)
         rows.append({"config": conf, "model": model, "runs": len(part), "stopped_early": int(stopped.sum()),
-                     "best_at_cap": int(capped.sum()), "median_epochs": float(part["epochs"].median()),
+                     "best_at_cap": int(capped.sum()), "improving_at_end": int(improving.sum()),
+                     "loss_outliers": int(stuck.sum()), "not_converged": int((improving | stuck).sum()),
+                     "median_epochs": float(part["epochs"].median()),
                      "train_seconds_mean": float(part["train_seconds"].mean())})
     return pd.DataFrame.from_records(rows, columns=["config", "model", "runs", "stopped_early", "best_at_cap",
+                                                    "improving_at_end", "loss_outliers", "not_converged",
                                                     "median_epochs", "train_seconds_mean"])
+
+
+def _loss_outliers(curves: pd.DataFrame, factor: float) -> set[tuple[str, str, int]]:
+    """(config, model, seed) of the runs whose last-epoch training loss is above `factor` x the lowest of
+    the same (config, model)'s other seeds (at least two seeds with a logged loss)."""
+    last = (curves.dropna(subset=["train_loss"]).sort_values("epoch")
+            .groupby(["config", "model", "seed"], sort=False)["train_loss"].last())
+    out = set()
+    for (conf, model), part in last.groupby(level=[0, 1], sort=False):
+        if len(part) < 2:
+            continue
+        for (_, _, seed), loss in part.items():
+            others = part.drop(index=(conf, model, seed))
+            if loss > factor * float(others.min()):
+                out.add((str(conf), str(model), int(seed)))
+    return out

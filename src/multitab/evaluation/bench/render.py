@@ -78,13 +78,14 @@ def delta_m_markdown(summary: pd.DataFrame, configs: Mapping[str, SyntheticConfi
 
 
 def claims_markdown(table: pd.DataFrame, settings: StudySettings) -> str:
-    header = ["Configuration", "Verdict"] + [f"vs {settings.label(r)}: Δ (p)" for r in settings.rivals]
+    header = ["Configuration", "Verdict"] + [f"vs {settings.label(r)}: Δ (p above / below)" for r in settings.rivals]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for conf, part in table.groupby("config", sort=False):
         cells = []
         for rival in settings.rivals:
             r = part[part.rival == rival].iloc[0]
-            cells.append("missing" if r["status"] == "missing" else f"{_fmt(float(r['difference']))} ({_p(float(r['p_value']))})")
+            cells.append("missing" if r["status"] == "missing" else
+                         f"{_fmt(float(r['difference']))} ({_p(float(r['p_value']))} / {_p(float(r['p_below']))})")
         lines.append("| " + " | ".join([str(conf), f"**{part.iloc[0]['verdict']}**"] + cells) + " |")
     return "\n".join(lines)
 
@@ -134,10 +135,11 @@ def _below_budget_note(metrics: pd.DataFrame, settings: StudySettings) -> list[s
 
 
 def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[str]:
-    """A warning ahead of the verdicts when runs of the compared models were still improving at their epoch
-    cap: a verdict on such a configuration compares under-trained models, not the models the paper compares.
-    It names those configurations; the verdicts of the others stand."""
-    compared = conv[conv["model"].isin([settings.model, *settings.rivals]) & (conv["best_at_cap"] > 0)]
+    """A warning ahead of the verdicts when runs of the compared models are flagged not converged (still
+    improving within their last `patience` epochs at the cap, or a training loss far above the same model's
+    other seeds: numbers.convergence): a verdict on such a configuration compares under-trained models, not
+    the models the paper compares. It names those configurations; the verdicts of the others stand."""
+    compared = conv[conv["model"].isin([settings.model, *settings.rivals]) & (conv["not_converged"] > 0)]
     if compared.empty:
         return []
     where = "; ".join(f"{settings.label(m)} on {', '.join(part['config'])}"
@@ -147,10 +149,15 @@ def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[
     scope = (f"the verdict{'s' if many else ''} on {', '.join(configs)} {'compare' if many else 'compares'} "
              f"under-trained models and {'say' if many else 'says'} nothing yet about the paper's claim there")
     rest = "; the other configurations' verdicts stand" if set(conv["config"]) - set(configs) else ""
-    return [f"> **NOT CONVERGED**: {int(compared['best_at_cap'].sum())} run(s) of the compared models were still "
-            f"improving at their epoch cap ({where}): {scope}{rest}. Train longer before reading "
-            "them: `make study` trains to convergence, and raising `runs.study.train.max_epochs` continues the runs at "
-            "the cap from their checkpoints (docs/study.md).", ""]
+    return [f"> **NOT CONVERGED**: {int(compared['not_converged'].sum())} run(s) of the compared models "
+            f"({_rule(settings)}: {where}): {scope}{rest}. Train longer or with more seeds before reading "
+            "them: raising `runs.study.train.max_epochs` continues the runs at the cap from their checkpoints "
+            "(docs/study.md).", ""]
+
+
+def _rule(settings: StudySettings) -> str:
+    return (f"still improving within their last {settings.patience} epochs at the epoch cap, or ending with a "
+            f"training loss above {settings.loss_factor:g}x the same model's best seed's")
 
 
 def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFrame, dm_md: str, claims_md: str,
@@ -161,6 +168,7 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
     seeds = sorted(int(s) for s in metrics["seed"].unique()) if len(metrics) else []
     rows = sorted({int(x) for x in metrics["n_train"].dropna()}) if "n_train" in metrics else []
     capped = int(conv["best_at_cap"].sum()) if len(conv) else 0
+    flagged = int(conv["not_converged"].sum()) if len(conv) else 0
     stopped = int(conv["stopped_early"].sum()) if len(conv) else 0
     rivals = ", ".join(settings.label(r) for r in settings.rivals)
     lines = ["## MultiTab-Bench: Figures 5 and 6, and the paper's claim checked", "", *header]
@@ -172,8 +180,9 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         *_below_budget_note(metrics, settings),
         *_not_converged_warning(conv, settings),
         claims_md, "",
-        "Cells: Δm difference (ours − rival, percentage points) and the one-sided p-value. `holds in the means "
-        "only`: every rival's mean is below but not significantly so (or one seed: no test).", "",
+        "Cells: Δm difference (ours − rival, percentage points) (one-sided p-value of ours above the rival / "
+        "of ours below it). `holds`: significantly above every rival; `does not hold`: significantly below at "
+        "least one; `inconclusive`: neither (or one seed: no test), whatever the means' order.", "",
         "### Δm (%) vs STL, mean ± σ over seeds", "", dm_md, "",
         f"![Figure 5]({figure_prefix}figure5_delta_m.png)", "",
         f"![Figure 6]({figure_prefix}figure6_delta_m.png)", "",
@@ -182,7 +191,7 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         "### Convergence", "",
         *([f"![Learning curves]({figure_prefix}learning_curves.png)", ""] if curves else []),
         f"{stopped} of {n_runs} runs were ended by early stopping; {capped} reached their epoch cap with the best "
-        "validation EV at the last epoch (still improving: not converged)"
-        + (" — listed in convergence.csv." if capped else "."), "",
+        "validation EV at the last epoch; " + f"{flagged} flagged not converged ({_rule(settings)})"
+        + (" — listed in convergence.csv." if flagged else "."), "",
     ]
     return "\n".join(lines)

@@ -1,0 +1,195 @@
+"""The attribution study (issue 28): the authors' data options (evaluation on the training rows, a dataset per
+seed), the arms expanded to train@ stages with shared runs, the arm overlay reaching the model, and the ladder
+report regenerated from its own CSVs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from multitab.config import ConfigError, parse_params, read_yaml
+from multitab.config.aggregate import SyntheticConfig
+from multitab.config.attribution import arm_runs, train_config
+from multitab.datasets.bench import synthesize_config
+from multitab.evaluation.bench.attribution import collect_arms, flips, ladder, regenerate
+from multitab.evaluation.bench.attribution import main as attribution_main
+from multitab.evaluation.bench.numbers import StudySettings
+from multitab.hparams import for_run
+from multitab.profiles import group_train
+from multitab.runs import document, expand, point_id
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _params(**attribution):
+    raw = read_yaml(ROOT / "params.yaml")
+    raw["bench"]["data"]["n_samples"] = 200
+    raw["attribution"]["configs"] = ["p06_pd3_t3"]
+    raw["attribution"].update(attribution)
+    raw["runs"]["attribution"]["models"] = ["stl_mlp", "mmoe", "multitab_net"]
+    raw["attribution"]["claim"]["rivals"] = ["mmoe"]
+    raw["runs"]["attribution"]["seeds"] = [0, 1]
+    return raw, parse_params(raw)
+
+
+def test_training_rows_evaluation_tests_exactly_the_training_rows_and_held_out_none_of_them():
+    _, params = _params()
+    frames, meta = synthesize_config("p06_pd3_t3", params.bench, evaluation="training_rows")
+    assert len(frames["train"]) == 200  # no split: every generated row trains, as in the authors' loader
+    pd.testing.assert_frame_equal(frames["test"], frames["train"])
+    pd.testing.assert_frame_equal(frames["val"], frames["train"])
+    assert meta["generator"]["evaluation"] == "training_rows" and meta["generator"]["split"] is None
+    held, _ = synthesize_config("p06_pd3_t3", params.bench)
+    assert (len(held["train"]), len(held["test"])) == (140, 30)
+    rows = lambda f: set(map(tuple, f[[c for c in f if c.startswith("x")]].to_numpy().round(6)))  # noqa: E731
+    assert not rows(held["test"]) & rows(held["train"]) and rows(held["test"]) <= rows(frames["train"])
+
+
+def test_a_dataset_per_seed_differs_between_seeds_and_repeats_for_the_same_seed():
+    _, params = _params()
+    one, _ = synthesize_config("p06_pd3_t3", params.bench, evaluation="training_rows", seed=1)
+    again, _ = synthesize_config("p06_pd3_t3", params.bench, evaluation="training_rows", seed=1)
+    two, meta = synthesize_config("p06_pd3_t3", params.bench, evaluation="training_rows", seed=2)
+    pd.testing.assert_frame_equal(one["train"], again["train"])
+    assert not np.allclose(one["train"].to_numpy(), two["train"].to_numpy()) and meta["generator"]["seed"] == 2
+    # the arms' data: per_run gives each run seed its own folder, generated with that seed
+    entries = document(params, ["attribution"])["attribution_data"]
+    assert entries["p06_pd3_t3_tr_raw_s1"]["data_seed"] == 1 and entries["p06_pd3_t3_ho_std_fixed"]["data_seed"] == -1
+    assert list(entries) == ["p06_pd3_t3_tr_raw_s0", "p06_pd3_t3_tr_raw_s1", "p06_pd3_t3_ho_raw_s0",
+                             "p06_pd3_t3_ho_raw_s1", "p06_pd3_t3_ho_raw_fixed", "p06_pd3_t3_ho_std_fixed"]
+
+
+def test_arms_expand_to_train_stages_sharing_the_runs_their_settings_share():
+    _, params = _params()
+    doc = document(params, ["attribution"])
+    keys = [k for k in doc["train_runs"] if k.startswith("attribution-")]
+    arms = arm_runs(params)
+    assert list(arms) == ["A0_authors", "A1_held_out", "A2_fixed_data", "A3_standard_targets", "A4_adam",
+                          "A5_epochs40", "A6_mask_t_t", "A7_inter_sample"]
+    # 6 runs (3 models x 2 seeds) per arm; A1..A5 change every model's settings, A6 and A7 only MultiTab-Net's
+    assert len(keys) == 6 * 6 + 2 + 2 and len(set(keys)) == len(keys)
+    run_keys = {arm: {k for k, r in expand(params, ["attribution"]).items()
+                      if any((r.dataset, r.model, r.seed, r.point) == (d, m, s, p) for _, m, s, d, p in members)}
+                for arm, members in arms.items()}
+    assert all(len(v) == 6 for v in run_keys.values())
+    shared = run_keys["A5_epochs40"] & run_keys["A6_mask_t_t"]
+    assert shared == run_keys["A6_mask_t_t"] & run_keys["A7_inter_sample"]
+    assert {k.split("-")[2] for k in shared} == {"stl_mlp", "mmoe"} and len(shared) == 4
+    assert "attribution-p06_pd3_t3_tr_raw_s0-multitab_net-optadamw0-epauthors-masknone-mixpsm-0" in keys
+    assert "attribution-p06_pd3_t3_ho_std_fixed-multitab_net-optadam1e5-ep40-maskt_t-mixrope-1" in keys
+    # run_arms: the authors' and the paper study's arms alone, each with the settings the whole list gives it
+    raw, _ = _params(run_arms=["A0_authors", "A7_inter_sample"])
+    two = parse_params(raw)
+    assert {k for k in document(two, ["attribution"])["train_runs"] if k.startswith("attribution-")} == {
+        k for arm in ("A0_authors", "A7_inter_sample") for k in run_keys[arm]}
+    assert two.attribution.changes()["A7_inter_sample"] == (
+        "evaluation=held_out, data_seed=fixed, targets=standard, optimizer=adam_wd1e-5, mask=t_t, "
+        "inter_sample=rope_attention, epochs=40")
+    assert params.attribution.changes()["A6_mask_t_t"] == "mask=t_t"
+    # the default run matrix holds none of them
+    assert not [k for k in document(params)["train_runs"] if k.startswith("attribution-")]
+    assert document(params)["attribution_data"] == {}
+
+
+def test_each_arm_changes_exactly_one_factor_and_the_first_sets_them_all():
+    raw, _ = _params()
+    bad = copy.deepcopy(raw)
+    bad["attribution"]["arms"]["A1_held_out"]["set"] = {"evaluation": "held_out", "targets": "standard"}
+    with pytest.raises(ConfigError, match="A1_held_out: an arm after the first changes exactly one factor"):
+        parse_params(bad)
+    bad = copy.deepcopy(raw)
+    del bad["attribution"]["arms"]["A0_authors"]["set"]["mask"]
+    with pytest.raises(ConfigError, match=r"A0_authors: the first arm sets every factor; missing \['mask'\]"):
+        parse_params(bad)
+    bad = copy.deepcopy(raw)
+    bad["attribution"]["arms"]["A4_adam"]["set"] = {"optimizer": "sgd"}
+    with pytest.raises(ConfigError, match=r"A4_adam.optimizer='sgd': expected one of"):
+        parse_params(bad)
+
+
+def test_the_authors_arm_trains_their_multitab_net_under_protocol_paper():
+    _, params = _params()
+    assert params.protocol == "paper"
+    file = "hparams/authors/multitab_bench/multitab_net.yaml"
+    base = group_train(params, "attribution")
+    first, last = arm_runs(params)["A0_authors"], arm_runs(params)["A7_inter_sample"]
+    point = next(p for _, m, _, _, p in first if m == "multitab_net")
+    h = for_run(ROOT, file, model="multitab_net", dataset="x", point=None, config=train_config(base, point, "multitab_net"))
+    assert (h.model["inter_sample"], h.model["mask"], h.model["multi_token"]) == ("per_sample_mixing", "none", True)
+    assert (h.optim["optimizer"], h.optim["weight_decay"], h.optim["lr"]) == ("adamw", 0.0, 0.001)
+    assert train_config(base, point, "multitab_net").max_epochs is None  # the file's 10 epochs
+    point = next(p for _, m, _, _, p in last if m == "multitab_net")
+    h = for_run(ROOT, file, model="multitab_net", dataset="x", point=None, config=train_config(base, point, "multitab_net"))
+    paper = for_run(ROOT, file, model="multitab_net", dataset="x", point=None, config=group_train(params, "study"))
+    assert h.model == paper.model and h.optim == {**paper.optim}  # the last arm is the `paper` study's model
+    assert train_config(base, point, "multitab_net").max_epochs == 40 == group_train(params, "study").max_epochs
+
+
+CONFIGS = {"c1": SyntheticConfig("c1", ("correlation",), 0.2, (3, 3, 3))}
+# mean test EV per arm and model: MultiTab-Net best under A0, MMoE best under A1 (the verdict flips there)
+LEVELS = {"A0": {"stl_mlp": 0.80, "mmoe": 0.82, "ple": 0.81, "stem": 0.83, "multitab_net": 0.90},
+          "A1": {"stl_mlp": 0.80, "mmoe": 0.92, "ple": 0.81, "stem": 0.83, "multitab_net": 0.85}}
+
+
+def _fake_runs(root: Path) -> dict[str, list[tuple[str, str, int, str, str]]]:
+    rng = np.random.default_rng(5)
+    arms: dict[str, list[tuple[str, str, int, str, str]]] = {}
+    for arm, models in LEVELS.items():
+        arms[arm] = []
+        for model, level in models.items():
+            for seed in (0, 1, 2):
+                point = point_id({"opt": "x", "ep": arm})
+                run = root / f"c1_{arm}" / model / point / f"seed{seed}"
+                (run / "dvclive" / "plots" / "metrics").mkdir(parents=True)
+                test = {t: level + float(rng.normal(0, 0.002)) for t in ("y1", "y2", "y3")}
+                for name, values in (("val_mean", [level - 0.1, level]), ("train_loss", [0.5, 0.1])):
+                    (run / "dvclive" / "plots" / "metrics" / f"{name}.tsv").write_text(
+                        f"timestamp\tstep\t{name}\n" + "".join(f"0\t{i}\t{v}\n" for i, v in enumerate(values)))
+                (run / "metrics.json").write_text(json.dumps({
+                    "test": test, "val": test, "best_epoch": 2, "epochs": 7, "max_epochs": 40, "stopped_early": True,
+                    "train_seconds": 1.0, "samples_per_second": 10.0, "n_rows": {"train": 140}, "device": "cpu"}))
+                arms[arm].append(("c1", model, seed, f"c1_{arm}", point))
+    return arms
+
+
+def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
+    metrics, curves = collect_arms(tmp_path / "runs", CONFIGS, _fake_runs(tmp_path / "runs"))
+    arms = pd.DataFrame({"arm": ["A0", "A1"], "source": ["authors_code", "ours"],
+                         "changed": ["evaluation=training_rows, ...", "evaluation=held_out"]})
+    settings = StudySettings()
+    table = ladder(metrics, curves, arms, settings)
+    assert table.verdict.tolist() == ["holds", "does not hold"] and table.best_rival.tolist() == ["stem", "mmoe"]
+    assert table.gap.iloc[0] > 0 > table.gap.iloc[1] and (table.gap_se > 0).all()
+    assert flips(table) == {"c1": [("A1", "holds", "does not hold")]}
+    record = tmp_path / "record"
+    record.mkdir()
+    metrics.to_csv(record / "metrics.csv", index=False, float_format="%.6g")
+    curves.to_csv(record / "curves.csv", index=False, float_format="%.6g")
+    arms.to_csv(record / "arms.csv", index=False)
+    written = regenerate(record)
+    section = (record / "section.md").read_text()
+    assert "the claim (MultiTab-Net significantly above every rival at α 0.05) **holds**" in section
+    assert "the verdict turns to **does not hold** at A1, once evaluation=held_out" in section
+    assert "| A0 | the authors' code |" in section
+    copy_ = tmp_path / "copy"
+    copy_.mkdir()
+    for name in ("metrics.csv", "curves.csv", "arms.csv"):
+        shutil.copy(record / name, copy_ / name)
+    for path in regenerate(copy_):
+        assert path.read_bytes() == (record / path.relative_to(copy_)).read_bytes(), path.name
+    assert {p.relative_to(record).as_posix() for p in written} == {
+        "ladder.csv", "ladder.md", "figures/ladder.png", "figures/ladder.svg", "section.md"}
+    # `record`: the report's three CSVs into a record folder with its header (distinct runs counted once)
+    assert attribution_main(["record", "--from", str(record), "--to", str(tmp_path / "rec"), "--note", "Tiny."]) == 0
+    header = (tmp_path / "rec" / "header.md").read_text()
+    assert "> Tiny." in header and "30 distinct runs for 30 arm-runs" in header
+    assert (tmp_path / "rec" / "ladder.csv").read_bytes() == (record / "ladder.csv").read_bytes()
+    # an arm without its runs reads missing and is skipped over by the flip
+    partial = ladder(metrics[metrics.arm == "A0"], curves, arms, settings)
+    assert partial.verdict.tolist() == ["holds", "missing"] and flips(partial) == {"c1": []}
