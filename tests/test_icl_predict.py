@@ -4,20 +4,14 @@ Random weights: these check plumbing and determinism, never accuracy."""
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pytest
 import torch
 
+from _icl_tiny import TINY_ORION, orion_state, tabicl_file
 from multitab.icl import context, tabicl_model
 from multitab.icl.orion_msp import from_checkpoint
 
-TINY_ORION = {
-    "max_classes": 4, "embed_dim": 8, "col_num_blocks": 1, "col_nhead": 2, "col_num_inds": 4,
-    "row_num_blocks": 1, "row_nhead": 2, "row_num_cls": 2, "icl_num_blocks": 1, "icl_nhead": 2,
-    "row_scales": (1, 2), "row_window": 1, "perc_num_latents": 4, "perc_layers": 1,
-}
 
 @pytest.fixture(autouse=True)
 def _one_thread():
@@ -30,14 +24,7 @@ def _one_thread():
 
 
 def _orion(memory: str = "reference"):
-    torch.manual_seed(0)
-    from multitab.icl.orion_msp import CONFIG_KEYS, OrionMSP
-
-    state = OrionMSP(**{CONFIG_KEYS[k]: v for k, v in TINY_ORION.items()}).state_dict()
-    for value in state.values():  # the released init zeroes output projections: make every weight count
-        if value.is_floating_point() and value.dim() > 1:
-            value.normal_(0, 0.3)
-    return from_checkpoint({"config": TINY_ORION, "state_dict": state}, memory=memory)
+    return from_checkpoint({"config": TINY_ORION, "state_dict": orion_state()}, memory=memory)
 
 
 def _data(n_train=40, n_test=11, n_features=4, n_classes=3, seed=0):
@@ -75,21 +62,9 @@ def test_orion_ensemble_gives_probabilities_and_repeats():
     assert not np.allclose(single.predict_proba(x, y, x_test), proba, atol=1e-4)
 
 
-def _tabicl_checkpoint(tmp_path, regression: bool):
-    from tabicl._model import TabICL
-
-    config = {"max_classes": 0 if regression else 10, "num_quantiles": 9, "embed_dim": 8, "col_num_blocks": 1,
-              "col_nhead": 2, "col_num_inds": 4, "row_num_blocks": 1, "row_nhead": 2, "row_num_cls": 2,
-              "icl_num_blocks": 1, "icl_nhead": 2}
-    torch.manual_seed(0)
-    path = tmp_path / ("reg.ckpt" if regression else "cls.ckpt")
-    torch.save({"config": config, "state_dict": TabICL(**config).state_dict()}, path)
-    return path, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 @pytest.mark.parametrize("kind", ["classifier", "regressor"])
 def test_tabicl_from_a_local_checkpoint(tmp_path, kind):
-    path, pin = _tabicl_checkpoint(tmp_path, regression=kind == "regressor")
+    path, pin = tabicl_file(tmp_path, regression=kind == "regressor")
     x, y, x_test = _data(n_train=30, n_test=5)
     if kind == "regressor":
         y = x[:, 0] * 2.0

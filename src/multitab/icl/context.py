@@ -42,6 +42,7 @@ def predict_in_chunks(
     """`logits` of every test row, chunk by chunk (see module docstring): (n_test, n_classes) float32."""
     if chunk_size < 1:
         raise ValueError(f"{chunk_size=} must be >= 1")
+    # NOTE[DIFF] (docs/deviations.md D23): the released wrapper predicts every test row in one call
     order = np.random.default_rng(seed).permutation(len(x_test))
     context = torch.as_tensor(x_context, dtype=torch.float32)
     labels = torch.as_tensor(y_context, dtype=torch.float32)[None]
@@ -92,7 +93,7 @@ class OrionMSPEnsemble:
     """Class probabilities of test rows from `n_estimators` views of the context (see module docstring).
 
     `logits` is the model (orion_msp.OrionMSP in eval mode); classes are 0..n_classes-1 in `y_context`.
-    # NOTE[DIFF] (docs/deviations.md D22): column permutations are seeded random permutations, not the
+    # NOTE[DIFF] (docs/deviations.md D24): column permutations are seeded random permutations, not the
     # released wrapper's Latin squares; the views are drawn with `numpy.random.default_rng(seed)`.
     """
 

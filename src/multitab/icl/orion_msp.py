@@ -1,4 +1,4 @@
-"""Orion-MSP (Lexsi Labs, 2025; ../shared/papers/orion_msp_2025.md): a pretrained tabular in-context
+"""Orion-MSP ("Multi-Scale Sparse Attention for Tabular In-Context Learning", Lexsi Labs, 2025): a pretrained tabular in-context
 learner. TabICL's column embedder (a set transformer with inducing points per column, §3.3), a multi-scale
 row encoder over CLS + GLOBAL tokens with a block-sparse mask (§3.4), a Perceiver memory that training rows
 write and every row reads (§3.5), then the ICL transformer with a split mask and a two-layer decoder to
@@ -168,7 +168,7 @@ def block_sparse_mask(
     if window_mode == "paper" and n_tokens > n_special and window >= 0:
         index = torch.arange(n_tokens, device=device)
         allowed |= (index[:, None] - index[None, :]).abs() <= window
-    # NOTE[DIFF]: under "reference" the window term is multiplied by 0 (as in the released code): nothing.
+    # NOTE[DIFF] (docs/deviations.md D20): under "reference" the window term is multiplied by 0, as released
     if n_random > 0 and n_tokens > n_special + 1:
         for i in range(n_special, n_tokens):  # one draw per query, in order: the reference's sequence
             draw = torch.randperm(n_tokens - n_special, device=device, generator=generator)
@@ -276,7 +276,7 @@ class _CrossAttnBlock(nn.Module):
 
     def forward(self, q: Tensor, kv: Tensor, n_context: int | None) -> Tensor:
         x = self.attn(self.q_norm(q), self.kv_norm(kv)) + q  # eqs. 33-35 (the block adds its own residual too)
-        # NOTE[DIFF] (memory: reference): eq. 36's FFN is a whole transformer layer across the rows here
+        # NOTE[DIFF] (docs/deviations.md D21): eq. 36's FFN is a whole transformer layer across the rows
         return self.ffn(x, n_context)
 
 
@@ -403,7 +403,7 @@ class OrionMSP(nn.Module):
         if n_classes > self.max_classes:
             raise ValueError(f"{n_classes} classes: more than the model's {self.max_classes}")
         generator = None
-        if self.links == "seeded":
+        if self.links == "seeded":  # NOTE[DIFF] (docs/deviations.md D22): the released code uses the global RNG
             generator = torch.Generator(device=x.device).manual_seed(self.link_seed)
         emb = self.col_embedder(x, n_train)  # (B, T, H, d)
         rows = self.row_interactor(emb, window_mode=self.window, generator=generator)  # (B, T, n_cls * d)
