@@ -61,6 +61,14 @@ def _checkpoint_for(model: str, task: Task, config: IclConfig) -> tuple[str, Any
 
 def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, root: Path = Path(".")) -> dict[str, Any]:
     """The metrics record of `model` on the processed dataset in `data_dir` (see module docstring)."""
+    data = load_processed(data_dir, splits=())  # meta.json: the tasks
+    runs = any(not (model == "orion_msp" and t.type == "regression")
+               and (entry := _checkpoint_for(model, t, config)[1]) is not None and entry.path is not None
+               for t in data.schema.tasks)
+    if not runs:  # nothing to predict: no split is read
+        return _record(data.meta.get("dataset", Path(data_dir).name), model, seed, config, {
+            t.name: NOT_APPLICABLE if model == "orion_msp" and t.type == "regression" else NOT_RUN
+            for t in data.schema.tasks}, {"val": {}, "test": {}}, {}, None, 0.0)
     data = load_processed(data_dir)
     train, splits = data.splits["train"], {s: data.splits[s] for s in ("val", "test")}
     rows = context.context_rows(len(train), config.context_size, seed)
@@ -112,15 +120,22 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
         for s, d in splits.items():
             metrics[s] |= task_metrics([task], {task.name: d.targets()[task.name].numpy()}, {task.name: preds[s]})
         status[task.name] = "ok"
+    return _record(data.meta.get("dataset", Path(data_dir).name), model, seed, config, status, metrics, checkpoints,
+                   (len(rows), len(train)), seconds)
+
+
+def _record(dataset: str, model: str, seed: int, config: IclConfig, status: dict[str, str],
+            metrics: dict[str, dict[str, float]], checkpoints: dict[str, str], rows: tuple[int, int] | None,
+            seconds: float) -> dict[str, Any]:
     return {
-        "dataset": data.meta.get("dataset", Path(data_dir).name), "model": model, "seed": seed, "kind": PRETRAINED,
+        "dataset": dataset, "model": model, "seed": seed, "kind": PRETRAINED,
         "status": status, "val": metrics["val"], "test": metrics["test"],
         "val_mean": mean_metric(metrics["val"]) if metrics["val"] else math.nan,
         "test_mean": mean_metric(metrics["test"]) if metrics["test"] else math.nan,
         "checkpoints": {name: {"path": config.checkpoints[name].path, "sha256": sha}
                         for name, sha in checkpoints.items()},
-        "context": {"rule": config.context_rule, "size": config.context_size, "rows_used": int(len(rows)),
-                    "train_rows": len(train)},
+        "context": {"rule": config.context_rule, "size": config.context_size,
+                    "rows_used": rows[0] if rows else None, "train_rows": rows[1] if rows else None},
         "chunk_size": config.chunk_size, "n_estimators": config.n_estimators,
         "orion": dataclasses.asdict(config.orion) if model == "orion_msp" else None,
         "seconds": seconds, "device": config.device,
