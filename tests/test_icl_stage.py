@@ -4,6 +4,7 @@ the plumbing: these numbers are no model's result) and without any checkpoint (e
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,3 +92,36 @@ def test_more_classes_than_the_checkpoint_takes_is_not_applicable(tmp_path):
     record = json.loads((out / "tiny/orion_msp/seed0/metrics.json").read_text())
     assert record["status"] == {"marital": "not applicable: 6 classes, the checkpoint takes 4"}
     assert record["test"] == {}
+
+
+def test_table3_rows_say_pretrained_and_not_run_without_a_checkpoint(tmp_path):
+    from _aggregate_fakes import published_runs
+    from multitab.config import load_params
+    from multitab.evaluation.paper.paper_tables import table3
+    from multitab.evaluation.paper.published import load_published
+    from multitab.evaluation.paper.results import PaperResults
+    from multitab.evaluation.paper.runs import RunSet, load_runs
+    from multitab.icl.records import read_records
+
+    published_runs(tmp_path / "runs", seeds=(0,), noise=0.0, standin=False)
+    results = PaperResults(RunSet(load_runs(tmp_path / "runs")), load_params(Path(__file__).resolve().parents[1] / "params.yaml").aggregate, load_published())
+    icl = tmp_path / "icl"
+    base = {"seed": 0, "kind": "pretrained, no training on this dataset", "val": {}}
+    for model in ("orion_msp", "tabicl"):
+        (icl / "aliexpress" / model / "seed0").mkdir(parents=True)
+    (icl / "aliexpress/orion_msp/seed0/metrics.json").write_text(json.dumps({
+        **base, "dataset": "aliexpress", "model": "orion_msp", "status": {"click": "ok", "conversion": "ok"},
+        "test": {"click": 0.7, "conversion": 0.8}, "checkpoints": {"orion_msp": {"path": "x", "sha256": "ab" * 32}}}))
+    (icl / "aliexpress/tabicl/seed0/metrics.json").write_text(json.dumps({
+        **base, "dataset": "aliexpress", "model": "tabicl", "test": {}, "checkpoints": {},
+        "status": {"click": "not run: no checkpoint", "conversion": "not run: no checkpoint"}}))
+    table = table3(results, read_records(icl))
+    rows = {r[0]: r for r in table.rows}
+    orion = rows["Orion-MSP (pretrained, no training on this dataset)"]
+    assert orion[1].value == pytest.approx(70.0) and orion[2].value == pytest.approx(80.0)
+    assert orion[3].value is not None  # Δm against STL, as for every row
+    tabicl = rows["TabICL (pretrained, no training on this dataset)"]
+    assert tabicl[1].text() == "not run: no checkpoint" and tabicl[3].text() == "n/a"
+    text = table.to_markdown()
+    assert "ab" * 32 in text and "TabICL: pretrained, no training on this dataset; not run: no checkpoint" in text
+    assert len(table.rows) == len(table3(results).rows) + 2
