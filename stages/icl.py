@@ -37,7 +37,7 @@ def write_all(params_path: str, data: Path, out: Path) -> None:
     lines = ["# Pretrained in-context baselines (test metric per task)", "",
              f"Pretrained, no training on these datasets. Context: at most {config.context_size} training rows "
              f"({config.context_rule} seeded sample); test rows in seeded chunks of {config.chunk_size}; "
-             f"{config.n_estimators} ensemble views.", "",
+             f"{config.n_estimators} ensemble view(s).", "",
              "| dataset | model | seed | test | checkpoint |", "|---|---|---|---|---|"]
     not_run = False
     for dataset in config.datasets:
