@@ -88,6 +88,8 @@ SHAPES = [  # (config changes, rows, features, classes, training rows, tables)
     ({"row_num_random": 2}, 30, 9, 3, 20, 2),
     ({"row_group_mode": "pma", "max_classes": 4}, 18, 7, 4, 12, 1),
     ({"perc_num_latents": 0, "row_scales": (1,)}, 20, 3, 2, 15, 1),
+    ({"max_classes": 3}, 30, 4, 7, 24, 1),  # more classes than the decoder: the hierarchy, one level
+    ({"max_classes": 3}, 40, 4, 11, 33, 2),  # two levels (11 -> groups of 4, 4, 3 -> 2 + 2)
 ]
 
 

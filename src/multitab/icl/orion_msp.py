@@ -348,7 +348,8 @@ class OrionMSP(nn.Module):
         - ``x``: ``(B, T, H)`` float, the first ``n_train`` rows of each table are the context;
         - ``y_train``: ``(B, n_train)`` labels in ``0..n_classes-1`` (at most ``max_classes``);
         - output: ``(B, T - n_train, n_classes)`` logits, ``n_classes`` = the number of distinct labels
-          in ``y_train[0]`` (as the reference slices them).
+          in ``y_train[0]`` (as the reference slices them); beyond ``max_classes`` classes, through the
+          released hierarchy of class groups, ``softmax_temperature * log(p + 1e-6)``.
 
     Examples:
         >>> model = OrionMSP(d_embedding=8, col_n_blocks=1, col_n_heads=2, col_n_inducing=4,
@@ -366,7 +367,7 @@ class OrionMSP(nn.Module):
         row_scales: tuple[int, ...] = (1, 4, 8), row_window: int = 4, row_n_random: int = 0,
         row_group_mode: str = "contiguous", memory_n_latents: int = 16, memory_n_layers: int = 2,
         window: Literal["reference", "paper"] = "reference", memory: Literal["reference", "split"] = "reference",
-        links: Literal["reference", "seeded"] = "seeded", link_seed: int = 0,
+        links: Literal["reference", "seeded"] = "seeded", link_seed: int = 0, softmax_temperature: float = 0.9,
     ) -> None:
         super().__init__()
         if activation != "gelu" or not norm_first:
@@ -382,6 +383,7 @@ class OrionMSP(nn.Module):
         del dropout  # inference only: dropout is off
         self.max_classes, self.window, self.memory, self.links, self.link_seed = (
             max_classes, window, memory, links, link_seed)
+        self.softmax_temperature = softmax_temperature  # of the hierarchy's probabilities (released: 0.9)
         d, d_row = d_embedding, d_embedding * row_n_cls
         self.col_embedder = _ColumnEmbedding(d, col_n_blocks, col_n_heads, d * ff_factor, col_n_inducing)
         self.row_interactor = _RowInteraction(
@@ -400,14 +402,51 @@ class OrionMSP(nn.Module):
             raise ValueError(f"x {tuple(x.shape)} must be (B, T, H) and y_train {tuple(y_train.shape)} (B, n_train)"
                              " with 0 < n_train <= T")
         n_classes = int(torch.unique(y_train[0]).numel())
-        if n_classes > self.max_classes:
-            raise ValueError(f"{n_classes} classes: more than the model's {self.max_classes}")
         generator = None
         if self.links == "seeded":  # NOTE[DIFF] (docs/deviations.md D22): the released code uses the global RNG
             generator = torch.Generator(device=x.device).manual_seed(self.link_seed)
         emb = self.col_embedder(x, n_train)  # (B, T, H, d)
         rows = self.row_interactor(emb, window_mode=self.window, generator=generator)  # (B, T, n_cls * d)
-        return self.icl_predictor(rows, y_train, self.memory)[..., :n_classes]
+        if n_classes <= self.max_classes:
+            return self.icl_predictor(rows, y_train, self.memory)[..., :n_classes]
+        # more classes than the decoder has: the released hierarchy, per table; its "logits" are
+        # temperature * log(probability + 1e-6), as the reference returns them
+        probs = torch.stack([self._hierarchy(r, y) for r, y in zip(rows, y_train)])
+        return self.softmax_temperature * torch.log(probs + 1e-6)
+
+    def _predict(self, context: Tensor, labels: Tensor, test: Tensor) -> Tensor:
+        """Probabilities (at temperature) over the classes 0..k-1 of `labels`, k = their number."""
+        k = int(labels.max()) + 1
+        logits = self.icl_predictor(torch.cat([context, test])[None], labels[None].float(), self.memory)[0]
+        return torch.softmax(logits[:, :k] / self.softmax_temperature, dim=-1)
+
+    def _hierarchy(self, rows: Tensor, y_train: Tensor) -> Tensor:
+        """(T_test, n_classes) probabilities: classes split into at most `max_classes` balanced contiguous
+        groups, recursively; a class's probability is the product of its groups' probabilities down to a
+        node of at most `max_classes` classes (the released model's hierarchical classification)."""
+        n_train, n_all = y_train.shape[0], int(y_train.max()) + 1
+        test = rows[n_train:]
+
+        def node(context: Tensor, labels: Tensor) -> Tensor:
+            classes = torch.unique(labels)
+            local = torch.searchsorted(classes, labels)
+            out = test.new_zeros(test.shape[0], n_all)
+            if len(classes) <= self.max_classes:
+                out[:, classes.long()] = self._predict(context, local, test)
+                return out
+            n_groups = min(math.ceil(len(classes) / self.max_classes), self.max_classes)
+            sizes, left = [], len(classes)
+            for g in range(n_groups):
+                sizes.append(math.ceil(left / (n_groups - g)))
+                left -= sizes[-1]
+            group_of_class = torch.repeat_interleave(torch.arange(n_groups), torch.tensor(sizes)).to(labels.device)
+            groups = group_of_class[local]
+            group_probs = self._predict(context, groups, test)
+            for g in range(n_groups):
+                out += node(context[groups == g], labels[groups == g]) * group_probs[:, g : g + 1]
+            return out
+
+        return node(rows[:n_train], y_train.long())
 
 
 def from_checkpoint(
