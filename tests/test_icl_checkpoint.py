@@ -107,3 +107,26 @@ def test_hub_fetch_pins_the_file(tmp_path, monkeypatch):
             checkpoint.fetch("Lab/Other", "model.ckpt", sha256=pin, cache_dir=tmp_path / "cache")
     assert f"expected sha256 {pin}, found {hashlib.sha256(wrong).hexdigest()}" in str(refused.value)
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and p.read_bytes() == wrong]
+
+
+def test_fetch_command_pins_what_params_name(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from multitab.icl import fetch as fetch_cli
+
+    body = _checkpoint_bytes(tmp_path)
+    pin = hashlib.sha256(body).hexdigest()
+    entry = {"path": None, "sha256": None, "hub_repo": "Lab/Model", "hub_file": "model.ckpt"}
+    icl = {"models": ["orion_msp"], "datasets": [], "seeds": [0], "context_size": 10, "context_rule": "uniform",
+           "chunk_size": 4, "n_estimators": 1, "device": "cpu", "checkpoints": {"orion_msp": entry},
+           "orion": {"window": "reference", "memory": "reference", "links": "seeded", "link_seed": 0}, "out": "x"}
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"icl": icl}))
+    with _FakeHub("Lab/Model", "model.ckpt", body) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        cache = str(tmp_path / "cache")
+        assert fetch_cli.main(["orion_msp", "--params", str(params), "--cache", cache]) == 0
+        assert f"sha256 {pin} (not pinned yet" in capsys.readouterr().out
+        assert fetch_cli.main(["orion_msp", "--params", str(params), "--cache", cache, "--sha256", pin]) == 0
+        assert fetch_cli.main(["orion_msp", "--params", str(params), "--cache", cache, "--sha256", "1" * 64]) == 3
+        assert f"expected sha256 {'1' * 64}, found {pin}" in capsys.readouterr().err

@@ -51,10 +51,12 @@ def load(path: str | Path, sha256: str | None) -> tuple[dict[str, Any], str]:
     return checkpoint, found
 
 
-def fetch(repo_id: str, filename: str, *, sha256: str, cache_dir: str | Path, revision: str | None = None) -> Path:
+def fetch(repo_id: str, filename: str, *, sha256: str | None, cache_dir: str | Path,
+          revision: str | None = None) -> Path:
     """`filename` of hub repository `repo_id`, downloaded into `cache_dir` with huggingface_hub (endpoint:
     the HF_ENDPOINT environment variable when set) and checked against `sha256`; a file that is not the
-    pinned one is removed from the cache and refused."""
+    pinned one is removed from the cache and refused. `sha256=None` (a first fetch, to learn the hash to
+    pin): no check."""
     from huggingface_hub import hf_hub_download
 
     endpoint = os.environ.get("HF_ENDPOINT") or None

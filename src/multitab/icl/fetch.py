@@ -31,16 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     pin = args.sha256 or entry.sha256
     try:
-        if pin is None:  # first fetch: nothing to compare with; print the hash to pin
-            from huggingface_hub import hf_hub_download
-
-            path = hf_hub_download(repo_id=entry.hub_repo, filename=entry.hub_file, cache_dir=args.cache)
-            print(f"{path}\nsha256 {sha256_of(__import__('pathlib').Path(path))} (not pinned yet: pin it in params)")
-            return 0
-        print(f"{fetch(entry.hub_repo, entry.hub_file, sha256=pin, cache_dir=args.cache)}\nsha256 {pin}")
+        path = fetch(entry.hub_repo, entry.hub_file, sha256=pin, cache_dir=args.cache)
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
+    # the file and its hash (on a first fetch, the value to pin in params)
+    print(f"{path}\nsha256 {sha256_of(path)}" + ("" if pin else " (not pinned yet: pin it in params)"))
     return 0
 
 
