@@ -79,6 +79,7 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
     checkpoints: dict[str, str] = {}
     seconds = 0.0
     device = torch.device(config.device)
+    net: torch.nn.Module | None = None
     for task in data.schema.tasks:
         if model == "orion_msp" and task.type == "regression":
             status[task.name] = NOT_APPLICABLE
@@ -100,9 +101,10 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
             present, codes = np.unique(y.astype(np.int64), return_inverse=True)
             n_classes = 2 if task.type == "binary" else int(task.n_classes or present.max() + 1)
             if model == "orion_msp":
-                loaded, checkpoints[name] = ckpt.load(path, entry.sha256)
-                net = from_checkpoint(loaded, window=config.orion.window, memory=config.orion.memory,
-                                      links=config.orion.links, link_seed=config.orion.link_seed).to(device)
+                if net is None:  # one load for all of the dataset's tasks
+                    loaded, checkpoints[name] = ckpt.load(path, entry.sha256)
+                    net = from_checkpoint(loaded, window=config.orion.window, memory=config.orion.memory,
+                                          links=config.orion.links, link_seed=config.orion.link_seed).to(device)
                 ensemble = context.OrionMSPEnsemble(_on_device(net, device),
                                                     n_estimators=config.n_estimators, seed=seed,
                                                     chunk_size=config.chunk_size)
