@@ -9,6 +9,10 @@ STAMP := $(VENV)/.installed
 # fetched once with their integrity checked so that the pages work offline; tests read only this cache.
 ASSETS := .cache/datadocs/.fetched
 ASSETS_MANIFEST := src/multitab/validation/datadocs_assets.json
+# The released Orion-MSP model files (PyPI tabtune 0.2.1, MIT), installed without their dependencies in a
+# test-only folder: tests/test_orion_msp.py compares our model's logits with them (and skips, saying why,
+# when the folder is absent, e.g. PyPI could not be reached).
+REFERENCE := .cache/reference/tabtune/.installed
 
 # Offline by design: no telemetry, no update checks.
 export DO_NOT_TRACK := 1
@@ -43,10 +47,15 @@ $(ASSETS): $(ASSETS_MANIFEST) $(STAMP)
 
 assets: $(ASSETS)
 
+$(REFERENCE): $(STAMP)
+	@rm -rf $(dir $@)
+	$(BIN)/python -m pip install --quiet --no-deps --target $(dir $@) tabtune==0.2.1 && touch $@ \
+	  || echo "warning: tabtune==0.2.1 not installed; the Orion-MSP equivalence test will skip" >&2
+
 repro: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline
 
-test: $(STAMP) $(ASSETS)
+test: $(STAMP) $(ASSETS) $(REFERENCE)
 	$(BIN)/ruff check src stages flows tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal

@@ -44,7 +44,7 @@ def aggregate(a: argparse.Namespace) -> None:
     prov = provenance(a.params, params)
     with all_or_nothing():  # every table, figure, the report and the entry page: all new, or all as they were
         written = build_results(runs, config, load_published(), synthetic, a.complexity, outputs,
-                                runs_dir=a.runs, provenance=prov)
+                                runs_dir=a.runs, provenance=prov, icl_dir=a.icl)
         write_entry_page(a.index, Path(a.params).resolve().parent, prov, params.protocol, what_ran(params),
                          written)
 
@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics", required=True, type=Path, help="results/metrics.json (for dvc metrics)")
     p.add_argument("--report", required=True, type=Path, help="results/report.md")
     p.add_argument("--index", required=True, type=Path, help="results/index.html (the entry page)")
+    p.add_argument("--icl", type=Path, default=None,
+                   help="results/icl: the pretrained in-context models' records, rows of Table 3 (default: none)")
     a = p.parse_args(argv)
     return run("aggregate", lambda: aggregate(a))
 

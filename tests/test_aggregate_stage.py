@@ -236,6 +236,8 @@ def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "runs", repo / "results/runs")
     (repo / "results/complexity").mkdir(parents=True)
     shutil.copy(tmp_path / "complexity.csv", repo / "results/complexity/complexity.csv")
+    (repo / "results/icl").mkdir(parents=True)  # the icl stage's records: none here
+    (repo / "results/icl/summary.md").write_text("no records\n")
     env = {**os.environ, "PYTHONPATH": f"{repo / 'src'}{os.pathsep}{repo}",
            "PATH": f"{dvc.parent}{os.pathsep}{os.environ['PATH']}"}
 

@@ -24,6 +24,7 @@ from multitab.config._build import ConfigError, build, overlay
 from multitab.config.aggregate import AggregateConfig
 from multitab.config.bench import AttributionConfig, BenchConfig, BenchDataConfig, StudyConfig
 from multitab.config.data import DatasetConfig
+from multitab.config.icl import IclConfig
 from multitab.config.names import check_names
 from multitab.config.orchestration import OrchestrationConfig
 from multitab.config.runs import RunGroup
@@ -51,6 +52,7 @@ _SECTIONS: dict[str, type] = {
     "complexity": ComplexityConfig,
     "aggregate": AggregateConfig,
     "orchestration": OrchestrationConfig,
+    "icl": IclConfig,
 }
 
 
@@ -123,6 +125,11 @@ class Params:
     @property
     def orchestration(self) -> OrchestrationConfig:
         return self._get("orchestration", OrchestrationConfig)
+
+    @property
+    def icl(self) -> IclConfig:
+        """`icl`: the pretrained in-context baselines (multitab.config.icl)."""
+        return self._get("icl", IclConfig)
 
     def replace(self, **sections: Any) -> Params:
         """A copy with some sections replaced (multitab.profiles)."""

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from multitab.evaluation.delta_m import delta_m
 from multitab.evaluation.paper.results import METRIC_LABEL, PaperResults
 from multitab.evaluation.significance import t_test_greater, wilcoxon_greater
 from multitab.evaluation.tables import MISSING, Cell, Table
+from multitab.icl.records import LABELS as ICL_LABELS
+from multitab.icl.records import PRETRAINED
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +30,51 @@ def _models(results: PaperResults) -> list[str]:
     return list(results.config.models)
 
 
-def table3(results: PaperResults) -> Table:
-    """Table 3: test metrics (percent, seed means) and Δm per dataset, with the published values."""
+IclRecords = Mapping[tuple[str, str], Sequence[Mapping[str, Any]]]
+
+
+def icl_rows(results: PaperResults, icl: IclRecords) -> tuple[list[list[Cell | str]], list[str]]:
+    """Table 3's rows of the pretrained in-context models (multitab.icl.records) and their notes: a task's
+    seed-mean test metric where every seed's record has one, else the record's own words ("not run: no
+    checkpoint", "not applicable"); Δm against the baseline's seed mean when every task has a metric."""
+    cfg = results.config
+    rows: list[list[Cell | str]] = []
+    notes: list[str] = []
+    for model, label in ICL_LABELS.items():
+        if not any(m == model for _, m in icl):
+            continue
+        row: list[Cell | str] = [f"{label} ({PRETRAINED})"]
+        shas = set()
+        for d in cfg.datasets:
+            records = list(icl.get((d, model), []))
+            tasks = results.tasks(d)
+            means: dict[str, float] = {}
+            for t in tasks:
+                values = [float(r["test"][t]) for r in records if r["status"].get(t) == "ok"]
+                if records and len(values) == len(records):
+                    means[t] = float(np.mean(values))
+                    row.append(Cell(_pct(means[t]), 2))
+                else:
+                    words = next((r["status"][t] for r in records if r["status"].get(t, "ok") != "ok"), MISSING)
+                    row.append(Cell(None, 2, missing=words))
+            base = results.delta_inputs(d, cfg.baseline)
+            dm: float | None = None
+            if len(means) == len(tasks) and base is not None and not results.lower_is_better(d):
+                try:
+                    dm = delta_m(means, base.mean(axis=0).to_dict())
+                except ValueError:
+                    dm = math.nan
+            row.append(Cell(dm, 4, missing=f"{MISSING} (STL)" if len(means) == len(tasks) else "n/a"))
+            shas |= {f"{name} sha256 {c['sha256']}" for r in records for name, c in r["checkpoints"].items()}
+        rows.append(row)
+        notes.append(f"{label}: {PRETRAINED}; " + (f"produced with the checkpoint(s) {', '.join(sorted(shas))}"
+                                                    if shas else "not run: no checkpoint (docs/icl.md)") + ".")
+    return rows, notes
+
+
+def table3(results: PaperResults, icl: IclRecords | None = None) -> Table:
+    """Table 3: test metrics (percent, seed means) and Δm per dataset, with the published values; with
+    `icl`, rows for the pretrained in-context models after the trained ones."""
     cfg, pub = results.config, results.published
     header = ["Model"]
     for d in cfg.datasets:
@@ -46,10 +93,11 @@ def table3(results: PaperResults) -> Table:
             row.append(Cell(dm, 4, pub.table3.get((d, "delta_m", label)),
                             missing=miss if mean is None else f"{MISSING} (STL)"))
         rows.append(row)
+    extra_rows, extra_notes = icl_rows(results, icl) if icl else ([], [])
     return Table("table3_test_results", "Table 3: test results (AUC / EV in %, mean over seeds) and Δm (%)",
-                 header, rows, results.standin(cfg.datasets),
+                 header, rows + extra_rows, results.standin(cfg.datasets),
                  notes=[f"Δm (Equation 5) of seed-mean metrics against the {cfg.label(cfg.baseline)} seed-mean; "
-                        f"regression metric for Δm: {cfg.regression_metric.upper()}."])
+                        f"regression metric for Δm: {cfg.regression_metric.upper()}.", *extra_notes])
 
 
 def table_std(results: PaperResults, dataset: str, number: int) -> Table:

@@ -28,6 +28,7 @@ from multitab.evaluation.paper.report_markdown import Provenance, bench_section,
 from multitab.evaluation.paper.results import PaperResults
 from multitab.evaluation.paper.runs import RunSet
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
+from multitab.icl.records import read_records
 from multitab.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,11 @@ def _convergence_note(results: PaperResults, configs: set[str]) -> str:
     return figures.convergence_note(len(runs), len(capped))
 
 
-def build_tables(results: PaperResults, complexity_csv: str | Path) -> list[Table]:
-    """The paper's tables in the paper's order (2, 3, 4, 5–7, 8, 9, 10)."""
+def build_tables(results: PaperResults, complexity_csv: str | Path, icl: pt.IclRecords | None = None) -> list[Table]:
+    """The paper's tables in the paper's order (2, 3, 4, 5–7, 8, 9, 10); `icl`: the pretrained in-context
+    models' records, rows of Table 3."""
     cfg = results.config
-    tables = [pt.table2(results), pt.table3(results), pt.table4(results, complexity_csv)]
+    tables = [pt.table2(results), pt.table3(results, icl), pt.table4(results, complexity_csv)]
     tables += [pt.table_std(results, d, 5 + i) for i, d in enumerate(cfg.datasets)]
     tables += [pt.table8(results), pt.table9(results)]
     if "higgs" in cfg.datasets:
@@ -151,13 +153,15 @@ def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[l
 
 def build_results(runs: RunSet, config: AggregateConfig, published: Published,
                   synthetic: dict[str, SyntheticConfig], complexity_csv: str | Path, out: Outputs,
-                  runs_dir: str | Path | None = None, provenance: Provenance | None = None) -> list[Path]:
+                  runs_dir: str | Path | None = None, provenance: Provenance | None = None,
+                  icl_dir: str | Path | None = None) -> list[Path]:
     """Compute and write every output; returns the paths written. `runs_dir`: where the runs' dvclive
     learning-curve logs are (None: no curves). `provenance`: the commit, params hash and the study's budget
-    the report's first screen states (None: unknown, and every MultiTab-Bench verdict stands)."""
+    the report's first screen states (None: unknown, and every MultiTab-Bench verdict stands). `icl_dir`: the
+    `icl` stage's records (results/icl), rows of Table 3 (None: no such rows)."""
     provenance = provenance or Provenance()
     results = PaperResults(runs, config, published, synthetic)
-    tables = build_tables(results, complexity_csv)
+    tables = build_tables(results, complexity_csv, read_records(icl_dir) if icl_dir is not None else None)
     synth = pt.synthetic_delta_m(results)
     figure_tables = [
         pt.table_synthetic(results, synth, FIGURE5_GROUPS, "figure5_delta_m",

@@ -53,7 +53,7 @@ class PaperResults:
         k = self.runs.n_found(dataset, model)
         return MISSING if k == 0 or n == 0 else f"{MISSING} ({k}/{n} seeds)"
 
-    def _lower_is_better(self, dataset: str) -> set[str]:
+    def lower_is_better(self, dataset: str) -> set[str]:
         if self.config.regression_metric == "mse":
             return {t for t, tt in self.tasks(dataset).items() if tt == "regression"}
         return set()
@@ -86,7 +86,7 @@ class PaperResults:
         if runs is None or base is None:
             return None
         try:
-            return delta_m(runs.mean(axis=0).to_dict(), base.mean(axis=0).to_dict(), self._lower_is_better(dataset))
+            return delta_m(runs.mean(axis=0).to_dict(), base.mean(axis=0).to_dict(), self.lower_is_better(dataset))
         except UndefinedDeltaM as e:  # printed as n/a: the runs exist, the value does not
             log.warning("%s / %s: %s", dataset, model, e)
             return math.nan
@@ -98,7 +98,7 @@ class PaperResults:
             return None
         try:
             return delta_m_per_seed(runs, base, pairing=self.config.pairing,
-                                    lower_is_better=self._lower_is_better(dataset))
+                                    lower_is_better=self.lower_is_better(dataset))
         except UndefinedDeltaM as e:
             log.warning("%s / %s: %s", dataset, model, e)
             return pd.Series(math.nan, index=runs.index)
@@ -110,7 +110,7 @@ class PaperResults:
             return None
         try:
             return task_gains_per_seed(runs, base, pairing=self.config.pairing,
-                                       lower_is_better=self._lower_is_better(dataset))
+                                       lower_is_better=self.lower_is_better(dataset))
         except UndefinedDeltaM as e:
             log.warning("%s / %s: %s", dataset, model, e)
             return pd.DataFrame(math.nan, index=runs.index, columns=runs.columns)

@@ -1,0 +1,126 @@
+"""Stage `icl` on a tiny processed dataset: with random-weight checkpoints in the released formats (a test of
+the plumbing: these numbers are no model's result) and without any checkpoint (every task "not run")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from _icl_tiny import orion_file, tabicl_file
+from _training_tiny import write_tiny_processed
+from stages import icl as stage
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _params(tmp_path, checkpoints):
+    raw = {"icl": {
+        "models": ["orion_msp", "tabicl"], "datasets": ["tiny"], "seeds": [0], "context_size": 50,
+        "context_rule": "uniform", "chunk_size": 16, "n_estimators": 2, "device": "cpu",
+        "checkpoints": checkpoints,
+        "orion": {"window": "reference", "memory": "split", "links": "seeded", "link_seed": 0},
+        "out": "results/icl"}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_with_checkpoints_every_task_gets_a_record(tmp_path):
+    write_tiny_processed(tmp_path / "processed" / "tiny", n={"train": 80, "val": 30, "test": 30})
+    orion, orion_sha = orion_file(tmp_path)
+    cls, cls_sha = tabicl_file(tmp_path, regression=False)
+    reg, reg_sha = tabicl_file(tmp_path, regression=True)
+    params = _params(tmp_path, {"orion_msp": {"path": orion.name, "sha256": orion_sha},
+                                "tabicl": {"path": cls.name, "sha256": cls_sha},
+                                "tabicl_regressor": {"path": reg.name, "sha256": reg_sha}})
+    out = tmp_path / "out"
+    assert stage.main(["--params", str(params), "--data", str(tmp_path / "processed"), "--out", str(out)]) == 0
+    orion_record = json.loads((out / "tiny/orion_msp/seed0/metrics.json").read_text())
+    assert orion_record["status"] == {"click": "ok", "marital": "ok", "m_jj": "not applicable"}
+    assert set(orion_record["test"]) == {"click", "marital"}
+    assert orion_record["checkpoints"] == {"orion_msp": {"path": "orion.ckpt", "sha256": orion_sha}}
+    assert orion_record["context"] == {"rule": "uniform", "size": 50, "rows_used": 50, "train_rows": 80}
+    assert orion_record["kind"] == "pretrained, no training on this dataset"
+    tabicl_record = json.loads((out / "tiny/tabicl/seed0/metrics.json").read_text())
+    assert tabicl_record["status"] == {"click": "ok", "marital": "ok", "m_jj": "ok"}
+    assert set(tabicl_record["checkpoints"]) == {"tabicl", "tabicl_regressor"}
+    summary = (out / "summary.md").read_text()
+    assert orion_sha in summary and "m_jj: not applicable" in summary and "not run" not in summary
+
+
+def test_without_checkpoints_nothing_runs_and_the_summary_says_how_to_get_one(tmp_path):
+    write_tiny_processed(tmp_path / "processed" / "tiny", n={"train": 40, "val": 10, "test": 10})
+    none = {"path": None, "sha256": None}
+    params = _params(tmp_path, {"orion_msp": none, "tabicl": none})
+    out = tmp_path / "out"
+    assert stage.main(["--params", str(params), "--data", str(tmp_path / "processed"), "--out", str(out)]) == 0
+    for model in ("orion_msp", "tabicl"):
+        record = json.loads((out / f"tiny/{model}/seed0/metrics.json").read_text())
+        assert set(record["status"].values()) <= {"not run: no checkpoint", "not applicable"}
+        assert record["test"] == {} and record["checkpoints"] == {}
+    summary = (out / "summary.md").read_text()
+    assert "not run: no checkpoint" in summary and "python -m multitab.icl.fetch" in summary
+
+
+def test_a_wrong_checkpoint_stops_the_stage_with_one_line(tmp_path, capsys):
+    write_tiny_processed(tmp_path / "processed" / "tiny", n={"train": 40, "val": 10, "test": 10})
+    orion, _ = orion_file(tmp_path)
+    params = _params(tmp_path, {"orion_msp": {"path": orion.name, "sha256": "0" * 64},
+                                "tabicl": {"path": None, "sha256": None}})
+    assert stage.main(["--params", str(params), "--data", str(tmp_path / "processed"),
+                       "--out", str(tmp_path / "out")]) == 3
+    assert "expected sha256 " + "0" * 64 in capsys.readouterr().err
+
+
+def test_more_classes_than_the_checkpoint_takes_go_through_the_hierarchy(tmp_path):
+    tasks = [{"name": "marital", "type": "multiclass", "n_classes": 6}]
+    write_tiny_processed(tmp_path / "processed" / "tiny", n={"train": 60, "val": 12, "test": 12}, tasks=tasks)
+    orion, sha = orion_file(tmp_path)  # max_classes 4
+    params = _params(tmp_path, {"orion_msp": {"path": orion.name, "sha256": sha}, "tabicl": {"path": None, "sha256": None}})
+    out = tmp_path / "out"
+    assert stage.main(["--params", str(params), "--data", str(tmp_path / "processed"), "--out", str(out)]) == 0
+    record = json.loads((out / "tiny/orion_msp/seed0/metrics.json").read_text())
+    assert record["status"] == {"marital": "ok"} and 0.0 <= record["test"]["marital"] <= 1.0
+
+
+def test_table3_rows_say_pretrained_and_not_run_without_a_checkpoint(tmp_path):
+    from _aggregate_fakes import published_runs
+    from multitab.config import load_params
+    from multitab.evaluation.paper.paper_tables import table3
+    from multitab.evaluation.paper.published import load_published
+    from multitab.evaluation.paper.results import PaperResults
+    from multitab.evaluation.paper.runs import RunSet, load_runs
+    from multitab.icl.records import read_records
+
+    published_runs(tmp_path / "runs", seeds=(0,), noise=0.0, standin=False)
+    results = PaperResults(RunSet(load_runs(tmp_path / "runs")), load_params(Path(__file__).resolve().parents[1] / "params.yaml").aggregate, load_published())
+    icl = tmp_path / "icl"
+    base = {"seed": 0, "kind": "pretrained, no training on this dataset", "val": {}}
+    for model in ("orion_msp", "tabicl"):
+        (icl / "aliexpress" / model / "seed0").mkdir(parents=True)
+    (icl / "aliexpress/orion_msp/seed0/metrics.json").write_text(json.dumps({
+        **base, "dataset": "aliexpress", "model": "orion_msp", "status": {"click": "ok", "conversion": "ok"},
+        "test": {"click": 0.7, "conversion": 0.8}, "checkpoints": {"orion_msp": {"path": "x", "sha256": "ab" * 32}}}))
+    (icl / "aliexpress/tabicl/seed0/metrics.json").write_text(json.dumps({
+        **base, "dataset": "aliexpress", "model": "tabicl", "test": {}, "checkpoints": {},
+        "status": {"click": "not run: no checkpoint", "conversion": "not run: no checkpoint"}}))
+    table = table3(results, read_records(icl))
+    rows = {r[0]: r for r in table.rows}
+    orion = rows["Orion-MSP (pretrained, no training on this dataset)"]
+    assert orion[1].value == pytest.approx(70.0) and orion[2].value == pytest.approx(80.0)
+    assert orion[3].value is not None  # Δm against STL, as for every row
+    tabicl = rows["TabICL (pretrained, no training on this dataset)"]
+    assert tabicl[1].text() == "not run: no checkpoint" and tabicl[3].text() == "n/a"
+    text = table.to_markdown()
+    assert "ab" * 32 in text and "TabICL: pretrained, no training on this dataset; not run: no checkpoint" in text
+    assert len(table.rows) == len(table3(results).rows) + 2
