@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED := 1
 # Stage commands in dvc.yaml call `python`: the venv's.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro study study-interim sweep test lint ui benchmarks clean-venv assets
+.PHONY: repro study study-interim sweep test lint ui benchmarks clean-venv assets postgres
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -46,6 +46,13 @@ test: $(STAMP) $(ASSETS)
 	$(BIN)/ruff check src stages flows tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+# PostgreSQL for the Prefect server of several machines (docs/orchestration.md, "Several machines";
+# tests/test_fleet.py): Debian's package, installed when missing (needs root; CI runs as root).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+	  else echo "make postgres: PostgreSQL is not installed; as root: apt-get install postgresql" >&2; fi; }
 
 ui: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.deploy

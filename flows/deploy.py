@@ -148,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pool", help="register the deployment with this work pool (PREFECT_API_URL) and exit")
     parser.add_argument("--name", default=DEPLOYMENT, help="deployment name (with --pool)")
     parser.add_argument("--targets", nargs="*", help="stages the deployment runs (with --pool; default all)")
+    parser.add_argument("--no-schedule", action="store_true", help="with --pool: runs only when started "
+                        "(by the UI, `python -m flows.fleet run`), no cron schedule")
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
     try:
@@ -159,7 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not os.environ.get("PREFECT_API_URL"):
             print("flows.deploy: --pool needs PREFECT_API_URL (the server the workers poll)", file=sys.stderr)
             return 2
-        deployment_id = deploy_to_pool(root, args.params, args.pool, args.name, args.targets)
+        deployment_id = deploy_to_pool(
+            root, args.params, args.pool, args.name, args.targets, scheduled=not args.no_schedule
+        )
         print(f"deployment {pipeline.name}/{args.name} ({deployment_id}) in work pool {args.pool}")
         return 0
 
