@@ -56,16 +56,20 @@ def push(root: str | Path, stage: str, env: dict[str, str] | None = None) -> str
     return _dvc(root, ["push", "--run-cache", stage], env)
 
 
-def _remote_fs(root: str | Path) -> tuple[Any, str]:
+def remote_fs(root: str | Path) -> tuple[Any, str]:
     """(filesystem, path) of the project's default DVC remote."""
+    from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
-    with Repo(str(root)) as repo:
-        remote = repo.cloud.get_remote(command="checkpoint copy")
-        return remote.fs, remote.path
+    try:
+        with Repo(str(root)) as repo:
+            remote = repo.cloud.get_remote(command="checkpoint copy")
+            return remote.fs, remote.path
+    except DvcException as e:  # no default remote, a malformed .dvc/config
+        raise RemoteError(f"{root}: {e} (orchestration.sync_remote needs `dvc remote add -d NAME URL`)") from e
 
 
-def _partial_path(fs: Any, base: str, stage: str) -> str:
+def partial_path(fs: Any, base: str, stage: str) -> str:
     return str(fs.join(base, PARTIAL, stage.replace("/", "_")))
 
 
@@ -75,8 +79,8 @@ def restore_checkpoints(root: str | Path, stage: str, folder: str) -> int:
     local = Path(root) / folder
     if local.is_dir() and any(p.is_file() for p in local.rglob("*")):
         return 0  # this machine's own checkpoints are at least as new
-    fs, base = _remote_fs(root)
-    src = _partial_path(fs, base, stage)
+    fs, base = remote_fs(root)
+    src = partial_path(fs, base, stage)
     if not fs.exists(src):
         return 0
     n = 0
@@ -93,7 +97,7 @@ def restore_checkpoints(root: str | Path, stage: str, folder: str) -> int:
     return n
 
 
-def _copy_changed(fs: Any, dest: str, local: Path, seen: dict[Path, tuple[int, int]]) -> int:
+def copy_changed(fs: Any, dest: str, local: Path, seen: dict[Path, tuple[int, int]]) -> int:
     """Upload the files of `local` that changed since `seen` (size, mtime); each written whole (a temporary
     name, then a rename), so a reader never sees half a checkpoint."""
     n = 0
@@ -120,15 +124,15 @@ def _copy_changed(fs: Any, dest: str, local: Path, seen: dict[Path, tuple[int, i
 def mirrored_checkpoints(root: str | Path, stage: str, folder: str, every: float = 2.0) -> Iterator[None]:
     """While the body runs, copy what changes in `folder` (relative to `root`) to the remote every `every`
     seconds, from a thread; a last copy when the body ends."""
-    fs, base = _remote_fs(root)
-    dest = _partial_path(fs, base, stage)
+    fs, base = remote_fs(root)
+    dest = partial_path(fs, base, stage)
     local = Path(root) / folder
     seen: dict[Path, tuple[int, int]] = {}
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(every):
-            _copy_changed(fs, dest, local, seen)
+            copy_changed(fs, dest, local, seen)
 
     thread = threading.Thread(target=loop, name=f"checkpoints-{stage}", daemon=True)
     thread.start()
@@ -137,12 +141,12 @@ def mirrored_checkpoints(root: str | Path, stage: str, folder: str, every: float
     finally:
         stop.set()
         thread.join()
-        _copy_changed(fs, dest, local, seen)
+        copy_changed(fs, dest, local, seen)
 
 
 def drop_checkpoints(root: str | Path, stage: str) -> None:
     """Remove `stage`'s checkpoint copy from the remote (its results are pushed)."""
-    fs, base = _remote_fs(root)
-    path = _partial_path(fs, base, stage)
+    fs, base = remote_fs(root)
+    path = partial_path(fs, base, stage)
     if fs.exists(path):
         fs.rm(path, recursive=True)

@@ -103,7 +103,7 @@ def _origin(root: Path, remote: Path, log: Path) -> Path:
     }
     _git(["init", "-q"], root)
     subprocess.run([PY, "-m", "dvc", "init", "-q"], cwd=root, check=True)
-    subprocess.run([PY, "-m", "dvc", "remote", "add", "-q", "-d", "shared", str(remote)], cwd=root, check=True)
+    subprocess.run([PY, "-m", "dvc", "remote", "add", "-q", "-d", "fleet", str(remote)], cwd=root, check=True)
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
     params = {"orchestration": {**ORCHESTRATION, "sync_remote": True, "retry_delay_seconds": 0.5}}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -318,3 +318,29 @@ def test_recipe_is_in_the_docs() -> None:
     for command in FLEET_RECIPE:
         head = command.split(" <", 1)[0]
         assert head in doc, f"docs/orchestration.md does not give `{head} ...`"
+
+
+def test_shares_secrets_and_lost_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from flows.fleet import FleetError, _lost_worker, secret, split
+
+    assert split(["a", "b", "c", "d", "e"], 2) == [["a", "c", "e"], ["b", "d"]]
+    assert split(["a"], 3) == [["a"]]  # no empty share
+    monkeypatch.delenv("PREFECT_API_AUTH_STRING", raising=False)
+    inside = REPO / "results" / "not-a-secret.txt"
+    with pytest.raises(FleetError, match="must not lie in the checkout"):
+        secret("PREFECT_API_AUTH_STRING", str(inside), "the login")
+    (tmp_path / "login").write_text("u:p\n")
+    assert secret("PREFECT_API_AUTH_STRING", str(tmp_path / "login"), "the login") == "u:p"
+    monkeypatch.setenv("PREFECT_API_AUTH_STRING", "env:wins")
+    assert secret("PREFECT_API_AUTH_STRING", str(tmp_path / "login"), "the login") == "env:wins"
+    now = datetime.now(UTC)
+    run = SimpleNamespace(labels={"prefect.worker.name": "w1"})
+    beat = SimpleNamespace(heartbeat_interval_seconds=2)
+    assert _lost_worker(run, {"w1": SimpleNamespace(**vars(beat), last_heartbeat_time=now - timedelta(seconds=5))},
+                        now) is None  # two missed beats: not yet
+    assert _lost_worker(run, {"w1": SimpleNamespace(**vars(beat), last_heartbeat_time=now - timedelta(seconds=7))},
+                        now) == "w1"
+    assert _lost_worker(SimpleNamespace(labels={}), {}, now) is None  # not taken by a worker yet

@@ -40,7 +40,7 @@ def _clones(tmp_path: Path, persist: bool = False) -> tuple[Path, Path, Path]:
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
     subprocess.run([*git, "init", "-q"], cwd=origin, check=True)
     subprocess.run([PY, "-m", "dvc", "init", "-q"], cwd=origin, check=True)
-    subprocess.run([PY, "-m", "dvc", "remote", "add", "-q", "-d", "shared", str(tmp_path / "remote")], cwd=origin,
+    subprocess.run([PY, "-m", "dvc", "remote", "add", "-q", "-d", "fleet", str(tmp_path / "remote")], cwd=origin,
                    check=True)
     subprocess.run([*git, "add", "-A"], cwd=origin, check=True)
     subprocess.run([*git, "commit", "-qm", "init"], cwd=origin, check=True)
