@@ -1,7 +1,7 @@
 """`make ui`: start a local Prefect server (offline) and serve the pipeline as a scheduled deployment.
 
     python -m flows.deploy [--host 127.0.0.1] [--port 4200] [--params params.yaml] [--no-server]
-    python -m flows.deploy --pool NAME [--name multitab] [--targets STAGE ...]   (PREFECT_API_URL set)
+    python -m flows.deploy --pool NAME [--name multitab] [--targets STAGE ...] [--no-schedule]   (PREFECT_API_URL set)
 
 The server keeps its SQLite database in PREFECT_HOME (`.prefect/` in the checkout, git-ignored), runs
 with telemetry off and needs no network. The deployment `multitab-pipeline/multitab` runs `flows.pipeline`
@@ -11,7 +11,9 @@ stops both the runner and the server. With `--no-server` it serves against the s
 
 With `--pool` it registers the deployment with a work pool of the server in PREFECT_API_URL instead and
 exits: every `prefect worker start --pool NAME` (on this machine or another with the same checkout path)
-then runs its flow runs (docs/orchestration.md, "Several machines"; tests/test_pipeline_scale_out.py).
+then runs its flow runs (docs/orchestration.md, "Several machines"; tests/test_pipeline_scale_out.py,
+tests/test_fleet.py). `--no-schedule` leaves out the cron schedule: runs start only when asked for (the UI,
+`python -m flows.fleet run`).
 """
 
 from __future__ import annotations
