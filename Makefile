@@ -30,7 +30,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-.PHONY: repro study study-interim attribution sweep test lint ui benchmarks clean-venv assets
+.PHONY: repro study study-interim attribution sweep test lint ui benchmarks clean-venv assets postgres
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -55,10 +55,17 @@ $(REFERENCE): $(STAMP)
 repro: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline
 
-test: $(STAMP) $(ASSETS) $(REFERENCE)
+test: $(STAMP) $(ASSETS) $(REFERENCE) postgres
 	$(BIN)/ruff check src stages flows tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+# PostgreSQL for the Prefect server of several machines (docs/orchestration.md, "Several machines";
+# tests/test_fleet.py): Debian's package, installed when missing (needs root; CI runs as root).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+	  else echo "make postgres: PostgreSQL is not installed; as root: apt-get install postgresql" >&2; fi; }
 
 ui: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.deploy

@@ -11,7 +11,7 @@ import fnmatch
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,9 @@ class StagePlan:
     order: tuple[str, ...]
     upstream: dict[str, tuple[str, ...]]
     changed: frozenset[str] | None = None
+    # a stage's checkpoint folder (dvc.yaml `meta: {checkpoints: PATH}`), copied to the DVC remote while it
+    # runs when orchestration.sync_remote is on (flows/remote.py)
+    checkpoints: dict[str, str] = field(default_factory=dict)
 
     def descendants(self, stage: str) -> set[str]:
         below: dict[str, list[str]] = {s: [] for s in self.order}
@@ -104,10 +107,15 @@ def read_stage_graph(root: str | Path, changed: bool = False) -> StagePlan:
             for s in stages
         }
         order = [name(s) for s in reversed(stages)]
+        checkpoints = {
+            name(s): str(s.meta["checkpoints"])
+            for s in stages
+            if isinstance(s.meta, dict) and s.meta.get("checkpoints")
+        }
         stale: frozenset[str] | None = None
         if changed:
             stale = frozenset(name(s) for s in _changed_stages(repo, stages))
-    return StagePlan(order=tuple(order), upstream=upstream, changed=stale)
+    return StagePlan(order=tuple(order), upstream=upstream, changed=stale, checkpoints=checkpoints)
 
 
 def _changed_stages(repo: Any, stages: list[Any], tries: int = 20) -> list[Any]:
@@ -174,4 +182,9 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
             frontier.extend(plan.upstream[stage])
     order = tuple(s for s in plan.order if s in closure)
     changed = None if plan.changed is None else plan.changed & closure
-    return StagePlan(order=order, upstream={s: plan.upstream[s] for s in order}, changed=changed)
+    return StagePlan(
+        order=order,
+        upstream={s: plan.upstream[s] for s in order},
+        changed=changed,
+        checkpoints={s: c for s, c in plan.checkpoints.items() if s in closure},
+    )

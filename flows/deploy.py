@@ -1,7 +1,7 @@
 """`make ui`: start a local Prefect server (offline) and serve the pipeline as a scheduled deployment.
 
     python -m flows.deploy [--host 127.0.0.1] [--port 4200] [--params params.yaml] [--no-server]
-    python -m flows.deploy --pool NAME [--name multitab] [--targets STAGE ...]   (PREFECT_API_URL set)
+    python -m flows.deploy --pool NAME [--name multitab] [--targets STAGE ...] [--no-schedule]   (PREFECT_API_URL set)
 
 The server keeps its SQLite database in PREFECT_HOME (`.prefect/` in the checkout, git-ignored), runs
 with telemetry off and needs no network. The deployment `multitab-pipeline/multitab` runs `flows.pipeline`
@@ -11,7 +11,9 @@ stops both the runner and the server. With `--no-server` it serves against the s
 
 With `--pool` it registers the deployment with a work pool of the server in PREFECT_API_URL instead and
 exits: every `prefect worker start --pool NAME` (on this machine or another with the same checkout path)
-then runs its flow runs (docs/orchestration.md, "Several machines"; tests/test_pipeline_scale_out.py).
+then runs its flow runs (docs/orchestration.md, "Several machines"; tests/test_pipeline_scale_out.py,
+tests/test_fleet.py). `--no-schedule` leaves out the cron schedule: runs start only when asked for (the UI,
+`python -m flows.fleet run`).
 """
 
 from __future__ import annotations
@@ -148,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pool", help="register the deployment with this work pool (PREFECT_API_URL) and exit")
     parser.add_argument("--name", default=DEPLOYMENT, help="deployment name (with --pool)")
     parser.add_argument("--targets", nargs="*", help="stages the deployment runs (with --pool; default all)")
+    parser.add_argument("--no-schedule", action="store_true", help="with --pool: runs only when started "
+                        "(by the UI, `python -m flows.fleet run`), no cron schedule")
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
     try:
@@ -159,7 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not os.environ.get("PREFECT_API_URL"):
             print("flows.deploy: --pool needs PREFECT_API_URL (the server the workers poll)", file=sys.stderr)
             return 2
-        deployment_id = deploy_to_pool(root, args.params, args.pool, args.name, args.targets)
+        deployment_id = deploy_to_pool(
+            root, args.params, args.pool, args.name, args.targets, scheduled=not args.no_schedule
+        )
         print(f"deployment {pipeline.name}/{args.name} ({deployment_id}) in work pool {args.pool}")
         return 0
 

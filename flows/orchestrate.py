@@ -41,6 +41,9 @@ from multitab.io import write_json
 # Set by flows.deploy for the runs of a deployment: the project folders a run's `root` may name
 # (os.pathsep-separated). Without it (`python -m flows.pipeline` by hand) any folder is accepted.
 ALLOWED_ROOTS_ENV = "MULTITAB_ALLOWED_ROOTS"
+# Set in a worker's environment (`python -m flows.fleet worker`): the checkout of that machine, which every
+# run the worker executes uses as its project, whatever `root` the run names.
+WORKER_ROOT_ENV = "MULTITAB_WORKER_ROOT"
 
 # Set when the run is being stopped (Ctrl-C / SIGTERM, flows.pipeline): no stage starts or is retried.
 STOPPING = threading.Event()
@@ -112,27 +115,70 @@ def run_stage(
     gpus: list[str] | None = None,
     lock_retries: int = 20,
     upstream_failed: list[str] | None = None,
+    sync_remote: bool = False,
+    checkpoints: str | None = None,
 ) -> State[dict[str, Any]]:
     """`dvc --wait-for-lock repro --single-item <stage>`; completes in a state named after what DVC did
     (Ran / Up to date / Restored), or "Not run" (nothing started) when `upstream_failed` names stages.
     A GPU stage (`gpus`: the devices it may use) first takes a slot of a device's global concurrency
-    limit, shared by every flow run and worker of this host, and sees only that device."""
+    limit, shared by every flow run and worker of this host, and sees only that device. With
+    `sync_remote` (flows/remote.py) a stage another machine completed is restored from DVC's remote
+    (`repro --pull`), a completed stage is pushed there, and the `checkpoints` folder is copied there while
+    the stage runs (and back, before it starts, when this checkout has none)."""
     if upstream_failed:
         return Cancelled(name="Not run", message=f"upstream stage {', '.join(upstream_failed)} did not complete")
     log = get_run_logger()
+    if not sync_remote:
+        checkpoints = None
     if gpus:
         with gpu_slot(gpus, log) as device:
-            return _repro(stage, root, device, lock_retries, log)
-    return _repro(stage, root, None, lock_retries, log)
+            return _synced_repro(stage, root, device, lock_retries, log, sync_remote, checkpoints)
+    return _synced_repro(stage, root, None, lock_retries, log, sync_remote, checkpoints)
 
 
-def _repro(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any) -> State[dict[str, Any]]:
+def _synced_repro(
+    stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, sync: bool, checkpoints: str | None
+) -> State[dict[str, Any]]:
+    """_repro, with the DVC remote's part when `sync` is on."""
+    if not sync:
+        return _repro(stage, root, gpu, lock_retries, log, pull=False)
+    from flows import remote
+
+    attempt = runtime.task_run.run_count
+    try:
+        if checkpoints:
+            n = remote.restore_checkpoints(root, stage, checkpoints)
+            if n:
+                log.info("restored %d checkpoint file(s) of %s from the DVC remote into %s", n, stage, checkpoints)
+            with remote.mirrored_checkpoints(root, stage, checkpoints):
+                state = _repro(stage, root, gpu, lock_retries, log, pull=True)
+        else:
+            state = _repro(stage, root, gpu, lock_retries, log, pull=True)
+        if state.data["outcome"] == "restored":  # it came from the remote: nothing to send back
+            return state
+        t0 = time.monotonic()
+        remote.push(root, stage)
+        if checkpoints:
+            remote.drop_checkpoints(root, stage)
+    except (remote.RemoteError, OSError) as e:
+        error = StageFailed(stage, 1, f"DVC remote: {e}", attempt)
+        _record_failure(str(runtime.task_run.id), str(error))
+        log.error("%s", error)
+        raise error from e
+    log.info("pushed %s's outputs and run-cache entry to the DVC remote (%.1f s)", stage, time.monotonic() - t0)
+    return state
+
+
+def _repro(
+    stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool = False
+) -> State[dict[str, Any]]:
     env = dict(os.environ)
     # The stages' `python -m stages...` must mean the interpreter running this flow (the project's venv).
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    dvc_args = ["--wait-for-lock", "repro", "--single-item", stage]
+    # --pull: a stage DVC's run cache knows (from any machine, flows/remote.py) is restored with its outputs
+    dvc_args = ["--wait-for-lock", "repro", "--single-item", *(["--pull"] if pull else []), stage]
     # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command
     cmd = [sys.executable, "-m", "multitab.process", *dvc_args]
     attempt = runtime.task_run.run_count
@@ -221,9 +267,19 @@ def pipeline(
     log = get_run_logger()
     if STOP_HANDLER is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, STOP_HANDLER)
+    worker_root = os.environ.get(WORKER_ROOT_ENV)
+    if worker_root and Path(worker_root).resolve() != Path(root).resolve():
+        log.info("running this worker's checkout %s (the run named %s)", worker_root, root)
+        root = worker_root
     root = str(check_root(root))
     cfg = load_config(root, params)
     sync_runs_file(root, params, groups or ())
+    if cfg.sync_remote:
+        from flows import remote
+
+        t0 = time.monotonic()
+        remote.pull(root)
+        log.info("pulled the DVC remote with its run cache (%.1f s)", time.monotonic() - t0)
     n_workers = workers or cfg.workers
     n_retries = cfg.retries if retries is None else retries
     delay = cfg.retry_delay_seconds if retry_delay is None else retry_delay
@@ -287,6 +343,8 @@ def pipeline(
                 root,
                 sorted(gpus) if is_gpu and gpus else None,
                 cfg.lock_retries,
+                sync_remote=cfg.sync_remote,
+                checkpoints=plan.checkpoints.get(stage),
                 return_state=False,
                 wait_for=[futures[u] for u in ups if u in futures],
             )
@@ -353,6 +411,8 @@ def check_root(root: str) -> Path:
     folder with their own dvc.yaml and have it run their commands."""
     resolved = Path(root).resolve()
     allowed = [Path(p).resolve() for p in os.environ.get(ALLOWED_ROOTS_ENV, "").split(os.pathsep) if p]
+    if os.environ.get(WORKER_ROOT_ENV):  # the worker's own checkout, set by whoever started the worker
+        allowed.append(Path(os.environ[WORKER_ROOT_ENV]).resolve())
     if allowed and resolved not in allowed:
         raise RootRefused(
             f"root {root!r} is not the project this deployment runs ({', '.join(map(str, allowed))}); "

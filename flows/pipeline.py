@@ -25,7 +25,8 @@ is retried `retries` times after `retry_delay` seconds. A stage that keeps faili
 descendants ("Not run", naming the stage), and every independent stage still runs. The summary (ran / up
 to date / restored from DVC's run cache / retried / failed and why / not run) is printed, written to
 `orchestration.summary` and published as the flow run's `pipeline-summary` artifact; the exit status is
-non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC side flows/dag.py.
+non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC side flows/dag.py; with
+`orchestration.sync_remote` the DVC remote shared by several machines, flows/remote.py (and flows/fleet.py).
 """
 
 from __future__ import annotations

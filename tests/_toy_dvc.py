@@ -37,6 +37,7 @@ ORCHESTRATION = {
     "schedule": "0 3 * * *",
     "timezone": "UTC",
     "summary": "results/pipeline_summary.json",
+    "sync_remote": False,
 }
 
 

@@ -20,6 +20,9 @@ class OrchestrationConfig:
     schedule: str  # cron for the deployment served by `make ui`
     timezone: str
     summary: str  # where the run summary is written (JSON)
+    # Share results through DVC's default remote: pull (with the run cache) before planning, push each
+    # completed stage's outputs and run-cache entry after it (flows/remote.py; several machines)
+    sync_remote: bool
 
     def __post_init__(self) -> None:
         if self.workers < 1:
