@@ -404,7 +404,10 @@ def test_committed_attribution_records_regenerate_from_their_own_csvs():
     from multitab.evaluation.bench.attribution import regenerate as regenerate_attribution
 
     root = Path(__file__).resolve().parents[1] / "results" / "study"
-    for record in sorted(p.parent for p in root.glob("*/arms.csv")):
+    records = sorted(p.parent for p in root.glob("*/arms.csv"))
+    if not records:  # say so, never pass on nothing (the aggregate code's own test: test_attribution.py)
+        pytest.skip("no attribution record committed under results/study/ yet (`make attribution`, docs/study.md)")
+    for record in records:
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / record.name
             copy.mkdir()

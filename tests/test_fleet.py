@@ -181,7 +181,7 @@ def _pg_missing() -> bool:
 def test_two_machines_share_a_matrix_and_survive_a_killed_one(tmp_path: Path) -> None:
     if _pg_missing():
         if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not installed: .ci/run installs Debian's package (make postgres)")
+            pytest.fail("PostgreSQL is not installed: `make test` installs Debian's package (make postgres, as root)")
         pytest.skip("PostgreSQL is not installed (`make postgres` installs Debian's package)")
     remote, log = tmp_path / "remote", tmp_path / "ran.log"
     origin = _origin(tmp_path / "origin", remote, log)
