@@ -15,7 +15,8 @@ machine's own credentials go in .dvc/config.local, which git ignores). No host i
   once the stage's results are pushed.
 
 DVC's run cache is kept only for stages without `persist: true` outputs (dvc/stage/cache.py, `_can_hash`):
-a stage with one is never restored from it and runs again where its dvc.lock entry is missing.
+a stage with one is never restored from it and runs again where its dvc.lock entry is missing. The
+project's `train` and `train_stack` stages have none (their checkpoints are named in `meta`, not `outs`).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ The run's key names its group, dataset, model, grid point and seed (multitab.run
 verdict, output folders (relative to the params file's folder, the project root) and settings (the group's
 `train` laid over `train`) come from params.yaml, and runs.yaml must say the same (it is what DVC tracks). Writes <out>/metrics.json, the per-epoch curves as a
 dvclive log in <out>/dvclive, and the checkpoints (best.pt is the tested one; last.pt lets a killed run
-resume: just run the stage again). Every file is replaced atomically and durably, so a failed attempt
-leaves the previous results; a full disk ends the stage with one line, "no space left on <path> (needed
+resume: just run the stage again). Every file is replaced atomically and durably (DVC itself removes
+the stage's previous metrics and curves when it re-runs the stage and keeps them in its cache: `dvc checkout
+<stage>` puts back what dvc.lock records; it never touches the checkpoints, which are no DVC output); a full disk ends the stage with one line, "no space left on <path> (needed
 ~N MB)", and exit status 1. The hyperparameters: the one file runs.yaml names for the run
 (hparams/<authors|swept>/<dataset>/<model>.yaml; a grid point starts from the authors'), with the grid point,
 the protocol's overlay and the group's laid over it (multitab.hparams.for_run); a missing file ends the stage

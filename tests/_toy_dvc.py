@@ -95,3 +95,39 @@ def write_runs_file(root: Path) -> None:
     from multitab.runs import RUNS_FILE, render
 
     (root / RUNS_FILE).write_text(render(load_params(root / "params.yaml")))
+
+
+REAL_TRAIN_STAGE = "train@real-higgs-stl_mlp-0"
+
+
+def real_train_project(repo: Path) -> str:
+    """A git + DVC project in `repo` holding the repository's own `train` stage (as dvc.yaml writes it), its
+    code and hyperparameter files, one run (higgs x stl_mlp x seed 0, one epoch, CPU) and a tiny processed
+    split with a passing validation verdict; returns the stage's name."""
+    import shutil
+
+    from _training_tiny import write_tiny_processed
+
+    root = _SRC.parent
+    repo.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__")
+    for item in ("stages", "src", "hparams"):  # hparams/: the runs' hyperparameter files
+        shutil.copytree(root / item, repo / item, ignore=ignore, symlinks=True)
+    (repo / ".gitignore").write_text((root / ".gitignore").read_text())
+    (repo / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(["train"]), sort_keys=False))
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["train"].update(device="cpu", max_epochs=1, max_train_rows=None, progress=False, num_threads=1)
+    params["runs"] = {"real": {"data": {"datasets": ["higgs"]}, "models": ["stl_mlp"], "seeds": [0], "train": {}}}
+    del params["study"], params["attribution"]  # their run groups are replaced
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_runs_file(repo)
+    write_tiny_processed(repo / "data" / "processed" / "higgs", n={"train": 300, "val": 100, "test": 100})
+    verdict = repo / "data" / "validated" / "higgs.json"
+    verdict.parent.mkdir(parents=True)
+    verdict.write_text(json.dumps({"success": True}))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([PY, "-m", "dvc", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], cwd=repo, check=True)  # dvclive reads HEAD
+    return REAL_TRAIN_STAGE

@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from _toy_dvc import repo_dvc_yaml, write_runs_file
+from _toy_dvc import real_train_project
 from _training_tiny import TINY_HPARAMS, register_tiny, write_tiny_processed, write_tiny_project
 from multitab import io as mio
 from multitab.config.train import TrainConfig
@@ -320,41 +319,30 @@ def _dvc(args: list[str], cwd: Path, ok: bool = True) -> subprocess.CompletedPro
 
 
 def test_dvc_train_stage_keeps_its_results_through_a_failed_rerun(tmp_path: Path) -> None:
-    """The real dvc.yaml `train` stage, as written there: a re-run that fails leaves the previous
-    metrics.json and curves in place (persist), and the version dvc.lock records is in DVC's cache (cache),
-    so a lost copy comes back with `dvc checkout`."""
+    """The real dvc.yaml `train` stage, as written there: a re-run that fails leaves the checkpoints (no DVC
+    output, so DVC never deletes them) and the results dvc.lock records in DVC's cache (`dvc checkout` puts
+    them back); a stage with no dvc.lock entry whose inputs were trained before is restored from DVC's run
+    cache instead of trained."""
     repo = tmp_path / "repo"
-    repo.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__")
-    for item in ("stages", "src", "hparams"):  # hparams/: the runs' hyperparameter files
-        shutil.copytree(ROOT / item, repo / item, ignore=ignore, symlinks=True)
-    (repo / ".gitignore").write_text((ROOT / ".gitignore").read_text())
-    (repo / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(["train"]), sort_keys=False))
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["train"].update(device="cpu", max_epochs=1, max_train_rows=None, progress=False, num_threads=1)
-    params["runs"] = {"real": {"data": {"datasets": ["higgs"]}, "models": ["stl_mlp"], "seeds": [0], "train": {}}}
-    del params["study"]
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    write_runs_file(repo)
-    write_tiny_processed(repo / "data" / "processed" / "higgs", n={"train": 300, "val": 100, "test": 100})
-    verdict = repo / "data" / "validated" / "higgs.json"
-    verdict.parent.mkdir(parents=True)
-    verdict.write_text(json.dumps({"success": True}))
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    _dvc(["init", "-q"], repo)
-    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "init"], cwd=repo, check=True)  # dvclive reads HEAD
-    target = "train@real-higgs-stl_mlp-0"
+    target = real_train_project(repo)
     _dvc(["repro", target], repo)
     run = repo / "results" / "runs" / "higgs" / "stl_mlp" / "seed0"
     metrics = (run / "metrics.json").read_bytes()
     curve = (run / "dvclive" / "plots" / "metrics" / "val_mean.tsv").read_bytes()
+    checkpoints = {p: p.read_bytes() for p in (repo / "results" / "checkpoints").rglob("*.pt")}
+    assert {p.name for p in checkpoints} == {"best.pt", "last.pt"}
+    verdict = repo / "data" / "validated" / "higgs.json"
+    passed = verdict.read_bytes()
     verdict.write_text(json.dumps({"success": False}))  # a changed dep: DVC re-runs the stage, which fails
     failed = _dvc(["repro", target], repo, ok=False)
     assert "failed validation" in failed.stderr + failed.stdout
-    assert (run / "metrics.json").read_bytes() == metrics  # DVC did not delete it first
-    assert (run / "dvclive" / "plots" / "metrics" / "val_mean.tsv").read_bytes() == curve
-    (run / "metrics.json").unlink()
+    assert {p: p.read_bytes() for p in (repo / "results" / "checkpoints").rglob("*.pt")} == checkpoints
     _dvc(["checkout", "--force", target], repo)
     assert (run / "metrics.json").read_bytes() == metrics
+    assert (run / "dvclive" / "plots" / "metrics" / "val_mean.tsv").read_bytes() == curve
+    verdict.write_bytes(passed)  # the first run's inputs, with no dvc.lock entry (as on another machine):
+    (repo / "dvc.lock").unlink()  # DVC's run cache restores that run's results instead of training it
+    (run / "metrics.json").unlink()
+    restored = _dvc(["repro", target], repo)
+    assert "skipping run" in restored.stdout + restored.stderr
+    assert (run / "metrics.json").read_bytes() == metrics  # a new training would have other timings

@@ -1,12 +1,14 @@
 """flows/remote.py without Prefect: two clones of one project and a DVC remote in a local folder. A stage
 completed and pushed in one clone is restored in the other by `dvc repro --pull` after a pull (its command
 does not run there); a running stage's checkpoint folder is copied to the remote and back into a clone that
-has none; a stage with a `persist: true` output is not in the run cache (DVC's rule), so it would run again."""
+has none; a stage with a `persist: true` output is not in the run cache (DVC's rule), so it would run again,
+which is why the repository's `train` stage has none: trained on one machine, it is restored on another."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from _toy_dvc import dvc_status
+from _toy_dvc import dvc_status, real_train_project, run_dvc
 from flows import remote
 from flows.dag import read_stage_graph
 
@@ -76,6 +78,23 @@ def test_a_persisted_output_keeps_a_stage_out_of_the_run_cache(tmp_path: Path) -
     remote.pull(c)
     assert "is cached" not in _repro(c, "--pull")  # DVC's run cache skips stages with persist outputs
     assert len(log.read_text().splitlines()) == 2
+
+
+def test_the_real_train_stage_trained_on_one_machine_is_restored_on_another(tmp_path: Path) -> None:
+    """The repository's own `train` stage (dvc.yaml as written): trained and pushed in one checkout, restored
+    in a second checkout of the same commit and data from the remote's run cache, with no training there."""
+    a, c = tmp_path / "a", tmp_path / "c"
+    target = real_train_project(a)
+    run_dvc(["remote", "add", "-q", "-d", "fleet", str(tmp_path / "remote")], a)
+    shutil.copytree(a, c, symlinks=True)  # the second machine: same commit, same data, nothing trained
+    run_dvc(["repro", "--single-item", target], a)
+    remote.push(a, target)
+    remote.pull(c)
+    assert "is cached - skipping run" in run_dvc(["repro", "--single-item", "--pull", target], c)
+    metrics = Path("results/runs/higgs/stl_mlp/seed0/metrics.json")
+    assert (c / metrics).read_bytes() == (a / metrics).read_bytes()
+    assert not (c / "results" / "checkpoints").exists()  # nothing trained in c
+    assert dvc_status(c) == {}
 
 
 def test_checkpoints_travel_while_the_stage_runs(tmp_path: Path) -> None:
