@@ -6,8 +6,8 @@ numerical features, 3 regression tasks, the authors' example settings) and a sta
 (categorical features; binary, multiclass and regression tasks). It keeps each run's metrics.json,
 history and checkpoints. `compare` then checks two such folders, made from two checkouts, for equality:
 every metric and history value (timings left out) and every tensor of the best and last checkpoints
-(model weights, optimiser state, RNG state) bit for bit. The run fingerprint is left out: it hashes the
-source code, which a refactoring changes by definition.
+(model weights, optimiser state, RNG state) bit for bit. The run fingerprint, and metrics.json's
+`settings.code`, are left out: they hash the source code, which a refactoring changes by definition.
 
 Run:  PYTHONPATH=<checkout>/src:. python benchmarks/same_results.py run OUT [--models ...]
       python benchmarks/same_results.py compare OUT_A OUT_B [--json results/benchmarks/x.json]
@@ -138,6 +138,14 @@ def _strip(value: Any) -> Any:
     return value
 
 
+def _without_code(record: dict[str, Any]) -> dict[str, Any]:
+    """metrics.json without `settings.code` (the source hash; absent in older records)."""
+    settings = record.get("settings")
+    if isinstance(settings, dict) and "code" in settings:
+        record = {**record, "settings": {k: v for k, v in settings.items() if k != "code"}}
+    return record
+
+
 def _tensors_equal(a: Any, b: Any, where: str, diffs: list[str]) -> None:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.dtype != b.dtype or a.shape != b.shape or not torch.equal(a, b):
@@ -166,7 +174,10 @@ def compare(a: Path, b: Path) -> dict[str, Any]:
             report[name] = ["missing in " + str(b)]
             continue
         for f in ("metrics.json", "history.json"):
-            if _strip(json.loads((run_a / f).read_text())) != _strip(json.loads((run_b / f).read_text())):
+            ra, rb = json.loads((run_a / f).read_text()), json.loads((run_b / f).read_text())
+            if f == "metrics.json":
+                ra, rb = _without_code(ra), _without_code(rb)
+            if _strip(ra) != _strip(rb):
                 diffs.append(f"{f} differs")
         for ck in ("best.pt", "last.pt"):
             ca = torch.load(run_a / "ckpt" / ck, weights_only=True)
