@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.one[0], int(args.one[1]), args.test_rows, args.features, args.device)))
         return 0
     rows = []
+    started = time.perf_counter()
     for model in args.models:
         for n_context in args.contexts:
             child = subprocess.run(
@@ -106,7 +108,19 @@ def main(argv: list[str] | None = None) -> int:
                   f"peak {r['peak_memory_gb']:.2f} GB ({r['peak_memory_kind']})")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=2) + "\n")
+    from multitab import provenance
+
+    record = {
+        "what": "inference cost of the pretrained in-context models at their released architectures with random "
+                "weights (cost only, no prediction to read): seconds and peak memory per 1,000 test rows, one "
+                "ensemble view, each setting in a fresh process with torch's default threads; see benchmarks/icl_inference.py",
+        "machine": provenance.machine(),
+        "load_average_at_end": list(os.getloadavg()),
+        "commit": provenance.git_commit(ROOT),
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "rows": rows,
+    }
+    out.write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
 
