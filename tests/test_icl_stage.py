@@ -4,6 +4,7 @@ the plumbing: these numbers are no model's result) and without any checkpoint (e
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def _params(tmp_path, checkpoints):
     return path
 
 
-def test_with_checkpoints_every_task_gets_a_record(tmp_path):
+def test_with_checkpoints_every_task_gets_a_record(tmp_path, caplog):
     write_tiny_processed(tmp_path / "processed" / "tiny", n={"train": 80, "val": 30, "test": 30})
     orion, orion_sha = orion_file(tmp_path)
     cls, cls_sha = tabicl_file(tmp_path, regression=False)
@@ -44,7 +45,9 @@ def test_with_checkpoints_every_task_gets_a_record(tmp_path):
                                 "tabicl": {"path": cls.name, "sha256": cls_sha},
                                 "tabicl_regressor": {"path": reg.name, "sha256": reg_sha}})
     out = tmp_path / "out"
-    assert stage.main(["--params", str(params), "--data", str(tmp_path / "processed"), "--out", str(out)]) == 0
+    with caplog.at_level(logging.INFO, logger="multitab.icl.run"):
+        assert stage.main(["--params", str(params), "--data", str(tmp_path / "processed"), "--out", str(out)]) == 0
+    assert "tiny orion_msp seed 0, task marital: 60 val+test rows predicted from 50 context rows x 2 view(s)" in caplog.text
     orion_record = json.loads((out / "tiny/orion_msp/seed0/metrics.json").read_text())
     assert orion_record["status"] == {"click": "ok", "marital": "ok", "m_jj": "not applicable"}
     assert set(orion_record["test"]) == {"click", "marital"}

@@ -80,6 +80,8 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
     seconds = 0.0
     device = torch.device(config.device)
     net: torch.nn.Module | None = None
+    dataset = data.meta.get("dataset", Path(data_dir).name)
+    predicted = sum(len(d) for d in splits.values())
     for task in data.schema.tasks:
         if model == "orion_msp" and task.type == "regression":
             status[task.name] = NOT_APPLICABLE
@@ -119,11 +121,13 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
             # binary tasks are scored by a logit: log p1 - log p0
             preds = {s: (v[:, 1] - v[:, 0]) if task.type == "binary" else v for s, v in scores.items()}
         seconds += time.perf_counter() - t0
+        log.info("%s %s seed %d, task %s: %d val+test rows predicted from %d context rows x %d view(s) in %.1f s",
+                 dataset, model, seed, task.name, predicted, len(rows), config.n_estimators,
+                 time.perf_counter() - t0)
         for s, d in splits.items():
             metrics[s] |= task_metrics([task], {task.name: d.targets()[task.name].numpy()}, {task.name: preds[s]})
         status[task.name] = "ok"
-    return _record(data.meta.get("dataset", Path(data_dir).name), model, seed, config, status, metrics, checkpoints,
-                   (len(rows), len(train)), seconds)
+    return _record(dataset, model, seed, config, status, metrics, checkpoints, (len(rows), len(train)), seconds)
 
 
 def _record(dataset: str, model: str, seed: int, config: IclConfig, status: dict[str, str],
