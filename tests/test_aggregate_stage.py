@@ -209,7 +209,8 @@ def test_stage_bad_run_fails_naming_the_file(tmp_path: Path, capsys: pytest.Capt
 def test_dvc_yaml_stage_declares_what_it_reads() -> None:
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["aggregate"]
     assert {"aggregate", "bench.configs"} <= set(stage["params"])
-    for path in ("results/runs", "results/complexity/complexity.csv", "src/multitab/evaluation", "stages/aggregate.py"):
+    for path in ("results/runs", "results/complexity/complexity.csv", "src/multitab/evaluation", "stages/aggregate.py",
+                 "results/label_correlations"):  # index.html links Figures 3-4: they exist before it is written
         assert path in stage["deps"]
     assert {"runs", "train", "protocol"} <= set(stage["params"])  # the run matrix and what its runs must match
     for path in ("--runs results/runs", "--complexity results/complexity/complexity.csv", "--report results/report.md",
@@ -238,6 +239,8 @@ def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
     shutil.copy(tmp_path / "complexity.csv", repo / "results/complexity/complexity.csv")
     (repo / "results/icl").mkdir(parents=True)  # the icl stage's records: none here
     (repo / "results/icl/summary.md").write_text("no records\n")
+    (repo / "results/label_correlations").mkdir(parents=True)  # Figures 3-4: none here
+    (repo / "results/label_correlations/fig3_label_correlations.csv").write_text("p,rho\n")
     env = {**os.environ, "PYTHONPATH": f"{repo / 'src'}{os.pathsep}{repo}",
            "PATH": f"{dvc.parent}{os.pathsep}{os.environ['PATH']}"}
 
