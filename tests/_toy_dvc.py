@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -104,8 +105,6 @@ def real_train_project(repo: Path) -> str:
     """A git + DVC project in `repo` holding the repository's own `train` stage (as dvc.yaml writes it), its
     code and hyperparameter files, one run (higgs x stl_mlp x seed 0, one epoch, CPU) and a tiny processed
     split with a passing validation verdict; returns the stage's name."""
-    import shutil
-
     from _training_tiny import write_tiny_processed
 
     root = _SRC.parent

@@ -120,10 +120,10 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
             scores = {s: _classifier_scores(p, present, n_classes) for s, p in proba.items()}
             # binary tasks are scored by a logit: log p1 - log p0
             preds = {s: (v[:, 1] - v[:, 0]) if task.type == "binary" else v for s, v in scores.items()}
-        seconds += time.perf_counter() - t0
+        task_seconds = time.perf_counter() - t0
+        seconds += task_seconds
         log.info("%s %s seed %d, task %s: %d val+test rows predicted from %d context rows x %d view(s) in %.1f s",
-                 dataset, model, seed, task.name, predicted, len(rows), config.n_estimators,
-                 time.perf_counter() - t0)
+                 dataset, model, seed, task.name, predicted, len(rows), config.n_estimators, task_seconds)
         for s, d in splits.items():
             metrics[s] |= task_metrics([task], {task.name: d.targets()[task.name].numpy()}, {task.name: preds[s]})
         status[task.name] = "ok"
