@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import load_params
-from multitab.config.attribution import is_attribution
+from multitab.config.attribution import trains_arm
 from multitab.hparams import for_run
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
 from multitab.profiles import run_params, run_train
@@ -82,7 +82,7 @@ def _write(root: Path, params: Any, run_: Run, record: dict[str, Any], history: 
     record["stacked"] = stacked  # the seeds it trained with in one stacked model (None: alone)
     # what params.yaml said about this run (the aggregate stage compares it with the params of its time)
     record["params"] = run_params(params, run_.group, run_.dataset, run_.model)
-    if is_attribution(params, run_.group):  # the arm settings it trained with (its key's point)
+    if trains_arm(params, run_.group):  # the arm settings it trained with (its key's point)
         record["attribution"] = run_.point
     out = root / run_.out
     write_dvclive(history, out / "dvclive")

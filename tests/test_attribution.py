@@ -15,14 +15,15 @@ import pytest
 
 from multitab.config import ConfigError, parse_params, read_yaml
 from multitab.config.aggregate import SyntheticConfig
-from multitab.config.attribution import arm_runs, train_config
+from multitab.config.attribution import arm_runs, study_runs, train_config, trains_arm
 from multitab.datasets.bench import synthesize_config
 from multitab.evaluation.bench.attribution import collect_arms, flips, ladder, regenerate
 from multitab.evaluation.bench.attribution import main as attribution_main
-from multitab.evaluation.bench.numbers import StudySettings
+from multitab.evaluation.bench.numbers import CURVES_COLUMNS, METRICS_COLUMNS, StudySettings
 from multitab.hparams import for_run
-from multitab.profiles import group_train
+from multitab.profiles import group_train, run_train
 from multitab.runs import document, expand, point_id
+from stages.aggregate_study import arm_note, collect_study, data_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,3 +194,98 @@ def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
     # an arm without its runs reads missing and is skipped over by the flip
     partial = ladder(metrics[metrics.arm == "A0"], curves, arms, settings)
     assert partial.verdict.tolist() == ["holds", "missing"] and flips(partial) == {"c1": []}
+
+
+# ------------------------------------------------------------------- the study under `protocol: authors_code`
+def _study(protocol: str, **attribution):
+    """The repo's params with a one-configuration, three-model, two-seed study under `protocol`."""
+    raw, _ = _params(**attribution)
+    raw["protocol"] = protocol
+    raw["study"]["configs"] = ["p06_pd3_t3"]
+    raw["runs"]["study"]["models"] = ["stl_mlp", "mmoe", "multitab_net"]
+    raw["runs"]["study"]["seeds"] = [0, 1]
+    raw["study"]["claim"]["rivals"] = ["mmoe"]
+    return parse_params(raw)
+
+
+def _hparams(params, run):
+    config, point = run_train(params, run.group, run.model, run.point)
+    return config, for_run(ROOT, run.hparams_file, model=run.model, dataset=run.dataset, point=point, config=config)
+
+
+def test_protocol_authors_code_makes_the_study_the_authors_arm():
+    params = _study("authors_code")
+    doc = document(params, ["study"])
+    # the data: the authors' options, a dataset per run seed (seed 0 and 1 differ, every model of a seed shares it)
+    assert doc["study_configs"] == [] and doc["study_reports"] == ["authors_code"]
+    assert doc["study_authors_data"] == {
+        f"p06_pd3_t3_tr_raw_s{s}": {"name": f"p06_pd3_t3_tr_raw_s{s}", "config": "p06_pd3_t3",
+                                    "evaluation": "training_rows", "targets": "raw", "data_seed": s} for s in (0, 1)}
+    runs = expand(params, ["study"])
+    assert set(runs) == {k for k in doc["train_runs"] if k.startswith("study-")} == {
+        "study-p06_pd3_t3_tr_raw_s0-stl_mlp-optadamw0-epauthors-0", "study-p06_pd3_t3_tr_raw_s1-stl_mlp-optadamw0-epauthors-1",
+        "study-p06_pd3_t3_tr_raw_s0-mmoe-optadamw0-epauthors-0", "study-p06_pd3_t3_tr_raw_s1-mmoe-optadamw0-epauthors-1",
+        "study-p06_pd3_t3_tr_raw_s0-multitab_net-optadamw0-epauthors-masknone-mixpsm-0",
+        "study-p06_pd3_t3_tr_raw_s1-multitab_net-optadamw0-epauthors-masknone-mixpsm-1"}
+    assert {r.seed: r.data for r in runs.values() if r.model == "mmoe"} == {
+        0: "data/study/p06_pd3_t3_tr_raw_s0", 1: "data/study/p06_pd3_t3_tr_raw_s1"}
+    assert {r.data for r in runs.values() if r.seed == 0} == {"data/study/p06_pd3_t3_tr_raw_s0"}
+    net = runs["study-p06_pd3_t3_tr_raw_s1-multitab_net-optadamw0-epauthors-masknone-mixpsm-1"]
+    assert (net.verdict, net.out, net.hparams_file) == (
+        "data/validated/study/p06_pd3_t3_tr_raw_s1.json",
+        "results/study_runs/p06_pd3_t3_tr_raw_s1/multitab_net/optadamw0-epauthors-masknone-mixpsm/seed1",
+        "hparams/authors/multitab_bench/multitab_net.yaml")
+    # the training: AdamW with weight decay 0 for every model, the authors' epochs (the file's 10, not the
+    # group's cap of 40), mask none and per-sample mixing for MultiTab-Net; recorded in metrics.json
+    assert trains_arm(params, "study") and group_train(params, "study").max_epochs == 40
+    config, h = _hparams(params, net)
+    assert config.max_epochs is None and h.optim["max_epochs"] == 10
+    assert (h.optim["optimizer"], h.optim["weight_decay"]) == ("adamw", 0.0)
+    assert (h.model["mask"], h.model["inter_sample"]) == ("none", "per_sample_mixing")
+    config, h = _hparams(params, runs["study-p06_pd3_t3_tr_raw_s0-mmoe-optadamw0-epauthors-0"])
+    assert config.max_epochs is None and (h.optim["optimizer"], h.optim["weight_decay"]) == ("adamw", 0.0)
+    # A0's settings whichever arms the attribution study trains
+    assert set(expand(_study("authors_code", run_arms=["A7_inter_sample"]), ["study"])) == set(runs)
+
+
+def test_protocol_paper_leaves_the_study_as_it_was():
+    params = _study("paper")
+    doc = document(params, ["study"])
+    assert doc["study_configs"] == ["p06_pd3_t3"] and doc["study_reports"] == ["study"]
+    assert doc["study_authors_data"] == {}
+    runs = expand(params, ["study"])
+    assert set(runs) == {f"study-p06_pd3_t3-{m}-{s}" for m in ("stl_mlp", "mmoe", "multitab_net") for s in (0, 1)}
+    net = runs["study-p06_pd3_t3-multitab_net-1"]
+    assert (net.point, net.data, net.verdict, net.out) == (
+        None, "data/study/p06_pd3_t3", "data/validated/study/p06_pd3_t3.json", "results/study_runs/p06_pd3_t3/multitab_net/seed1")
+    assert not trains_arm(params, "study")
+    config, h = _hparams(params, net)
+    assert config.max_epochs == 40 and (h.optim["optimizer"], h.optim["weight_decay"]) == ("adam", 1e-5)
+    assert (h.model["mask"], h.model["inter_sample"]) == ("t_t", "rope_attention")
+    assert params.bench.data.targets == "standard"
+
+
+def test_protocol_authors_code_needs_an_authors_arm_for_the_study():
+    raw, _ = _params()
+    raw["protocol"] = "authors_code"
+    raw["attribution"]["arms"]["A0_authors"]["source"] = "ours"
+    with pytest.raises(ConfigError, match="params.yaml: attribution.arms: no arm has source authors_code"):
+        document(parse_params(raw), ["study"])
+
+
+def test_the_study_report_reads_the_authors_arm_runs(tmp_path):
+    params = _study("authors_code")
+    for _config, model, seed, data, point in study_runs(params):
+        run = tmp_path / data / model / point_id(point) / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text(json.dumps({"test": {"y1": 0.5 + seed}, "val": {"y1": 0.5}, "epochs": 10}))
+    configs = {"p06_pd3_t3": SyntheticConfig("p06_pd3_t3", ("correlation",), 0.6, (3, 3, 3))}
+    metrics, curves = collect_study(params, tmp_path, configs, ["stl_mlp", "mmoe", "multitab_net"], [0, 1])
+    assert list(metrics.columns) == METRICS_COLUMNS and list(curves.columns) == CURVES_COLUMNS
+    assert sorted(zip(metrics.model, metrics.seed, metrics.test_ev)) == [
+        (m, s, 0.5 + s) for m in ("mmoe", "multitab_net", "stl_mlp") for s in (0, 1)]
+    assert set(metrics.config) == {"p06_pd3_t3"}
+    assert data_settings(params) == "evaluation training_rows, data_seed per_run, targets raw"
+    assert arm_note(params) == (", with protocol authors_code's arm A0_authors of `attribution.arms` laid over them "
+                                "(optimizer adamw_wd0, mask none, inter_sample per_sample_mixing, epochs authors)")
+    assert (data_settings(_study("paper")), arm_note(_study("paper"))) == ("70/15/15 split", "")

@@ -287,6 +287,7 @@ def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
 
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     iterates = {"synthesize_study": "${study_configs}", "validate_study": "${study_configs}",
+                "synthesize_study_authors": "${study_authors_data}", "validate_study_authors": "${study_authors_data}",
                 "aggregate_study": "${study_reports}", "sweep_select": "${sweep_selections}", "train": "${train_runs}"}
     for stage, lists in iterates.items():  # runs.yaml's lists: empty unless it holds the opt-in groups
         assert stages[stage]["foreach"] == lists, stage

@@ -47,12 +47,13 @@ def group_train(params: Params, group: str) -> TrainConfig:
 def run_train(params: Params, group: str, model: str, point: dict[str, Any] | None
               ) -> tuple[TrainConfig, dict[str, Any] | None]:
     """(a run's TrainConfig, the grid point multitab.hparams.for_run lays over its file): the group's `train`
-    over `train` and the sweep's point; an attribution run's point is its arm's training settings instead,
-    laid over the TrainConfig (multitab.config.attribution), with no grid point."""
-    from multitab.config.attribution import is_attribution, train_config
+    over `train` and the sweep's point; the point of an attribution run (and of a study run under `protocol:
+    authors_code`) is its arm's training settings instead, laid over the TrainConfig (multitab.config.attribution),
+    with no grid point."""
+    from multitab.config.attribution import train_config, trains_arm
 
     config = group_train(params, group)
-    if point is not None and is_attribution(params, group):
+    if point is not None and trains_arm(params, group):
         return train_config(config, point, model), None
     return config, point
 

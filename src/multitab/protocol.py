@@ -18,6 +18,10 @@ What the switch changes (the rest is the same under both):
   their per-model selection (AdamW for several, weight decay 1e-6 on AliExpress, 0 on MultiTab-Bench);
 - the Higgs split: first 5 % validation, last 5 % test (paper's text) vs a stratified random
   90 / 5 / 5 split with seed 42 (their notebook): `datasets.<D>.split.authors_code` in params.yaml.
+- the MultiTab-Bench study (`make study`): this project's held-out study vs the authors' experiment end
+  to end, every factor of the first `attribution.arms` arm whose source is authors_code (A0_authors:
+  evaluation on the training rows, a dataset per run seed, raw targets, AdamW with weight decay 0, mask
+  none, per-sample mixing, their epoch budget; multitab.config.attribution.study_settings).
 The model and optimiser changes are data: hparams/protocol/<protocol>.yaml, laid over every run's
 hyperparameter file (multitab.hparams); the split is params.yaml's. `DEFAULT` is the one default of the
 whole package (TrainConfig, multitab.hparams.load).

@@ -176,8 +176,9 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
     for name, group in params.runs.items():
         if groups is not None and name not in groups:
             continue
-        if group.data == "attribution":
-            for run in attribution_runs(params, name):
+        arm_runs_ = settings_group_runs(params, name)
+        if arm_runs_ is not None:
+            for run in arm_runs_:
                 if out.get(run.key, run) != run:
                     raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
                 out[run.key] = run  # a run two arms share: one key, trained once
@@ -197,22 +198,44 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
     return out
 
 
+def settings_group_runs(params: Params, name: str) -> list[Run] | None:
+    """The runs of group `name` when it trains arm settings (multitab.config.attribution.trains_arm): the
+    attribution group's, and the study's under `protocol: authors_code` (the authors' arm's settings); None
+    for any other group."""
+    from multitab.config.attribution import study_runs
+
+    if params.runs[name].data == "attribution":
+        return attribution_runs(params, name)
+    members = study_runs(params) if "study" in params.sections and params.study.group == name else None
+    if members is None:
+        return None
+    return point_runs(params, name, "study", members, group_train(params, name).hparams, swept(params))
+
+
 def attribution_runs(params: Params, name: str) -> list[Run]:
     """The runs of the attribution study's group `name` (multitab.config.attribution): every arm x configuration x
     model x seed, keyed `<group>-<data>-<model>-<point>-<seed>` by the settings it trains with, so that the
     arms' shared runs have one key (the list holds them once per arm; `expand` keeps one)."""
     from multitab.config.attribution import arm_runs
 
+    members = [run for runs in arm_runs(params).values() for run in runs]
+    return point_runs(params, name, "attribution", members, "authors", set())
+
+
+def point_runs(params: Params, name: str, kind: str, members: Iterable[tuple[str, str, int, str, dict[str, Any]]],
+               selection: str, selected: set[tuple[str, str]]) -> list[Run]:
+    """The runs of group `name` from `members` (config, model, seed, data name, point: an arm's settings), their
+    data of kind `kind` (DATA_KINDS) and each its configuration's hyperparameter file of `selection`, keyed
+    `<group>-<data>-<model>-<point>-<seed>` and written under `<out>/<data>/<model>/<point>/seed<S>`."""
     group = params.runs[name]
-    data_pattern, verdict_pattern = DATA_KINDS["attribution"]
+    data_pattern, verdict_pattern = DATA_KINDS[kind]
     runs = []
-    for members in arm_runs(params).values():
-        for _config, model, seed, data, point in members:
-            folder = f"{data}/{model}/{point_id(point)}/seed{seed}"
-            runs.append(Run(group=name, dataset=data, model=model, seed=seed, point=point,
-                            data=data_pattern.format(data), verdict=verdict_pattern.format(data),
-                            out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
-                            opt_in=group.opt_in, hparams_file=hparams_file("authors", "study", data, model, set())))
+    for config, model, seed, data, point in members:
+        folder = f"{data}/{model}/{point_id(point)}/seed{seed}"
+        runs.append(Run(group=name, dataset=data, model=model, seed=seed, point=point,
+                        data=data_pattern.format(data), verdict=verdict_pattern.format(data),
+                        out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
+                        opt_in=group.opt_in, hparams_file=hparams_file(selection, "study", config, model, selected)))
     return runs
 
 
@@ -242,16 +265,22 @@ def document(params: Params, groups: Iterable[str] = ()) -> dict[str, Any]:
     """runs.yaml's content with the opt-in `groups`: which opt-in groups it holds, the runs (`train_runs`:
     key -> the run's fields: what it trains on, where it writes), and the lists the opt-in stages of dvc.yaml iterate (empty
     without their groups)."""
+    from multitab.config.attribution import study_settings
+
     active = active_groups(params, groups)
     runs, stacks = stacked(params, expand(params, active))
     study = "study" in params.sections and params.study.group in active
+    authors_study = study and study_settings(params) is not None
     attribution = "attribution" in params.sections and params.attribution.group in active
     return {
         "opt_in_groups": [name for name in active if params.runs[name].opt_in],
         KEY: {key: plain(asdict(run)) for key, run in runs.items()},
         STACKS: {key: plain(asdict(stack)) for key, stack in stacks.items()},  # train_stack@
-        "study_configs": list(params.study.configs) if study else [],  # synthesize_study@, validate_study@
-        "study_reports": ["study"] if study else [],  # aggregate_study@study
+        # synthesize_study@, validate_study@; under `protocol: authors_code` the authors' data instead:
+        # synthesize_study_authors@, validate_study_authors@ (multitab.config.attribution.study_data)
+        "study_configs": list(params.study.configs) if study and not authors_study else [],
+        "study_authors_data": _study_authors_data(params) if study else {},
+        "study_reports": ["authors_code" if authors_study else "study"] if study else [],  # aggregate_study@
         "sweep_selections": ["sweeps"] if any(params.runs[n].sweep for n in active) else [],  # sweep_select@sweeps
         # synthesize_attribution@, validate_attribution@ (one per data folder the arms need), aggregate_attribution@
         "attribution_data": _attribution_data(params) if attribution else {},
@@ -263,6 +292,12 @@ def _attribution_data(params: Params) -> dict[str, dict[str, Any]]:
     from multitab.config.attribution import data_entries
 
     return {entry["name"]: entry for entry in data_entries(params)}
+
+
+def _study_authors_data(params: Params) -> dict[str, dict[str, Any]]:
+    from multitab.config.attribution import study_data
+
+    return {entry["name"]: entry for entry in study_data(params)}
 
 
 def entries(params: Params, groups: Iterable[str] = ()) -> dict[str, dict[str, Any]]:

@@ -17,15 +17,20 @@ written into its key as a point (`opt`, `ep`; `mask`, `mix` only for the models 
 optimizer (every model), mask and inter_sample (MultiTab-Net only), epochs. A run's key therefore names
 exactly the settings it trains with, so a run that two arms share (a rival under a MultiTab-Net-only
 factor) is one key, one `train@` stage, trained once: `arm_runs` lists which runs make up each arm.
+
+Under `protocol: authors_code` the study (`make study`, params.yaml `study`) is the authors' experiment: its
+runs take every factor from the first arm whose source is `authors_code` (A0_authors, `study_settings`), so
+its data folders (`data/study/<config>_tr_raw_s<seed>`) and run keys are named as that arm's; under `paper` it
+keeps its own settings (`study_settings` is None).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from multitab.config import Params
+from multitab.config import ConfigError, Params
 from multitab.config.train import OptimOverride, TrainConfig
 
 _EVALUATION = {"training_rows": "tr", "held_out": "ho"}
@@ -79,25 +84,79 @@ def is_attribution(params: Params, group: str) -> bool:
     return "attribution" in params.sections and params.attribution.group == group
 
 
+def trains_arm(params: Params, group: str) -> bool:
+    """Whether run group `group` trains arm settings (each run's key point, laid over the group's `train` by
+    `train_config`, and recorded in its metrics.json): the attribution group, and the study's under
+    `protocol: authors_code`."""
+    return is_attribution(params, group) or (
+        "study" in params.sections and params.study.group == group and study_settings(params) is not None)
+
+
+def settings_runs(configs: Sequence[str], models: Sequence[str], seeds: Sequence[int], settings: Mapping[str, Any]
+                  ) -> list[tuple[str, str, int, str, dict[str, Any]]]:
+    """The runs of `configs` x `models` x `seeds` under an arm's `settings`, as (config, model, seed, data name,
+    point), in that order."""
+    return [(config, model, seed, data_name(config, settings, seed), run_point(settings, model))
+            for config in configs for model in models for seed in seeds]
+
+
 def arm_runs(params: Params) -> dict[str, list[tuple[str, str, int, str, dict[str, Any]]]]:
     """arm -> its runs as (config, model, seed, data name, point), in params.yaml's order (configs, models,
     seeds of the attribution group)."""
     attribution = params.attribution
     group = params.group(attribution.group)
-    out: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
-    for arm, settings in attribution.settings().items():
-        out[arm] = [(config, model, seed, data_name(config, settings, seed), run_point(settings, model))
-                    for config in attribution.configs for model in group.models for seed in group.seeds]
-    return out
+    return {arm: settings_runs(attribution.configs, group.models, group.seeds, settings)
+            for arm, settings in attribution.settings().items()}
+
+
+def settings_data(configs: Sequence[str], seeds: Sequence[int], settings: Iterable[Mapping[str, Any]]
+                  ) -> list[dict[str, Any]]:
+    """Every data folder that `configs` x `seeds` need under each of `settings`, each once, in that order."""
+    seen: dict[str, dict[str, Any]] = {}
+    for one in settings:
+        for config in configs:
+            for seed in seeds:
+                entry = data_entry(config, one, seed)
+                seen.setdefault(entry["name"], entry)
+    return list(seen.values())
 
 
 def data_entries(params: Params) -> list[dict[str, Any]]:
     """Every data folder the arms need, each once, in the arms' order."""
-    seen: dict[str, dict[str, Any]] = {}
     group = params.group(params.attribution.group)
-    for settings in params.attribution.settings().values():
-        for config in params.attribution.configs:
-            for seed in group.seeds:
-                entry = data_entry(config, settings, seed)
-                seen.setdefault(entry["name"], entry)
-    return list(seen.values())
+    return settings_data(params.attribution.configs, group.seeds, params.attribution.settings().values())
+
+
+# ---------------------------------------------------------------- the study under `protocol: authors_code`
+def study_settings(params: Params) -> dict[str, Any] | None:
+    """The factors the study trains with: under `protocol: authors_code`, the authors' arm's (the first of
+    `attribution.arms` whose source is authors_code: A0_authors), so that `make study` is their experiment end
+    to end; None under `paper` (the study's own: held-out data of each configuration's seed, `bench.data.targets`,
+    its run group's training under the protocol)."""
+    if params.protocol != "authors_code":
+        return None
+    if "attribution" not in params.sections:
+        raise ConfigError(f"{params.source}: protocol authors_code runs the study with the authors' arm of "
+                          "`attribution.arms` (source authors_code), and there is no `attribution` section")
+    try:
+        return params.attribution.authors()[1]
+    except ConfigError as e:
+        raise ConfigError(f"{params.source}: {e}") from None
+
+
+def study_runs(params: Params) -> list[tuple[str, str, int, str, dict[str, Any]]] | None:
+    """The study's runs under `study_settings`, as `arm_runs` lists an arm's; None under `paper`."""
+    settings = study_settings(params)
+    if settings is None:
+        return None
+    group = params.group(params.study.group)
+    return settings_runs(params.study.configs, group.models, group.seeds, settings)
+
+
+def study_data(params: Params) -> list[dict[str, Any]]:
+    """Every data folder the study's runs need under `study_settings` (none under `paper`: `study.configs`
+    names them)."""
+    settings = study_settings(params)
+    if settings is None:
+        return []
+    return settings_data(params.study.configs, params.group(params.study.group).seeds, [settings])

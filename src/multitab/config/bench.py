@@ -206,12 +206,26 @@ class AttributionConfig:
     def settings(self) -> dict[str, dict[str, Any]]:
         """arm -> every factor's value in that arm (each arm laid over the one before), for the arms run
         (`run_arms`, in the arms' order)."""
+        return {name: settings for name, settings in self._laid().items()
+                if self.run_arms is None or name in self.run_arms}
+
+    def authors(self) -> tuple[str, dict[str, Any]]:
+        """(name, every factor's value) of the authors' exact setup: the first arm whose source is `authors_code`
+        (A0_authors), whether or not `run_arms` trains it. `protocol: authors_code` runs the study with it."""
+        laid = self._laid()
+        name = next((n for n, arm in self.arms.items() if arm.source == "authors_code"), None)
+        if name is None:
+            raise ConfigError("attribution.arms: no arm has source authors_code (the authors' setup, which "
+                              "`protocol: authors_code` runs the study with)")
+        return name, laid[name]
+
+    def _laid(self) -> dict[str, dict[str, Any]]:
+        """arm -> every factor's value in that arm (each arm laid over the one before), for every arm."""
         out: dict[str, dict[str, Any]] = {}
         current: dict[str, Any] = {}
         for name, arm in self.arms.items():
             current = {**current, **arm.set}
-            if self.run_arms is None or name in self.run_arms:
-                out[name] = dict(current)
+            out[name] = dict(current)
         return out
 
     def changes(self) -> dict[str, str]:
