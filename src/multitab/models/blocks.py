@@ -61,8 +61,11 @@ class Rotary(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         pos = torch.arange(x.shape[-2], device=x.device, dtype=torch.float32)
         freqs = torch.outer(pos, self.inv_freq)  # (L, d_head / 2)
-        emb = torch.cat((freqs, freqs), dim=-1).to(x.dtype)  # (L, d_head)
-        return x * emb.cos() + rotate_half(x) * emb.sin()
+        # The angles and their cos / sin in float32, cast to x's dtype only afterwards: under bf16 autocast
+        # q and k are bfloat16, and an angle rounded to bfloat16 (8-bit mantissa) is off by up to 0.25 rad at
+        # position 127 and 4 rad at 2047 (the batch is the sequence). Float32 inputs compute what they did.
+        emb = torch.cat((freqs, freqs), dim=-1)  # (L, d_head)
+        return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
 
     def flops(self, inputs: tuple[Tensor, ...], output: Tensor) -> int:
         return 3 * output.numel()  # two products and a sum per element
