@@ -259,6 +259,7 @@ def bench_accuracy(models: list[str], *, n_samples: int, epochs: int, batch_size
 
     from multitab.config import load_params
     from multitab.datasets.bench import synthesize_config, write_dataset
+    from multitab.hparams import for_run, selection_file
     from multitab.profiles import group_train
     from multitab.training.run import RunSpec, run_training
 
@@ -277,8 +278,10 @@ def bench_accuracy(models: list[str], *, n_samples: int, epochs: int, batch_size
                 cfg = replace(base, max_epochs=epochs, batch_size=batch_size, num_threads=1, device="cpu",
                               precision=precision, progress=False)  # type: ignore[arg-type]
                 spec = RunSpec("p06_pd3_t7", name, 0, folder / "p06_pd3_t7", folder / "ckpt" / name / precision)
+                hp = for_run(root, selection_file("authors", BENCH, name), model=name, dataset="p06_pd3_t7",
+                             point=None, config=cfg)  # the study's hyperparameters, as study_cost.py resolves them
                 t0 = time.perf_counter()
-                record, history = run_training(spec, cfg)
+                record, history = run_training(spec, cfg, hp)
                 wall = time.perf_counter() - t0
                 n_train = record["n_rows"]["train"]
                 loop = sum(n_train / h["samples_per_second"] for h in history)
