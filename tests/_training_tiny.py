@@ -132,7 +132,7 @@ def register_tiny(monkeypatch: Any, cls: type = TinyModel, name: str = "tiny") -
 TINY_TRAIN: dict[str, Any] = {
     "device": "auto", "precision": "fp32", "compile": False, "deterministic": True, "num_threads": 1,
     "batch_size": 256, "max_epochs": 2, "max_train_rows": None, "patience": {"default": 5},
-    "xgboost_early_stopping_rounds": 5, "progress": False,
+    "early_stopping_smoothing": None, "xgboost_early_stopping_rounds": 5, "progress": False,
     "optim": {}, "model_overrides": {}, "hparams": "authors", "variants": {}, "stack_seeds": False,
 }
 

@@ -293,6 +293,32 @@ def test_fingerprint_holds_every_setting_that_changes_results(tiny: Path, tmp_pa
     assert record["resumed_from_epoch"] == 0 and "data.meta.json:" in caplog.text
 
 
+def test_early_stopping_smoothing_is_in_the_fingerprint_and_the_record_only_when_on(
+        tiny: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Off (the default), the resolved settings have no smoothing key: a run's fingerprint and metrics.json
+    `settings` are those of runs from before the option. On, both name it, so a checkpoint trained without
+    smoothing is not resumed with it (nor the reverse): the warning names it and training starts over."""
+    ck = tmp_path / "ck"
+    off, _ = _train(tiny, ck, max_epochs=1)
+    stored = json.loads(torch.load(ck / ckpt.LAST, weights_only=True)["settings"])
+    assert "early_stopping_smoothing" not in stored and "early_stopping_smoothing" not in off["settings"]
+    assert "smoothing" not in torch.load(ck / ckpt.LAST, weights_only=True)["early_stopping"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        on, history = _train(tiny, ck, max_epochs=2, early_stopping_smoothing=0.5)
+    assert on["resumed_from_epoch"] == 0 and "early_stopping_smoothing: <absent> -> 0.5" in caplog.text
+    assert on["settings"]["early_stopping_smoothing"] == 0.5 and "val_mean_smoothed" in history[0]
+    assert torch.load(ck / ckpt.LAST, weights_only=True)["early_stopping"]["smoothing"] == 0.5
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        again, _ = _train(tiny, ck, max_epochs=3, early_stopping_smoothing=0.5)  # same setting: continues
+    assert again["resumed_from_epoch"] == 2
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        back, _ = _train(tiny, ck, max_epochs=3)
+    assert back["resumed_from_epoch"] == 0 and "early_stopping_smoothing: 0.5 -> <absent>" in caplog.text
+
+
 def test_model_code_version_follows_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 

@@ -61,6 +61,11 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "zero_subsample": (_set("datasets", "higgs", "preprocess", "subsample", 0),
                        "datasets.higgs.preprocess.subsample=0: must be >= 1"),
     "negative_threads": (_set("train", "num_threads", -1), "train.num_threads=-1: must be >= 0"),
+    "smoothing_zero": (_set("train", "early_stopping_smoothing", 0), "train.early_stopping_smoothing=0.0: must be > 0"),
+    "smoothing_one": (_set("train", "early_stopping_smoothing", 1), "train.early_stopping_smoothing=1.0: must be < 1"),
+    "smoothing_word": (_set("train", "early_stopping_smoothing", "ema"), "train.early_stopping_smoothing: 'ema'"),
+    "group_smoothing": (_set("runs", "bench", "train", {"early_stopping_smoothing": 1.5}),
+                        "runs.bench.train.early_stopping_smoothing=1.5: must be < 1"),
     "negative_val_fraction": (_set("datasets", "acs_income", "split", "val_fraction", -0.1),
                               "datasets.acs_income.split.val_fraction=-0.1: must be >= 0"),
     "percent_val_fraction": (_set("datasets", "acs_income", "split", "val_fraction", 15),
@@ -76,7 +81,25 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
 
 
 def test_the_repository_params_load() -> None:
-    parse_params(copy.deepcopy(BASE))
+    params = parse_params(copy.deepcopy(BASE))
+    assert params.train.early_stopping_smoothing is None  # off: the paper's rule in every committed run
+
+
+def test_early_stopping_smoothing_parses_and_reaches_the_run_records_only_when_set() -> None:
+    """`train.early_stopping_smoothing` (and a group's) parses to a float; run_params (metrics.json
+    `params`) names it only when set, so the records of runs trained without it still match."""
+    from multitab.profiles import group_train, run_params
+
+    plain = parse_params(copy.deepcopy(BASE))
+    assert "early_stopping_smoothing" not in run_params(plain, "bench", "p06_pd3_t3", "mmoe")["train"]
+    raw = copy.deepcopy(BASE)
+    raw["train"]["early_stopping_smoothing"] = 0.5
+    raw["runs"]["real"]["train"] = {"early_stopping_smoothing": 0.8}
+    params = parse_params(raw)
+    assert params.train.early_stopping_smoothing == 0.5
+    assert group_train(params, "real").early_stopping_smoothing == 0.8
+    assert run_params(params, "bench", "p06_pd3_t3", "mmoe")["train"]["early_stopping_smoothing"] == 0.5
+    assert run_params(params, "real", "higgs", "mmoe")["train"]["early_stopping_smoothing"] == 0.8
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 from pathlib import Path
@@ -139,6 +140,135 @@ def test_early_stopping_stops_on_scripted_curve() -> None:
     es2 = EarlyStopping(patience=2)
     es2.step(math.nan, 0)
     assert es2.best_epoch == -1 and es2.bad_epochs == 1
+
+
+# A noisy rising curve (validation EV swinging between epochs, as MMoE's on MultiTab-Bench): a spike at
+# epoch 2 (0.98) that the raw rule keeps as its best until patience runs out, while the trend still rises.
+NOISY = [0.60, 0.98, 0.71, 0.90, 0.80, 0.93, 0.84, 0.94, 0.88, 0.95, 0.90, 0.94, 0.89, 0.93, 0.88, 0.92, 0.87,
+         0.91, 0.86, 0.90]
+
+
+def _run_stopper(es: EarlyStopping, curve: list[float], start: int = 0) -> tuple[int, list[bool]]:
+    """Step `es` through `curve` (epochs from `start`) until it stops: (last epoch stepped, improvements)."""
+    improved = []
+    for epoch, value in enumerate(curve[start:], start):
+        improved.append(es.step(value, epoch))
+        if es.should_stop:
+            break
+    return epoch, improved
+
+
+def test_smoothed_early_stopping_rides_out_a_noisy_curve() -> None:
+    """Raw (off, the default): the spike is the best and patience 5 ends the run at epoch 7. Smoothed
+    (a = 0.5): s = 0.5 s + 0.5 v runs on through the swings, its best is epoch 12 (raw 0.94, smoothed
+    0.9249) and it stops once the trend falls (epoch 17)."""
+    raw = EarlyStopping(patience=5)
+    assert _run_stopper(raw, NOISY)[0] == 6 and (raw.best_epoch, raw.best) == (1, 0.98)
+    off = EarlyStopping(patience=5, smoothing=None)  # off is exactly the raw rule, state included
+    assert _run_stopper(off, NOISY) == _run_stopper(EarlyStopping(patience=5), NOISY)
+    assert off.state_dict() == raw.state_dict() and list(off.state_dict()) == ["patience", "best", "best_epoch",
+                                                                               "bad_epochs"]
+    assert off.history_fields(0.5) == {}
+    es = EarlyStopping(patience=5, smoothing=0.5)
+    last, improved = _run_stopper(es, NOISY)
+    assert (last, es.best_epoch) == (16, 11) and es.should_stop
+    assert [i for i, ok in enumerate(improved) if ok] == [0, 1, 3, 5, 7, 9, 11]
+    expected = NOISY[0]
+    for v in NOISY[1:12]:
+        expected = 0.5 * expected + 0.5 * v
+    assert es.best == pytest.approx(expected) and es.best == pytest.approx(0.9248633, abs=1e-6)
+    assert es.history_fields(0.9) == {"val_mean_smoothed": es.smoothed}
+
+
+def test_smoothed_early_stopping_skips_non_finite_values_and_resumes_exactly() -> None:
+    es = EarlyStopping(patience=2, smoothing=0.5)
+    assert not es.step(math.nan, 0) and math.isnan(es.smoothed) and es.best_epoch == -1  # never improves
+    assert math.isnan(es.history_fields(math.nan)["val_mean_smoothed"])
+    assert es.step(0.6, 1) and es.smoothed == 0.6  # the first finite value starts the average
+    assert not es.step(math.inf, 2) and es.smoothed == 0.6 and es.bad_epochs == 1  # a bad epoch, average kept
+    assert es.step(0.8, 3) and es.smoothed == pytest.approx(0.7)
+    # the state survives a checkpoint (plain data, weights_only) and the resumed stopper decides the same
+    full = EarlyStopping(patience=5, smoothing=0.5)
+    whole = _run_stopper(full, NOISY)
+    first = EarlyStopping(patience=5, smoothing=0.5)
+    part = [first.step(v, e) for e, v in enumerate(NOISY[:8])]
+    buffer = io.BytesIO()
+    torch.save({"early_stopping": first.state_dict()}, buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)["early_stopping"]
+    assert set(state) == {"patience", "best", "best_epoch", "bad_epochs", "smoothing", "smoothed"}
+    resumed = EarlyStopping.resume(state, 0.5)
+    assert resumed == first
+    last, rest = _run_stopper(resumed, NOISY, start=8)
+    assert (last, part + rest) == whole and resumed == full
+    with pytest.raises(ValueError, match="smoothing 0.5, this run's is None"):
+        EarlyStopping.resume(state, None)  # a smoothed checkpoint never continues under the raw rule
+    with pytest.raises(ValueError, match="smoothing None, this run's is 0.5"):
+        EarlyStopping.resume(EarlyStopping(patience=5).state_dict(), 0.5)
+    for bad in (0.0, 1.0, -0.5, 2.0):
+        with pytest.raises(ValueError, match="smoothing"):
+            EarlyStopping(patience=5, smoothing=bad)
+
+
+def test_loop_with_smoothing_stops_on_the_average_tests_its_best_epoch_and_says_so(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop on the scripted noisy curve: off, it stops after epoch 7 (best 2, the spike); with
+    `early_stopping_smoothing` 0.5 after epoch 17, testing epoch 12's weights, and its history records the
+    smoothed value; a run killed mid-way resumes to the same end."""
+    calls: list[float] = []
+    monkeypatch.setattr(loop_mod, "mean_metric", lambda metrics: calls.append(NOISY[len(calls)]) or calls[-1])
+    snapshots: dict[int, dict[str, torch.Tensor]] = {}
+    real_save = loop_mod.ckpt.save
+
+    def spy_save(path: Path, payload: dict) -> None:
+        if path.name == "last.pt":
+            snapshots[payload["epoch"]] = {k: v.clone() for k, v in payload["model"].items()}
+        real_save(path, payload)
+
+    monkeypatch.setattr(loop_mod.ckpt, "save", spy_save)
+    data = load_processed(tiny)
+
+    def run(ck: Path, smoothing: float | None, **kw: object) -> tuple[loop_mod.RunResult, torch.nn.Module]:
+        torch.manual_seed(0)
+        settings = loop_mod.RunSettings(seed=0, max_epochs=20, patience=5, batch_size=128, device="cpu",
+                                        early_stopping_smoothing=smoothing, **kw)  # type: ignore[arg-type]
+        model = TinyNet(data.meta)
+        return loop_mod.train(model, data, settings, checkpoint_dir=ck, run_fingerprint="x"), model
+
+    off, _ = run(tmp_path / "off", None)
+    assert (off.epochs, off.best_epoch, off.stopped_early) == (7, 2, True)
+    assert all("val_mean_smoothed" not in row for row in off.history)  # off: the history is the raw rule's
+    calls.clear()
+    on, model = run(tmp_path / "on", 0.5)
+    assert (on.epochs, on.best_epoch, on.stopped_early) == (17, 12, True)
+    for k, v in model.state_dict().items():  # the tested weights are epoch 12's
+        assert torch.equal(v, snapshots[12][k]), k
+    assert [row["val_mean"] for row in on.history] == NOISY[:17]
+    assert on.history[11]["val_mean_smoothed"] == pytest.approx(0.9248633, abs=1e-6)
+    assert on.val == torch.load(tmp_path / "on" / "best.pt", weights_only=True)["val"]  # epoch 12's raw metrics
+    last = torch.load(tmp_path / "on" / "last.pt", weights_only=True)
+    assert last["early_stopping"]["smoothing"] == 0.5 and last["early_stopping"]["best_epoch"] == 11
+
+    class Kill(Exception):
+        pass
+
+    def kill(epoch: int, step: int) -> None:
+        if (epoch, step) == (9, 2):
+            raise Kill
+
+    calls.clear()
+    with pytest.raises(Kill):
+        run(tmp_path / "killed", 0.5, on_step=kill)
+    assert len(calls) == 9  # epochs 1-9 validated; epoch 10 killed mid-way
+    resumed, _ = run(tmp_path / "killed", 0.5)
+    assert resumed.resumed_from_epoch == 9
+    timing = ("epoch_seconds", "data_seconds", "samples_per_second")
+    assert (resumed.epochs, resumed.best_epoch, resumed.test) == (on.epochs, on.best_epoch, on.test)
+    assert [{k: v for k, v in r.items() if k not in timing} for r in resumed.history] == [
+        {k: v for k, v in r.items() if k not in timing} for r in on.history]
+    with pytest.raises(ValueError, match="smoothing 0.5, this run's is None"):  # not resumed under the raw rule
+        run(tmp_path / "killed", None)
 
 
 def test_loop_stops_at_the_right_epoch_and_tests_the_best_weights(

@@ -316,6 +316,43 @@ def test_a_member_stopping_early_stops_alone_and_equals_its_separate_run(
     assert last["epoch"] == 2 and last["stopped"] is True and len(last["history"]) == 2
 
 
+def test_smoothed_early_stopping_is_per_member_and_equals_the_separate_runs(
+    bench: Path, tmp_path: Path, scripted: dict[str, list[float]]
+) -> None:
+    """`early_stopping_smoothing` 0.5, patience 2: seed 0's spiky curve (raw, it would stop after epoch 4
+    with the spike of epoch 2 as its best) runs to the budget on its moving average, best epoch 5; seed 1's
+    average falls twice and it stops alone after epoch 4. Each member equals its separate run, smoothing
+    state and history column included."""
+    name, h = "mmoe", bench_hparams("mmoe")
+    settings = settings_for(h, patience=2, max_epochs=6, early_stopping_smoothing=0.5)
+    curves = {0: [0.5, 0.9, 0.6, 0.8, 0.85, 0.5], 1: [0.5, 0.6, 0.4, 0.3]}
+    scripted["sep"] = curves[0] + curves[1]
+    sep = {s: separate(name, h, bench, s, tmp_path / "sep" / f"seed{s}", settings) for s in SEEDS}
+    assert not scripted["sep"]
+    scripted["stk"] = [v for pair in zip(curves[0], curves[1]) for v in pair] + curves[0][4:]
+    sizes: list[int] = []
+    real_stack = stacked_mod._Stack
+
+    def recording(*a: Any, **kw: Any) -> Any:
+        stack = real_stack(*a, **kw)
+        sizes.append(len(stack.members))
+        return stack
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stacked_mod, "_Stack", recording)
+        results = stacked(name, h, bench, SEEDS, tmp_path / "stk", settings)
+    assert not scripted["stk"] and sizes == [2, 1]
+    assert (results[0].epochs, results[0].best_epoch, results[0].stopped_early) == (6, 5, False)
+    assert (results[1].epochs, results[1].best_epoch, results[1].stopped_early) == (4, 2, True)
+    assert [row["val_mean_smoothed"] for row in results[1].history] == pytest.approx([0.5, 0.55, 0.475, 0.3875])
+    for seed, result in zip(SEEDS, results):
+        ck_a, ck_b = tmp_path / "stk" / f"seed{seed}", tmp_path / "sep" / f"seed{seed}"
+        assert mismatches(result, sep[seed], ck_a, ck_b, BATCH_NORM) == [], f"seed {seed}"
+        same_checkpoint_format(ck_a, ck_b)  # the smoothing state too
+    state = torch.load(tmp_path / "stk" / "seed0" / ckpt.LAST, weights_only=True)["early_stopping"]
+    assert state["smoothing"] == 0.5 and state["smoothed"] == pytest.approx(0.64375)
+
+
 # ------------------------------------------------------------------------------------------- resume
 class Kill(Exception):
     pass

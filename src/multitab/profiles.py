@@ -64,6 +64,12 @@ _RUN_TRAIN_KEYS = ("batch_size", "max_epochs", "max_train_rows", "precision", "d
                    "hparams", "xgboost_early_stopping_rounds", "stack_seeds")
 
 
+def _smoothing(t: TrainConfig) -> dict[str, Any]:
+    """`train.early_stopping_smoothing` when set (it changes the run's numbers); nothing when null, so the
+    records of runs from before the option still match what params.yaml resolves to."""
+    return {} if t.early_stopping_smoothing is None else {"early_stopping_smoothing": t.early_stopping_smoothing}
+
+
 def plain(value: Any) -> Any:
     """Dataclasses, tuples and mappings as JSON's plain values (what metrics.json holds after a round trip)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -97,7 +103,7 @@ def run_params(params: Params, group: str, dataset: str, model: str) -> dict[str
     return plain({
         "group": group,
         "protocol": params.protocol,
-        "train": {k: getattr(t, k) for k in _RUN_TRAIN_KEYS},
+        "train": {k: getattr(t, k) for k in _RUN_TRAIN_KEYS} | _smoothing(t),
         "patience": t.patience_for(dataset),
         "optim": t.optim.get(base),
         "overrides": t.overrides_for(model, dataset),

@@ -45,6 +45,11 @@ class TrainConfig:
     patience: dict[str, int]  # per dataset; key `default` for the others (MultiTab-Bench)
     xgboost_early_stopping_rounds: int = field(metadata=bounded(ge=1))  # XGBoost's early stopping on the validation split
     progress: bool  # a tqdm bar per epoch (samples/s)
+    # Opt-in, not the paper's: early stopping (stop decision and tested epoch) on an exponential moving
+    # average of the mean validation metric, s_t = a * s_{t-1} + (1 - a) * v_t, with this `a` in (0, 1);
+    # null = the raw per-epoch value (the paper's rule). multitab.training.early_stopping; when set, runs
+    # record it (metrics.json `params.train`, `settings`, the history's `val_mean_smoothed`).
+    early_stopping_smoothing: float | None = field(default=None, metadata=bounded(gt=0.0, lt=1.0))
     optim: dict[str, OptimOverride] = field(default_factory=dict)  # model -> override
     # model -> build_model keyword overrides, applied to every dataset; `<model>@<dataset>` keys apply to
     # one dataset only and win.
@@ -78,6 +83,9 @@ class TrainConfig:
         bad = {k: v for k, v in self.patience.items() if v < 1}
         if bad:
             raise ConfigError(f"train.patience: values must be >= 1, got {bad}")
+        a = self.early_stopping_smoothing
+        if a is not None and not 0.0 < a < 1.0:  # `build` checks it at load; this covers dataclasses.replace
+            raise ConfigError(f"train.early_stopping_smoothing={a}: must be in (0, 1), or null for no smoothing")
 
     def patience_for(self, dataset: str) -> int:
         return self.patience.get(dataset, self.patience["default"])

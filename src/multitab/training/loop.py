@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 # What run.py takes from here: the loop's types and the run setup it shares with the loop.
 __all__ = ["EpochStats", "RunResult", "RunSettings", "history_row", "make_optimizer", "optimizer_for", "regression_mse",
-           "resolve_device", "save_epoch", "seed_everything", "evaluate_best", "train", "train_epoch"]
+           "resolve_device", "save_epoch", "seed_everything", "evaluate_best", "smoothed_note", "train", "train_epoch"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,9 @@ class RunSettings:
     compile: bool = False
     deterministic: bool = True
     progress: bool = False
+    # the early-stopping criterion's moving-average factor (train.early_stopping_smoothing); None: the raw
+    # per-epoch value, the paper's rule (early_stopping.py)
+    early_stopping_smoothing: float | None = None
     # Test hook: called after every optimiser step with (epoch, step); lets a test kill a run mid-epoch.
     on_step: Callable[[int, int], None] | None = field(default=None, compare=False)
 
@@ -199,7 +202,7 @@ def train(
     eval_args: dict[str, Any] = {"batch_size": settings.batch_size, "device": device, "precision": settings.precision}
     generator = torch.Generator(device=train_split.device)
     generator.manual_seed(settings.seed)
-    stopper = EarlyStopping(settings.patience)
+    stopper = EarlyStopping(settings.patience, smoothing=settings.early_stopping_smoothing)
     history: list[dict[str, float]] = []
     start_epoch, train_seconds, loop_seconds, samples_seen = 0, 0.0, 0.0, 0
     checkpoint_dir = Path(checkpoint_dir)
@@ -208,7 +211,7 @@ def train(
         model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
         ckpt.set_rng_state(last["rng"], generator)
-        stopper = EarlyStopping.from_state_dict(last["early_stopping"])
+        stopper = EarlyStopping.resume(last["early_stopping"], settings.early_stopping_smoothing)
         history = list(last["history"])
         start_epoch = int(last["epoch"])
         train_seconds, loop_seconds = float(last["train_seconds"]), float(last["loop_seconds"])
@@ -238,10 +241,10 @@ def train(
         samples_seen += n_train
         row = history_row(epoch, train_loss, {k: float(v.item()) / max(n_batches, 1) for k, v in task_sums.items()},
                           val_metrics, val_mean, epoch_seconds=epoch_seconds, data_seconds=stats.data_seconds,
-                          loop_seconds=t_loop, n_train=n_train)
+                          loop_seconds=t_loop, n_train=n_train, criterion=stopper.history_fields(val_mean))
         history.append(row)
-        log.info("epoch %d: train loss %.4f, val mean %.4f%s, %.0f samples/s", epoch + 1, train_loss, val_mean,
-                 " (best)" if improved else "", row["samples_per_second"])
+        log.info("epoch %d: train loss %.4f, val mean %.4f%s%s, %.0f samples/s", epoch + 1, train_loss, val_mean,
+                 smoothed_note(row), " (best)" if improved else "", row["samples_per_second"])
         epoch += 1
         stopped_early = stopper.should_stop
         save_epoch(checkpoint_dir, run_fingerprint, run_settings, epoch=epoch, improved=improved,
@@ -261,13 +264,21 @@ def train(
 def history_row(
     epoch: int, train_loss: float, task_losses: dict[str, float], val_metrics: dict[str, float], val_mean: float, *,
     epoch_seconds: float, data_seconds: float, loop_seconds: float, n_train: int,
+    criterion: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """One epoch's row of the history (the curves: metrics.json's history, dvclive); `epoch` 0-based."""
+    """One epoch's row of the history (the curves: metrics.json's history, dvclive); `epoch` 0-based.
+    `criterion`: the early-stopping criterion's own columns (`EarlyStopping.history_fields`: the smoothed
+    mean validation metric when smoothing is on, after `val_mean`; nothing when off)."""
     return {"epoch": epoch + 1, "train_loss": train_loss,
             **{f"train_loss_{k}": v for k, v in task_losses.items()},
             **{f"val_{k}": v for k, v in val_metrics.items()},
-            "val_mean": val_mean, "epoch_seconds": epoch_seconds, "data_seconds": data_seconds,
+            "val_mean": val_mean, **(criterion or {}), "epoch_seconds": epoch_seconds, "data_seconds": data_seconds,
             "samples_per_second": n_train / loop_seconds if loop_seconds > 0 else math.nan}
+
+
+def smoothed_note(row: dict[str, float]) -> str:
+    """The log line's mention of the smoothed criterion (`` (smoothed 0.8123)``), empty when smoothing is off."""
+    return f" (smoothed {row['val_mean_smoothed']:.4f})" if "val_mean_smoothed" in row else ""
 
 
 def save_epoch(

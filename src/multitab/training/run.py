@@ -133,9 +133,11 @@ def resume_settings(
 ) -> dict[str, Any]:
     """Every setting that changes a run's numbers; a checkpoint is resumed only when all are equal (its
     fingerprint is their hash). Threads, determinism, device and dtype change float results in the last
-    bits; the data are identified by the sha256 of the processed files, the code by `model_code_version`."""
+    bits; the data are identified by the sha256 of the processed files, the code by `model_code_version`.
+    `early_stopping_smoothing` is there only when set (train.early_stopping_smoothing): off, the settings
+    are those of runs from before the option, and a checkpoint trained without it is never resumed with it."""
     device = resolve_device(config.device)
-    return {
+    settings = {
         "dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides, "hparams": hparams,
         "optim": optim, "max_epochs": max_epochs, "patience": patience, "batch_size": config.batch_size,
         "precision": config.precision, "max_train_rows": config.max_train_rows, "meta": data.meta,
@@ -146,6 +148,9 @@ def resume_settings(
         "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()},
         "code": model_code_version(model),
     }
+    if config.early_stopping_smoothing is not None:
+        settings["early_stopping_smoothing"] = config.early_stopping_smoothing
+    return settings
 
 
 def load_run_data(spec: RunSpec, config: TrainConfig) -> ProcessedData:
@@ -189,7 +194,7 @@ def torch_run(
         seed=spec.seed, max_epochs=max_epochs, patience=patience, batch_size=config.batch_size,
         optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
         precision=config.precision, compile=config.compile, deterministic=config.deterministic,
-        progress=config.progress, on_step=on_step,
+        progress=config.progress, on_step=on_step, early_stopping_smoothing=config.early_stopping_smoothing,
     )
     values = hparams.record()
     run_settings = resume_settings(spec, config, data, model, overrides=config.overrides_for(spec.model, spec.dataset),

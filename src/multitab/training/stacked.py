@@ -95,6 +95,7 @@ from multitab.training.loop import (
     history_row,
     optimizer_for,
     save_epoch,
+    smoothed_note,
 )
 from multitab.training.losses import MultitaskLoss
 from multitab.training.run import RunSpec, build_run_model, load_run_data, torch_record, torch_run
@@ -296,7 +297,7 @@ def _start(spec: StackMember, settings: RunSettings, generator_device: torch.dev
     generator = torch.Generator(device=generator_device)
     generator.manual_seed(spec.seed)
     member = _Member(spec, generator, spec.rng if spec.rng is not None else global_rng_state(),
-                     EarlyStopping(settings.patience))
+                     EarlyStopping(settings.patience, smoothing=settings.early_stopping_smoothing))
     checkpoint_dir = Path(spec.checkpoint_dir)
     last = ckpt.resume(checkpoint_dir, spec.run_fingerprint, spec.run_settings)
     if last is None:
@@ -305,7 +306,7 @@ def _start(spec: StackMember, settings: RunSettings, generator_device: torch.dev
     member.optimizer_state = last["optimizer"]
     generator.set_state(last["rng"]["batches"])
     member.rng = {k: v for k, v in last["rng"].items() if k != "batches"}
-    member.stopper = EarlyStopping.from_state_dict(last["early_stopping"])
+    member.stopper = EarlyStopping.resume(last["early_stopping"], settings.early_stopping_smoothing)
     member.history = list(last["history"])
     member.epoch = member.resumed_from = int(last["epoch"])
     member.train_seconds, member.loop_seconds = float(last["train_seconds"]), float(last["loop_seconds"])
@@ -543,10 +544,11 @@ def _train_group(
             s.samples_seen += n_train
             row = history_row(epoch, train_loss, {k: v[i] / max(n_batches, 1) for k, v in task_loss_sums.items()},
                               val_metrics, val_mean, epoch_seconds=epoch_seconds, data_seconds=t_data / m,
-                              loop_seconds=share, n_train=n_train)
+                              loop_seconds=share, n_train=n_train, criterion=s.stopper.history_fields(val_mean))
             s.history.append(row)
-            log.info("seed %d, epoch %d: train loss %.4f, val mean %.4f%s, %.0f samples/s (%d stacked)", s.spec.seed,
-                     epoch + 1, train_loss, val_mean, " (best)" if improved else "", n_train * m / t_loop if t_loop else 0, m)
+            log.info("seed %d, epoch %d: train loss %.4f, val mean %.4f%s%s, %.0f samples/s (%d stacked)", s.spec.seed,
+                     epoch + 1, train_loss, val_mean, smoothed_note(row), " (best)" if improved else "",
+                     n_train * m / t_loop if t_loop else 0, m)
             s.epoch = epoch + 1
             s.stopped = s.stopper.should_stop
             save_epoch(Path(s.spec.checkpoint_dir), s.spec.run_fingerprint, s.spec.run_settings, epoch=s.epoch,
