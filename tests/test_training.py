@@ -210,14 +210,8 @@ def test_smoothed_early_stopping_skips_non_finite_values_and_resumes_exactly() -
             EarlyStopping(patience=5, smoothing=bad)
 
 
-def test_loop_with_smoothing_stops_on_the_average_tests_its_best_epoch_and_says_so(
-    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The loop on the scripted noisy curve: off, it stops after epoch 7 (best 2, the spike); with
-    `early_stopping_smoothing` 0.5 after epoch 17, testing epoch 12's weights, and its history records the
-    smoothed value; a run killed mid-way resumes to the same end."""
-    calls: list[float] = []
-    monkeypatch.setattr(loop_mod, "mean_metric", lambda metrics: calls.append(NOISY[len(calls)]) or calls[-1])
+def spy_last_weights(monkeypatch: pytest.MonkeyPatch) -> dict[int, dict[str, torch.Tensor]]:
+    """epoch (1-based) -> the model weights the loop wrote to last.pt after it (the checkpoints still written)."""
     snapshots: dict[int, dict[str, torch.Tensor]] = {}
     real_save = loop_mod.ckpt.save
 
@@ -227,6 +221,18 @@ def test_loop_with_smoothing_stops_on_the_average_tests_its_best_epoch_and_says_
         real_save(path, payload)
 
     monkeypatch.setattr(loop_mod.ckpt, "save", spy_save)
+    return snapshots
+
+
+def test_loop_with_smoothing_stops_on_the_average_tests_its_best_epoch_and_says_so(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop on the scripted noisy curve: off, it stops after epoch 7 (best 2, the spike); with
+    `early_stopping_smoothing` 0.5 after epoch 17, testing epoch 12's weights, and its history records the
+    smoothed value; a run killed mid-way resumes to the same end."""
+    calls: list[float] = []
+    monkeypatch.setattr(loop_mod, "mean_metric", lambda metrics: calls.append(NOISY[len(calls)]) or calls[-1])
+    snapshots = spy_last_weights(monkeypatch)
     data = load_processed(tiny)
 
     def run(ck: Path, smoothing: float | None, **kw: object) -> tuple[loop_mod.RunResult, torch.nn.Module]:
@@ -283,16 +289,8 @@ def test_loop_stops_at_the_right_epoch_and_tests_the_best_weights(
         scripted.append(next(curve))
         return scripted[-1]
 
-    snapshots: dict[int, dict[str, torch.Tensor]] = {}
-    real_save = loop_mod.ckpt.save
-
-    def spy_save(path: Path, payload: dict) -> None:
-        if path.name == "last.pt":
-            snapshots[payload["epoch"]] = {k: v.clone() for k, v in payload["model"].items()}
-        real_save(path, payload)
-
+    snapshots = spy_last_weights(monkeypatch)
     monkeypatch.setattr(loop_mod, "mean_metric", fake_mean)
-    monkeypatch.setattr(loop_mod.ckpt, "save", spy_save)
     data = load_processed(tiny)
     torch.manual_seed(0)
     model = TinyNet(data.meta)

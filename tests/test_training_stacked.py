@@ -283,6 +283,22 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[float]]
     yield queue
 
 
+def stacked_with_sizes(name: str, h: Any, bench: Path, out: Path, settings: Any) -> tuple[Any, list[int]]:
+    """`stacked` of SEEDS, and the number of members of every stack it built (a stopped member leaves)."""
+    sizes: list[int] = []
+    real_stack = stacked_mod._Stack
+
+    def recording(*a: Any, **kw: Any) -> Any:
+        stack = real_stack(*a, **kw)
+        sizes.append(len(stack.members))
+        return stack
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stacked_mod, "_Stack", recording)
+        results = stacked(name, h, bench, SEEDS, out, settings)
+    return results, sizes
+
+
 def test_a_member_stopping_early_stops_alone_and_equals_its_separate_run(
     bench: Path, tmp_path: Path, scripted: dict[str, list[float]]
 ) -> None:
@@ -294,17 +310,7 @@ def test_a_member_stopping_early_stops_alone_and_equals_its_separate_run(
     sep = {s: separate(name, h, bench, s, tmp_path / "sep" / f"seed{s}", settings) for s in SEEDS}
     assert not scripted["sep"]
     scripted["stk"] = [0.5, 0.5, 0.4, 0.6, 0.7, 0.8]  # epoch 1: both; epoch 2: both; then seed 1 alone
-    sizes: list[int] = []
-    real_stack = stacked_mod._Stack
-
-    def recording(*a: Any, **kw: Any) -> Any:
-        stack = real_stack(*a, **kw)
-        sizes.append(len(stack.members))
-        return stack
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stacked_mod, "_Stack", recording)
-        results = stacked(name, h, bench, SEEDS, tmp_path / "stk", settings)
+    results, sizes = stacked_with_sizes(name, h, bench, tmp_path / "stk", settings)
     assert not scripted["stk"] and sizes == [2, 1]  # the stopped member left the stack
     assert (results[0].epochs, results[0].best_epoch, results[0].stopped_early) == (2, 1, True)
     assert (results[1].epochs, results[1].best_epoch, results[1].stopped_early) == (4, 4, False)
@@ -330,17 +336,7 @@ def test_smoothed_early_stopping_is_per_member_and_equals_the_separate_runs(
     sep = {s: separate(name, h, bench, s, tmp_path / "sep" / f"seed{s}", settings) for s in SEEDS}
     assert not scripted["sep"]
     scripted["stk"] = [v for pair in zip(curves[0], curves[1]) for v in pair] + curves[0][4:]
-    sizes: list[int] = []
-    real_stack = stacked_mod._Stack
-
-    def recording(*a: Any, **kw: Any) -> Any:
-        stack = real_stack(*a, **kw)
-        sizes.append(len(stack.members))
-        return stack
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stacked_mod, "_Stack", recording)
-        results = stacked(name, h, bench, SEEDS, tmp_path / "stk", settings)
+    results, sizes = stacked_with_sizes(name, h, bench, tmp_path / "stk", settings)
     assert not scripted["stk"] and sizes == [2, 1]
     assert (results[0].epochs, results[0].best_epoch, results[0].stopped_early) == (6, 5, False)
     assert (results[1].epochs, results[1].best_epoch, results[1].stopped_early) == (4, 2, True)
