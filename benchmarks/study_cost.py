@@ -33,8 +33,15 @@ above; the rate is the best of a few matrix products of the models' own shapes (
 `--precision bf16` measures the study with `train.precision: bf16` (autocast; opt-in, not the paper's
 fp32) and writes `study_cost_cpu_bf16.json` by default.
 
+`--stack` projects the study with `train.stack_seeds: true` (docs/training.md, "Stacked seeds"): each
+measured model trains its `--seeds` seeds as one stacked run (`run_training_stacked`, the train_stack
+stage's code), and per member it counts the stacked epoch and start-up shared out over the members and one
+interpreter start per stack. A member that stops early leaves the stack, so a run costs its own epochs at
+the per-member rate (assumed not to change as the stack shrinks). A model that cannot stack (dropout) is
+measured alone, with the reason in `stack_refused`. Default output `study_cost_cpu_stacked.json`.
+
 Run:  flock /tmp/multitab-bench.lock python benchmarks/study_cost.py [--n-samples 100000] [--seeds 5]
-      [--epochs 20 | --record results/study/<name>] [--precision fp32|bf16]
+      [--epochs 20 | --record results/study/<name>] [--precision fp32|bf16] [--stack]
       [--out results/benchmarks/study_cost_cpu.json]
 Timings taken while other jobs share the CPU are high: say so when quoting them (the output records the
 load average).
@@ -67,6 +74,7 @@ from multitab.models import build_model
 from multitab.profiles import group_train, profiled
 from multitab.provenance import cpu_model
 from multitab.training.run import RunSpec, run_training
+from multitab.training.stacked import StackRefused, run_training_stacked
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 2 * 3600.0  # the project's goal for 100,000 x 5 seeds on the 2-core CPU
@@ -114,7 +122,10 @@ def forward_flops(schema: DatasetSchema, model: str, protocol: str, batch_size: 
 
 
 def measure(params: Params, config: TrainConfig, name: str, models: list[str], epochs: int,
-            folder: Path) -> dict[str, dict[str, float]]:
+            folder: Path, stack: int = 1) -> dict[str, dict[str, float]]:
+    """Per model: seconds per epoch and start-up of one run, or, with `stack` > 1, of one member of a stacked
+    run of `stack` seeds (the stacked epoch and start-up shared out over its members); a model that cannot
+    stack is measured alone and says why (`stack_refused`)."""
     frames, meta = synthesize_config(name, params.bench)
     write_dataset(folder / name, frames, meta)
     schema = schema_from_meta(meta)
@@ -123,18 +134,34 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
         cfg = replace(config, max_epochs=epochs, progress=False)
         t0 = time.perf_counter()
         hp = for_run(ROOT, selection_file("authors", BENCH, model), model=model, dataset=name, point=None, config=cfg)
-        record, history = run_training(RunSpec(name, model, 0, folder / name, folder / "ckpt" / name / model), cfg, hp)
+        members, refused = 1, None
+        if stack > 1:
+            specs = [RunSpec(name, model, s, folder / name, folder / "ckpt" / name / model / str(s)) for s in range(stack)]
+            try:
+                runs = run_training_stacked(specs, cfg, hp)
+                members = stack
+            except StackRefused as e:
+                refused = str(e)
+        if members == 1:
+            runs = [run_training(RunSpec(name, model, 0, folder / name, folder / "ckpt" / name / model), cfg, hp)]
+        record, history = runs[0]
         wall = time.perf_counter() - t0
-        # steady state: the epochs after the first (which pays one-off warm-up), validation and checkpoints included
-        steady = [float(h["epoch_seconds"]) for h in history[1:]] or [float(history[0]["epoch_seconds"])]
+        # steady state: the epochs after the first (which pays one-off warm-up), validation and checkpoints
+        # included; a stacked epoch is the sum of its members' shares (each member's row holds its share)
+        per_epoch_all = [sum(float(h[e]["epoch_seconds"]) for _, h in runs) / members for e in range(len(history))]
+        steady = per_epoch_all[1:] or per_epoch_all
         per_epoch = statistics.median(steady)
         out[model] = {"wall": wall, "epochs": record["epochs"], "seconds_per_epoch": per_epoch,
-                      "startup": max(0.0, wall - per_epoch * record["epochs"]), "samples_per_second": record["samples_per_second"],
+                      "startup": max(0.0, wall / members - per_epoch * record["epochs"]),
+                      "stack_members": members, **({"stack_refused": refused} if refused else {}),
+                      "samples_per_second": record["samples_per_second"],
                       "n_train": record["n_rows"]["train"], "n_val": record["n_rows"]["val"],
                       "n_test": record["n_rows"]["test"],
                       "forward_flops_per_sample": forward_flops(schema, model, params.protocol, config.batch_size)}
         print(f"  {name} {model}: {per_epoch:.1f} s/epoch ({record['samples_per_second']:.0f} samples/s), "
-              f"start-up + test evaluation + warm-up {wall - per_epoch * record['epochs']:.1f} s", flush=True)
+              f"start-up + test evaluation + warm-up {out[model]['startup']:.1f} s"
+              + (f" (per member of a stack of {members})" if members > 1 else "")
+              + (f"; not stacked: {refused}" if refused else ""), flush=True)
     return out
 
 
@@ -152,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=None, help="stages at once (default: orchestration.workers)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default=None,
                    help="train.precision for the measured runs (default: the study's, fp32)")
+    p.add_argument("--stack", action="store_true",
+                   help="project with train.stack_seeds on: each dataset x model's --seeds seeds train as one "
+                        "stacked run (measured as such)")
     p.add_argument("--out", type=Path, default=None,
-                   help="default results/benchmarks/study_cost_cpu.json (fp32), study_cost_cpu_bf16.json (bf16)")
+                   help="default results/benchmarks/study_cost_cpu[_bf16][_stacked].json")
     a = p.parse_args(argv)
 
     raw = load_params(a.params)
@@ -167,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.precision is not None:
         config = replace(config, precision=a.precision)
     out_path = a.out or ROOT / "results/benchmarks" / (
-        "study_cost_cpu.json" if config.precision == "fp32" else f"study_cost_cpu_{config.precision}.json")
+        "study_cost_cpu" + ("" if config.precision == "fp32" else f"_{config.precision}")
+        + ("_stacked" if a.stack else "") + ".json")
     if config.num_threads > 0:
         import torch
 
@@ -195,11 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     measured: dict[int, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for t, name in representative.items():
-            measured[t] = measure(params, config, name, models, a.measure_epochs, Path(tmp))
+            measured[t] = measure(params, config, name, models, a.measure_epochs, Path(tmp),
+                                  stack=a.seeds if a.stack else 1)
 
     def run_seconds(model: str, t: int, epochs: float) -> float:
         m = measured[t][model]
-        return start + m["startup"] * scale + epochs * m["seconds_per_epoch"] * scale
+        return start / m["stack_members"] + m["startup"] * scale + epochs * m["seconds_per_epoch"] * scale
 
     per_model = {m: sum(run_seconds(m, n_tasks[c], epochs_by_model[m]) for c in configs) * a.seeds for m in models}
     total = sum(per_model.values())
@@ -228,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples": a.n_samples, "measured_at_samples": measure_samples,
         "scaling": "seconds per epoch and start-up x n_samples / measured_at_samples" if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
-        "cpu": cpu_model(), "precision": config.precision,
+        "cpu": cpu_model(), "precision": config.precision, "stack_seeds": a.stack,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
         "measured": {str(t): v for t, v in measured.items()}, "epochs_per_run": epochs_by_model,
