@@ -4,16 +4,11 @@ benchmark broken unnoticed, as it once was."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location(
-    "model_throughput", Path(__file__).resolve().parent.parent / "benchmarks" / "model_throughput.py"
-)
-assert _spec is not None and _spec.loader is not None
-mt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mt)
+from _benchmarks import load_benchmark
+
+mt = load_benchmark("model_throughput")
 
 
 def test_bench_accuracy_trains_one_model_in_both_precisions():

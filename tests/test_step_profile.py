@@ -3,18 +3,12 @@ small model whose ops are known (a linear layer, ReLU, an MSE loss, backward, an
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-_spec = importlib.util.spec_from_file_location(
-    "step_profile", Path(__file__).resolve().parent.parent / "benchmarks" / "step_profile.py"
-)
-assert _spec is not None and _spec.loader is not None
-sp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sp)
+from _benchmarks import load_benchmark
+
+sp = load_benchmark("step_profile")
 
 
 def test_kinds_of_known_ops():

@@ -397,17 +397,7 @@ def test_checkpoints_cross_between_stacked_and_separate_runs(bench: Path, tmp_pa
     # seed 0 ran alone for 1 epoch (a smaller budget), seed 1 never ran: the stack continues seed 0 at
     # epoch 1 and starts seed 1 from scratch, as two stacks
     separate(name, h, bench, 0, tmp_path / "mix" / "seed0", dataclasses.replace(settings, max_epochs=1))
-    sizes: list[int] = []
-    real_stack = stacked_mod._Stack
-
-    def recording(*a: Any, **kw: Any) -> Any:
-        stack = real_stack(*a, **kw)
-        sizes.append(len(stack.members))
-        return stack
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stacked_mod, "_Stack", recording)
-        mixed = stacked(name, h, bench, SEEDS, tmp_path / "mix", settings)
+    mixed, sizes = stacked_with_sizes(name, h, bench, tmp_path / "mix", settings)
     assert [r.resumed_from_epoch for r in mixed] == [1, 0] and sizes == [1, 1]
     for seed, result in zip(SEEDS, mixed):
         assert mismatches(result, sep[seed], tmp_path / "mix" / f"seed{seed}", tmp_path / "sep" / f"seed{seed}",
