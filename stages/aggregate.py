@@ -14,6 +14,7 @@ from pathlib import Path
 
 from multitab.config import Params, load_params
 from multitab.config.aggregate import synthetic_configs
+from multitab.config.attribution import study_settings
 from multitab.datasets.split import split_sizes
 from multitab.evaluation.bench.numbers import Budget
 from multitab.evaluation.paper.entry_page import write_entry_page
@@ -62,13 +63,18 @@ def what_ran(params: Params) -> list[str]:
 
 def provenance(params_path: Path, params: Params) -> Provenance:
     """The report's provenance: the commit of the checkout, the sha256 of params.yaml, and the study's
-    budget (its seeds, and the training rows of `study.data.n_samples` under `bench.data.split`) below which
-    MultiTab-Bench runs give no verdict on the paper's claim."""
+    budget (its seeds, and the training rows of `study.data.n_samples` under `bench.data.split`; all of them
+    under `protocol: authors_code`, whose arm trains and tests on every row) below which MultiTab-Bench runs
+    give no verdict on the paper's claim."""
     budget = None
     if "study" in params.sections and "bench" in params.sections:
         at_study = profiled(params, "study")  # study.data over bench.data
         train = group_train(params, params.study.group)  # the study group's train over train
-        n_train, _, _ = split_sizes(at_study.bench.data.n_samples, at_study.bench.data.split)
+        settings = study_settings(params)  # None under `paper`
+        if settings is not None and settings["evaluation"] == "training_rows":
+            n_train = at_study.bench.data.n_samples  # no split: the authors' loader trains on every row
+        else:
+            n_train, _, _ = split_sizes(at_study.bench.data.n_samples, at_study.bench.data.split)
         if train.max_train_rows is not None:
             n_train = min(n_train, train.max_train_rows)
         budget = Budget(n_seeds=len(params.group(params.study.group).seeds), n_train=n_train)

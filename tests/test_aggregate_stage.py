@@ -310,6 +310,22 @@ def test_first_screen_says_what_ran_and_gives_no_verdict_below_the_study_budget(
     assert "| p02_pd3_t3 | **does not hold** |" in report and "not tested at this budget" not in report
 
 
+def test_study_budget_counts_every_row_under_the_authors_setup(tmp_path: Path) -> None:
+    """The budget's training rows: 70 % of study.data.n_samples under `paper` (the held-out split), all of them
+    under `protocol: authors_code`, whose arm (A0_authors, evaluation training_rows) trains on every row."""
+    from multitab.config import load_params
+
+    params = make_inputs(tmp_path)
+    n = yaml.safe_load(params.read_text())["study"]["data"]["n_samples"]
+    budget = aggregate.provenance(params, load_params(params)).budget
+    assert budget is not None and budget.n_train == int(0.7 * n)
+    raw = yaml.safe_load(params.read_text())
+    raw["protocol"] = "authors_code"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    budget = aggregate.provenance(params, load_params(params)).budget
+    assert budget is not None and budget.n_train == n and budget.n_seeds == len(raw["runs"]["study"]["seeds"])
+
+
 def test_single_seed_prints_t_test_as_undefined(tmp_path: Path) -> None:
     """The default `make repro` trains one seed: Table 8's t-tests have no spread and read n/a."""
     params = make_inputs(tmp_path)
