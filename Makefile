@@ -30,7 +30,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-.PHONY: repro study study-interim attribution sweep test lint ui benchmarks clean-venv assets postgres
+.PHONY: repro study study-interim attribution precision-pair sweep test lint ui benchmarks clean-venv assets postgres
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -101,3 +101,11 @@ sweep: $(STAMP) $(ASSETS)
 # Outputs: results/attribution_report/ (report.md, ladder.{csv,md}, figures/ladder.png).
 attribution: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline --groups attribution --targets aggregate_attribution
+
+# The paired fp32/bf16 comparison (run group runs.study_bf16; docs/study.md, "bf16"): the study's runs of that
+# group's configurations in fp32 (run group study, results/study_runs, shared with `make study`) and in bf16
+# autocast (results/study_bf16_runs), through the same DVC stages and Prefect flow; then the comparison.
+# Output: results/precision_pair/ (section.md, pair.csv, verdicts.csv, metrics.csv).
+precision-pair: $(STAMP) $(ASSETS)
+	set -f; $(BIN)/python -m flows.pipeline --groups study study_bf16 --targets $$($(BIN)/python -m multitab.evaluation.bench.precision targets)
+	$(BIN)/python -m multitab.evaluation.bench.precision compare --out results/precision_pair
