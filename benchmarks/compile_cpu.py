@@ -89,7 +89,7 @@ def compare(eager: Step, compiled: Step, *, warmup: int, steps: int) -> dict[str
     compile_seconds = max(first_compiled - first_eager, 0.0)
     return {
         "compile_seconds": round(compile_seconds, 2),
-        "eager_step_seconds": round(e, 4), "compiled_step_seconds": round(c, 4),
+        "eager_step_seconds": round(e, 6), "compiled_step_seconds": round(c, 6),
         "speedup": round(e / c, 3),
         "break_even_steps": round(compile_seconds / (e - c)) if e > c else None,
         "first_loss_rel_diff": abs(loss_compiled - loss_eager) / max(abs(loss_eager), 1e-12),
@@ -144,9 +144,10 @@ def measure(p: argparse.ArgumentParser, a: argparse.Namespace) -> int:
     x_num, x_cat, targets = split.x_num, split.x_cat, split.targets()
     loss_fn = MultitaskLoss(schema.tasks)
     load0 = os.getloadavg()[0]
+    protocol = params.protocol
     results: dict[str, Any] = {}
     for model in models:
-        hp = load(BENCH, model, protocol=params.protocol, root=ROOT).model
+        hp = load(BENCH, model, protocol=protocol, root=ROOT).model
         built = []
         for _ in range(2):
             torch.manual_seed(0)

@@ -51,6 +51,7 @@ def make_inputs(root: Path) -> Path:
     params["bench"]["configs"] = BENCH
     params["study"]["configs"] = list(BENCH)  # study.configs must be keys of bench.configs
     params["attribution"]["configs"] = list(BENCH)  # and so must attribution.configs
+    params["runs"]["study_bf16"]["data"] = {"study": ["p04_pdmix_t4"]}  # and the bf16 pair's
     # the run matrix of the fakes: three seeds, and a variant that no table shows
     for group in ("real", "ablation", "bench"):
         params["runs"][group]["seeds"] = [0, 1, 2]

@@ -142,6 +142,7 @@ def test_bench_configs_view() -> None:
                        "seed": 0},
         "mix": {"groups": ["nonuniform"], "correlation": 0.4, "degrees": [1, 3, 2], "seed": 0}}
     raw["study"]["configs"] = raw["attribution"]["configs"] = ["mix"]
+    raw["runs"]["study_bf16"]["data"] = {"study": ["mix"]}  # it names study configurations too
     got = synthetic_configs(parse_params(raw).bench.configs)
     assert got["p06_pd3_t3"].level("count") == "t=3" and got["p06_pd3_t3"].level("correlation") == "p=0.6"
     assert got["mix"].groups == ("nonuniform",) and got["mix"].level("nonuniform") == "t=3, PD=[1, 3, 2], p=0.4"

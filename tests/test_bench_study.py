@@ -323,7 +323,7 @@ def _study_params(tmp_path: Path) -> tuple[dict, Path]:
         "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
         "p06_pd234_t3": {"groups": ["nonuniform"], "correlation": 0.6, "degrees": [2, 3, 4], "seed": 0}}
     params["study"]["configs"] = params["attribution"]["configs"] = ["p02_pd3_t3", "p06_pd234_t3"]
-    for group in ("sweep_mlp", "sweep_inter_sample"):  # they name the repo's configurations
+    for group in ("sweep_mlp", "sweep_inter_sample", "study_bf16"):  # they name the repo's configurations
         del params["runs"][group]
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))

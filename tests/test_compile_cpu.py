@@ -44,8 +44,11 @@ def test_same_weights_give_the_same_first_loss_and_the_ratio_is_measured():
     out = cc.compare(*_steps(seed_compiled=0), warmup=1, steps=3)
     assert out["first_loss_rel_diff"] < 1e-6
     assert out["eager_step_seconds"] > 0 and out["compiled_step_seconds"] > 0
-    ratio = out["eager_step_seconds"] / out["compiled_step_seconds"]  # of the rounded medians
-    assert abs(out["speedup"] - ratio) <= 0.01 * ratio
+    assert out["speedup"] > 0
+    if out["speedup"] > 1:  # compiled faster: the compile time pays back after a finite number of steps
+        assert out["break_even_steps"] is not None and out["break_even_steps"] >= 0
+    elif out["speedup"] < 1:
+        assert out["break_even_steps"] is None
 
 
 def test_different_weights_show_in_the_first_loss():
