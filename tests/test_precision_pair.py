@@ -111,7 +111,7 @@ def test_record_folder_regenerates_byte_for_byte(tmp_path: Path) -> None:
     assert b"> a constructed record" in first["section.md"]
 
 
-def test_the_bf16_group_is_the_study_but_the_precision_and_the_targets_name_both_sides() -> None:
+def test_the_bf16_group_is_the_study_but_the_precision_and_the_targets_name_both_sides(capsys) -> None:
     params = load_params(ROOT / "params.yaml")
     bf16, fp32, configs = pr.pair_groups(params, "study_bf16")
     assert configs == ["p04_pdmix_t7", "p06_pd234_t3"]  # Figure 6's two configurations
@@ -120,12 +120,8 @@ def test_the_bf16_group_is_the_study_but_the_precision_and_the_targets_name_both
     assert bf16.train == {**fp32.train, "precision": "bf16"}
     assert bf16.out != fp32.out and bf16.checkpoints != fp32.checkpoints
     runs = document(params, ["study", "study_bf16"])["train_runs"]
-    import contextlib
-    import io
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert pr.main(["targets", "--params", str(ROOT / "params.yaml")]) == 0
-    patterns = out.getvalue().split()
+    assert pr.main(["targets", "--params", str(ROOT / "params.yaml")]) == 0
+    patterns = capsys.readouterr().out.split()
     chosen = {k for k in runs if any(fnmatch.fnmatchcase(f"train@{k}", p) for p in patterns)}
     expected = {k for k, r in runs.items() if r["dataset"] in configs and r["group"] in ("study", "study_bf16")}
     assert chosen == expected and len(chosen) == 2 * len(configs) * len(fp32.models) * len(fp32.seeds)

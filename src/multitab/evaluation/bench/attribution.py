@@ -38,6 +38,7 @@ from multitab.evaluation.bench.numbers import (
     read_metrics_csv,
     summarise,
 )
+from multitab.evaluation.bench.render import plus_minus
 from multitab.evaluation.curves import read_curve
 
 ARMS_COLUMNS = ["arm", "source", "changed"]
@@ -136,12 +137,6 @@ def flips(table: pd.DataFrame) -> dict[str, list[tuple[str, str, str]]]:
 
 
 # ------------------------------------------------------------------------------------------ render
-def _num(x: float, se: float | None = None) -> str:
-    if x is None or math.isnan(x):
-        return "missing"
-    return f"{x:+.2f}" + ("" if se is None or math.isnan(se) else f" ± {se:.2f}")
-
-
 def ladder_markdown(table: pd.DataFrame, settings: StudySettings) -> str:
     lines = []
     for config, part in table.groupby("config", sort=False):
@@ -149,9 +144,9 @@ def ladder_markdown(table: pd.DataFrame, settings: StudySettings) -> str:
                   f"| Arm | Whose | Changes | {settings.label(settings.model)} Δm | Best rival Δm | Gap ± SE | "
                   "Verdict | Not converged |", "|---|---|---|---|---|---|---|---|"]
         for r in part.itertuples(index=False):
-            rival = f"{settings.label(r.best_rival)} {_num(r.rival_mean, r.rival_se)}" if r.best_rival else "missing"
+            rival = f"{settings.label(r.best_rival)} {plus_minus(r.rival_mean, r.rival_se)}" if r.best_rival else "missing"
             lines.append(f"| {r.arm} | {SOURCE_LABELS.get(r.source, r.source)} | {r.changed} | "
-                         f"{_num(r.model_mean, r.model_se)} | {rival} | {_num(r.gap, r.gap_se)} | **{r.verdict}** | "
+                         f"{plus_minus(r.model_mean, r.model_se)} | {rival} | {plus_minus(r.gap, r.gap_se)} | **{r.verdict}** | "
                          f"{r.not_converged} |")
         lines.append("")
     return "\n".join(lines)
@@ -174,17 +169,17 @@ def paragraph(table: pd.DataFrame, settings: StudySettings) -> str:
         first, last = present.iloc[0], present.iloc[-1]
         text = (f"- {config}: under {first.arm} ({SOURCE_LABELS.get(first.source, first.source)}) the claim "
                 f"({model} significantly above every rival at α {settings.alpha}) {_says(first.verdict)} "
-                f"(gap to the best rival {_num(first.gap, first.gap_se)} points)")
+                f"(gap to the best rival {plus_minus(first.gap, first.gap_se)} points)")
         moves = changes[str(config)]
         if not moves:
-            text += f"; no arm changes that verdict, down to {last.arm} ({_num(last.gap, last.gap_se)})."
+            text += f"; no arm changes that verdict, down to {last.arm} ({plus_minus(last.gap, last.gap_se)})."
         else:
             arm, before, after = moves[0]
             what = part.loc[part.arm == arm, "changed"].iloc[0]
             text += f"; the verdict turns to **{after}** at {arm}, once {what}"
             if len(moves) > 1:
                 text += "; then " + "; ".join(f"**{a2}** at {a}" for a, _, a2 in moves[1:])
-            text += f". Under {last.arm} it {_says(last.verdict)} ({_num(last.gap, last.gap_se)})."
+            text += f". Under {last.arm} it {_says(last.verdict)} ({plus_minus(last.gap, last.gap_se)})."
         missing = part.loc[part.verdict == "missing", "arm"].tolist()
         if missing:
             text += f" Missing arms: {', '.join(missing)}."
@@ -296,28 +291,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     results/study/<name> --note "..." [--flow-wall-seconds S]`: copy the report's three CSVs into a record
     folder, write its header.md and regenerate the rest; `regenerate FOLDER`: only the last step."""
     import argparse
-    import shutil
     import sys
 
-    from multitab.evaluation.bench.study import write_text
+    from multitab.evaluation.bench.study import add_record_commands, copy_into_record, write_text
     from multitab.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.attribution")
-    sub = p.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record")
-    rec.add_argument("--from", dest="source", required=True, type=Path)
-    rec.add_argument("--to", dest="target", required=True, type=Path)
-    rec.add_argument("--note", required=True)
-    rec.add_argument("--flow-wall-seconds", type=float, default=None)
-    sub.add_parser("regenerate").add_argument("folder", type=Path)
+    add_record_commands(p.add_subparsers(dest="command", required=True))
     a = p.parse_args(argv)
     try:
         if a.command == "record":
-            a.target.mkdir(parents=True, exist_ok=True)
-            for name in ("metrics.csv", "curves.csv", "arms.csv"):
-                if not (a.source / name).is_file():
-                    raise StudyError(f"{a.source / name}: not found; run `make attribution` first")
-                shutil.copy(a.source / name, a.target / name)
+            copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
             header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=git_commit(a.source),
                                    machine=machine(), note=a.note, flow_wall_seconds=a.flow_wall_seconds)
             write_text("\n".join(header) + "\n", a.target / "header.md")

@@ -43,6 +43,7 @@ from multitab.evaluation.bench.numbers import (
     delta_m_runs,
     read_metrics_csv,
 )
+from multitab.evaluation.bench.render import plus_minus
 
 PRECISIONS = ("fp32", "bf16")
 PAIR_COLUMNS = ["config", "model", "n_fp32", "n_bf16", "quantity", "fp32_mean", "fp32_se", "bf16_mean", "bf16_se",
@@ -144,16 +145,10 @@ def compare(metrics: pd.DataFrame, settings: StudySettings) -> tuple[pd.DataFram
 
 def passes(table: pd.DataFrame) -> bool:
     """Every configuration x model has both sides and is within one fp32 standard error."""
-    return bool(len(table)) and all(v is True or v == "True" for v in table["within_one_se"])
+    return bool(len(table)) and all(v is not None and bool(v) for v in table["within_one_se"])
 
 
 # ------------------------------------------------------------------------------------------ render
-def _num(x: float, se: float | None = None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "missing"
-    return f"{x:+.2f}" + ("" if se is None or math.isnan(se) else f" ± {se:.2f}")
-
-
 def markdown(table: pd.DataFrame, verdicts: pd.DataFrame, settings: StudySettings, header: Sequence[str] = ()) -> str:
     lines = ["## bf16 autocast against fp32: the paired comparison", "", *header,
              "Per configuration and model: the quantity in each precision (mean ± SE over seeds), the paired "
@@ -161,7 +156,7 @@ def markdown(table: pd.DataFrame, verdicts: pd.DataFrame, settings: StudySetting
              "standard error of fp32's (the bar). Δm against each precision's own STL; for STL itself, its mean test "
              "EV × 100.", ""]
     ok = passes(table)
-    outside = table[~table["within_one_se"].isin([True, "True"])]
+    outside = table[[v is None or not bool(v) for v in table["within_one_se"]]]
     if ok:
         lines.append(f"**bf16 passes**: all {len(table)} configuration × model pairs within one fp32 standard error.")
     else:
@@ -171,10 +166,10 @@ def markdown(table: pd.DataFrame, verdicts: pd.DataFrame, settings: StudySetting
     lines += ["", "| Configuration | Model | Quantity | fp32 | bf16 | bf16 − fp32 (paired) | Within one SE |",
               "|---|---|---|---|---|---|---|"]
     for r in table.itertuples(index=False):
-        within = {True: "yes", "True": "yes", False: "**no**", "False": "**no**"}.get(r.within_one_se, "untested")
-        lines.append(f"| {r.config} | {settings.label(r.model)} | {r.quantity} | {_num(r.fp32_mean, r.fp32_se)} "
-                     f"({r.n_fp32}) | {_num(r.bf16_mean, r.bf16_se)} ({r.n_bf16}) | "
-                     f"{_num(r.paired_diff, r.paired_diff_se)} | {within} |")
+        within = "untested" if r.within_one_se is None else "yes" if r.within_one_se else "**no**"
+        lines.append(f"| {r.config} | {settings.label(r.model)} | {r.quantity} | {plus_minus(r.fp32_mean, r.fp32_se)} "
+                     f"({r.n_fp32}) | {plus_minus(r.bf16_mean, r.bf16_se)} ({r.n_bf16}) | "
+                     f"{plus_minus(r.paired_diff, r.paired_diff_se)} | {within} |")
     lines += ["", f"The claim ({settings.label(settings.model)} significantly above every rival at α "
               f"{settings.alpha:g}) in each precision:", "", "| Configuration | fp32 | bf16 |", "|---|---|---|"]
     lines += [f"| {r.config} | {r.verdict_fp32} | {r.verdict_bf16} |" for r in verdicts.itertuples(index=False)]
@@ -222,11 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`compare` (the pair from the two groups' run folders into --out), `record` (a report into a record folder
     with its header.md), `regenerate FOLDER`, `targets` (the flow targets `make precision-pair` trains)."""
     import argparse
-    import shutil
 
     from multitab.config import ConfigError, load_params
     from multitab.config.aggregate import synthetic_configs
-    from multitab.evaluation.bench.study import write_csv, write_text
+    from multitab.evaluation.bench.study import add_record_commands, copy_into_record, write_csv, write_text
     from multitab.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.precision")
@@ -236,12 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         one.add_argument("--params", default="params.yaml")
         one.add_argument("--group", default="study_bf16", help="the bf16 run group (default study_bf16)")
     sub.choices["compare"].add_argument("--out", type=Path, default=Path("results/precision_pair"))
-    rec = sub.add_parser("record")
-    rec.add_argument("--from", dest="source", required=True, type=Path)
-    rec.add_argument("--to", dest="target", required=True, type=Path)
-    rec.add_argument("--note", required=True)
-    rec.add_argument("--flow-wall-seconds", type=float, default=None)
-    sub.add_parser("regenerate").add_argument("folder", type=Path)
+    add_record_commands(sub)
     a = p.parse_args(argv)
     try:
         if a.command in ("compare", "targets"):
@@ -268,10 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench.precision: {a.out / 'section.md'}")
             return 0
         if a.command == "record":
-            a.target.mkdir(parents=True, exist_ok=True)
-            if not (a.source / "metrics.csv").is_file():
-                raise StudyError(f"{a.source / 'metrics.csv'}: not found; run `make precision-pair` first")
-            shutil.copy(a.source / "metrics.csv", a.target / "metrics.csv")
+            copy_into_record(a.source, a.target, ("metrics.csv",), "make precision-pair")
             runs = read_metrics_csv(a.target / "metrics.csv").drop_duplicates(["precision", "config", "model", "seed"])
             lines = [f"> {a.note}", "", f"- Commit: `{git_commit(a.source)}`; machine: {machine()}.",
                      f"- Scale: configurations {list(dict.fromkeys(runs['config']))}, seeds "

@@ -50,6 +50,13 @@ def _fmt(x: float, decimals: int = 2) -> str:
     return "missing" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.{decimals}f}"
 
 
+def plus_minus(x: float, se: float | None = None) -> str:
+    """`+1.23 ± 0.45` (two decimals, signed; no `±` without a standard error), or `missing`."""
+    if x is None or math.isnan(x):
+        return "missing"
+    return f"{x:+.2f}" + ("" if se is None or math.isnan(se) else f" ± {se:.2f}")
+
+
 def _p(x: float) -> str:
     return "n/a" if math.isnan(x) else (f"{x:.2g}" if x < 0.001 else f"{x:.3f}")
 

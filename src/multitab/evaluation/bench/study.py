@@ -25,6 +25,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -157,34 +158,45 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
     return lines + [""]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m multitab.evaluation.bench.study record --from results/study_report --to results/study/<name>
-    --note "..."`: copy a study's metrics.csv and curves.csv into a record folder, write its header.md and
-    regenerate its figures and tables from them. `regenerate FOLDER`: only the last step."""
-    import argparse
-    import shutil
-
-    from multitab.provenance import git_commit, machine
-
-    p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.study")
-    sub = p.add_subparsers(dest="command", required=True)
+def add_record_commands(sub: Any) -> None:
+    """The `record` (--from, --to, --note, --flow-wall-seconds) and `regenerate FOLDER` subcommands every
+    record kind's command line has (study, attribution, precision pair)."""
     rec = sub.add_parser("record")
     rec.add_argument("--from", dest="source", required=True, type=Path)
     rec.add_argument("--to", dest="target", required=True, type=Path)
     rec.add_argument("--note", required=True, help="what this record is (e.g. its scale against the paper's)")
     rec.add_argument("--flow-wall-seconds", type=float, default=None)
-    reg = sub.add_parser("regenerate")
-    reg.add_argument("folder", type=Path)
+    sub.add_parser("regenerate").add_argument("folder", type=Path)
+
+
+def copy_into_record(source: Path, target: Path, names: Sequence[str], make: str) -> None:
+    """Copy a report's CSVs `names` from `source` into the record folder `target` (created); StudyError naming
+    the first one absent and the command (`make`) that writes it."""
+    import shutil
+
+    target.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if not (source / name).is_file():
+            raise StudyError(f"{source / name}: not found; run `{make}` first")
+        shutil.copy(source / name, target / name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m multitab.evaluation.bench.study record --from results/study_report --to results/study/<name>
+    --note "..."`: copy a study's metrics.csv and curves.csv into a record folder, write its header.md and
+    regenerate its figures and tables from them. `regenerate FOLDER`: only the last step."""
+    import argparse
+
+    from multitab.provenance import git_commit, machine
+
+    p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.study")
+    add_record_commands(p.add_subparsers(dest="command", required=True))
     a = p.parse_args(argv)
     try:
         if a.command == "regenerate":
             regenerate(a.folder)
             return 0
-        a.target.mkdir(parents=True, exist_ok=True)
-        for name in ("metrics.csv", "curves.csv"):
-            if not (a.source / name).is_file():
-                raise StudyError(f"{a.source / name}: not found; run `make study` (aggregate_study) first")
-            shutil.copy(a.source / name, a.target / name)
+        copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv"), "make study")
         header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=git_commit(a.source), machine=machine(),
                                note=a.note, flow_wall_seconds=a.flow_wall_seconds)
         write_text("\n".join(header) + "\n", a.target / "header.md")
