@@ -18,7 +18,6 @@ whose verdict differs from the arm before it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,10 +35,10 @@ from multitab.evaluation.bench.numbers import (
     convergence,
     delta_m_runs,
     read_metrics_csv,
+    run_rows,
     summarise,
 )
 from multitab.evaluation.bench.render import plus_minus
-from multitab.evaluation.curves import read_curve
 
 ARMS_COLUMNS = ["arm", "source", "changed"]
 LADDER_COLUMNS = ["config", "arm", "source", "changed", "model_mean", "model_se", "best_rival", "rival_mean",
@@ -58,31 +57,11 @@ def collect_arms(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig],
     curve_rows: list[dict[str, Any]] = []
     for arm, members in arms.items():
         for config, model, seed, data, point in members:
-            conf = configs[config]
-            run_dir = runs_dir / data / model / point / f"seed{seed}"
-            path = run_dir / "metrics.json"
-            if not path.is_file():
+            rows = run_rows(runs_dir / data / model / point / f"seed{seed}", configs[config], config, model, seed)
+            if rows is None:
                 continue
-            try:
-                rec = json.loads(path.read_text())
-            except json.JSONDecodeError as e:
-                raise StudyError(f"{path}: not valid JSON ({e}); delete it and re-run its train stage") from None
-            for task, value in (rec.get("test") or {}).items():
-                metric_rows.append({
-                    "arm": arm, "run": f"{data}/{model}/{point}/seed{seed}", "config": config, "groups": ";".join(conf.groups), "correlation": conf.correlation,
-                    "degrees": "-".join(map(str, conf.degrees or ())), "model": model, "seed": seed, "task": task,
-                    "test_ev": value, "val_ev": (rec.get("val") or {}).get(task), "best_epoch": rec.get("best_epoch"),
-                    "epochs": rec.get("epochs"), "max_epochs": rec.get("max_epochs"),
-                    "stopped_early": rec.get("stopped_early"), "train_seconds": rec.get("train_seconds"),
-                    "samples_per_second": rec.get("samples_per_second"),
-                    "n_train": (rec.get("n_rows") or {}).get("train"), "device": rec.get("device")})
-            val, loss = read_curve(run_dir, "val_mean"), read_curve(run_dir, "train_loss")
-            if val is None:
-                continue
-            for step, v in val.items():
-                curve_rows.append({"arm": arm, "config": config, "model": model, "seed": seed, "epoch": int(step) + 1,
-                                   "val_mean": v,
-                                   "train_loss": loss.get(step, math.nan) if loss is not None else math.nan})
+            metric_rows += [{"arm": arm, "run": f"{data}/{model}/{point}/seed{seed}", **r} for r in rows[0]]
+            curve_rows += [{"arm": arm, **r} for r in rows[1]]
     return (pd.DataFrame.from_records(metric_rows, columns=["arm", "run", *METRICS_COLUMNS]),
             pd.DataFrame.from_records(curve_rows, columns=["arm", *CURVES_COLUMNS]))
 

@@ -73,6 +73,39 @@ class StudySettings:
 
 
 # ------------------------------------------------------------------------------------------ collect
+def read_record(path: Path) -> dict[str, Any]:
+    """A run's metrics.json, or StudyError naming it when it is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise StudyError(f"{path}: not valid JSON ({e}); delete it and re-run its train stage") from None
+
+
+def run_rows(run_dir: Path, conf: SyntheticConfig, config: str, model: str,
+             seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """(metrics rows, curve rows) of one run folder, in METRICS_COLUMNS / CURVES_COLUMNS; None if it has no
+    metrics.json (a run not trained yet)."""
+    path = run_dir / "metrics.json"
+    if not path.is_file():
+        return None
+    rec = read_record(path)
+    metric_rows = [{
+        "config": config, "groups": ";".join(conf.groups), "correlation": conf.correlation,
+        "degrees": "-".join(map(str, conf.degrees or ())), "model": model, "seed": seed, "task": task,
+        "test_ev": value, "val_ev": (rec.get("val") or {}).get(task),
+        "best_epoch": rec.get("best_epoch"), "epochs": rec.get("epochs"),
+        "max_epochs": rec.get("max_epochs"), "stopped_early": rec.get("stopped_early"),
+        "train_seconds": rec.get("train_seconds"), "samples_per_second": rec.get("samples_per_second"),
+        "n_train": (rec.get("n_rows") or {}).get("train"), "device": rec.get("device"),
+    } for task, value in (rec.get("test") or {}).items()]
+    val, loss = read_curve(run_dir, "val_mean"), read_curve(run_dir, "train_loss")
+    curve_rows = [] if val is None else [
+        {"config": config, "model": model, "seed": seed, "epoch": int(step) + 1, "val_mean": v,
+         "train_loss": loss.get(step, math.nan) if loss is not None else math.nan}
+        for step, v in val.items()]
+    return metric_rows, curve_rows
+
+
 def collect(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig], models: Sequence[str],
             seeds: Sequence[int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(metrics rows, curve rows) of the runs <runs_dir>/<config>/<model>/seed<S>/ of `configs` x `models`
@@ -85,34 +118,10 @@ def collect(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig], models
             folder = runs_dir / name / model
             found = sorted(int(p.name[4:]) for p in folder.glob("seed*") if p.name[4:].isdigit())
             for seed in found if seeds is None else [s for s in seeds if s in found]:
-                run_dir = folder / f"seed{seed}"
-                path = run_dir / "metrics.json"
-                if not path.is_file():
-                    continue
-                try:
-                    rec = json.loads(path.read_text())
-                except json.JSONDecodeError as e:
-                    raise StudyError(f"{path}: not valid JSON ({e}); delete it and re-run its train stage") from None
-                for task, value in (rec.get("test") or {}).items():
-                    metric_rows.append({
-                        "config": name, "groups": ";".join(conf.groups),
-                        "correlation": conf.correlation,
-                        "degrees": "-".join(map(str, conf.degrees or ())),
-                        "model": model, "seed": seed, "task": task,
-                        "test_ev": value, "val_ev": (rec.get("val") or {}).get(task),
-                        "best_epoch": rec.get("best_epoch"), "epochs": rec.get("epochs"),
-                        "max_epochs": rec.get("max_epochs"), "stopped_early": rec.get("stopped_early"),
-                        "train_seconds": rec.get("train_seconds"),
-                        "samples_per_second": rec.get("samples_per_second"),
-                        "n_train": (rec.get("n_rows") or {}).get("train"), "device": rec.get("device"),
-                    })
-                val = read_curve(run_dir, "val_mean")
-                loss = read_curve(run_dir, "train_loss")
-                if val is not None:
-                    for step, v in val.items():
-                        curve_rows.append({"config": name, "model": model, "seed": seed, "epoch": int(step) + 1,
-                                           "val_mean": v,
-                                           "train_loss": loss.get(step, math.nan) if loss is not None else math.nan})
+                rows = run_rows(folder / f"seed{seed}", conf, name, model, seed)
+                if rows is not None:
+                    metric_rows += rows[0]
+                    curve_rows += rows[1]
     return (pd.DataFrame.from_records(metric_rows, columns=METRICS_COLUMNS),
             pd.DataFrame.from_records(curve_rows, columns=CURVES_COLUMNS))
 

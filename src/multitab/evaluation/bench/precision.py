@@ -23,7 +23,6 @@ column), so a committed record regenerates its own table (`regenerate`). Per con
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -42,6 +41,7 @@ from multitab.evaluation.bench.numbers import (
     collect,
     delta_m_runs,
     read_metrics_csv,
+    read_record,
 )
 from multitab.evaluation.bench.render import plus_minus
 
@@ -68,10 +68,7 @@ def check_pairs(fp32_dir: str | Path, bf16_dir: str | Path, configs: Sequence[st
                     if not path.is_file():
                         missing.append(f"{run}: no {precision} run")
                         continue
-                    try:
-                        record = json.loads(path.read_text())
-                    except json.JSONDecodeError as e:
-                        raise StudyError(f"{path}: not valid JSON ({e}); delete it and re-run its train stage") from None
+                    record = read_record(path)
                     settings[precision] = dict(record.get("settings") or {})
                     if settings[precision].get("precision") != precision:
                         raise StudyError(f"{path}: trained in {settings[precision].get('precision')!r}, expected "
