@@ -30,6 +30,10 @@ above; the rate is the best of a few matrix products of the models' own shapes (
 `floor_wall_seconds` > `goal_seconds` says the goal cannot be met on this machine at that precision, and
 `fraction_of_peak` per model says how close the training code already is.
 
+`--device cuda` measures the runs on the GPU (and the matrix-product rate there); the record names the
+device (`device`), and `--workers` should then be the stages the GPU runs at once (1 unless
+`orchestration.gpu_concurrency` says more). benchmarks/gpu_session.sh runs it for a lent GPU.
+
 `--precision bf16` measures the study with `train.precision: bf16` (autocast; opt-in, not the paper's
 fp32) and writes `study_cost_cpu_bf16.json` by default.
 
@@ -73,6 +77,7 @@ from multitab.hparams import BENCH, for_run, load, selection_file
 from multitab.models import build_model
 from multitab.profiles import group_train, profiled
 from multitab.provenance import cpu_model
+from multitab.training.device import resolve_device
 from multitab.training.run import RunSpec, run_training
 from multitab.training.stacked import StackRefused, run_training_stacked
 
@@ -80,10 +85,22 @@ ROOT = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 2 * 3600.0  # the project's goal for 100,000 x 5 seeds on the 2-core CPU
 
 
+def device_name(device: str) -> str:
+    """The device the runs trained on, in words: the GPU's name, or the CPU's model."""
+    if device.startswith("cuda"):
+        import torch
+
+        return f"{torch.cuda.get_device_name(device)} (CUDA)"
+    return cpu_model()
+
+
 def process_start_seconds() -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "stages.train", "--help"], cwd=ROOT, check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"})
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-m", "stages.train", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path})
+    if done.returncode != 0:
+        raise SystemExit(f"`python -m stages.train --help` failed (a stage process cannot start here):\n{done.stderr}")
     return time.perf_counter() - t0
 
 
@@ -93,23 +110,33 @@ PEAK_SHAPES: tuple[tuple[int, int, int], ...] = ((2048, 512, 512), (2048, 256, 1
                                                  (79872, 16, 256))
 
 
-def matmul_peak(precision: str, threads: int, repeats: int = 5) -> dict[str, float]:
-    """FLOP/s of torch.mm per shape of PEAK_SHAPES in `precision` (median of `repeats` timings), and the best."""
+def matmul_peak(precision: str, threads: int, repeats: int = 5, device: str = "cpu") -> dict[str, float]:
+    """FLOP/s of torch.mm per shape of PEAK_SHAPES in `precision` on `device` (median of `repeats` timings;
+    on CUDA synchronised, so a timing is the kernels' own), and the best."""
     import torch
 
     torch.set_num_threads(max(threads, 1))
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    cuda = device.startswith("cuda")
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
     rates = {}
     for m, k, n in PEAK_SHAPES:
-        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
         for _ in range(3):
             a @ b
+        inner = 50 if cuda else 5  # a CUDA product of these shapes takes microseconds: time a longer loop
         times = []
         for _ in range(repeats):
+            sync()
             t0 = time.perf_counter()
-            for _ in range(5):
+            for _ in range(inner):
                 a @ b
-            times.append((time.perf_counter() - t0) / 5)
+            sync()
+            times.append((time.perf_counter() - t0) / inner)
         rates[f"{m}x{k}x{n}"] = 2.0 * m * k * n / statistics.median(times)
     return {**rates, "best": max(rates.values())}
 
@@ -182,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stack", action="store_true",
                    help="project with train.stack_seeds on: each dataset x model's --seeds seeds train as one "
                         "stacked run (measured as such)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                   help="where the measured runs train (default: the study's train.device)")
     p.add_argument("--out", type=Path, default=None,
-                   help="default results/benchmarks/study_cost_cpu[_bf16][_stacked].json")
+                   help="default results/benchmarks/study_cost_{cpu,cuda}[_bf16][_stacked].json")
     a = p.parse_args(argv)
 
     raw = load_params(a.params)
@@ -196,8 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     config = group_train(raw, study.group)
     if a.precision is not None:
         config = replace(config, precision=a.precision)
+    if a.device is not None:
+        config = replace(config, device=a.device)
+    device = str(resolve_device(config.device))
+    kind = "cuda" if device.startswith("cuda") else "cpu"
     out_path = a.out or ROOT / "results/benchmarks" / (
-        "study_cost_cpu" + ("" if config.precision == "fp32" else f"_{config.precision}")
+        f"study_cost_{kind}" + ("" if config.precision == "fp32" else f"_{config.precision}")
         + ("_stacked" if a.stack else "") + ".json")
     if config.num_threads > 0:
         import torch
@@ -238,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = sum(run_seconds(m, n_tasks[c], 100.0) for c in configs for m in models) * a.seeds
 
     # the compute floor: the study's training arithmetic at this machine's best matrix-product rate
-    peak = matmul_peak(config.precision, config.num_threads)
+    peak = matmul_peak(config.precision, config.num_threads, device=device)
 
     def epoch_flops(m: dict[str, float]) -> float:
         """One measured epoch's arithmetic: forward + backward (~3 F) on the training rows, F on validation."""
@@ -260,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples": a.n_samples, "measured_at_samples": measure_samples,
         "scaling": "seconds per epoch and start-up x n_samples / measured_at_samples" if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
-        "cpu": cpu_model(), "precision": config.precision, "stack_seeds": a.stack,
+        "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
         "measured": {str(t): v for t, v in measured.items()}, "epochs_per_run": epochs_by_model,
@@ -285,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(goal {GOAL_SECONDS / 3600:.0f} h: ratio {result['ratio_to_goal']}); at the 100-epoch cap "
           f"{worst / workers / 3600:.2f} h. Per model (core-hours): "
           + ", ".join(f"{m} {v / 3600:.2f}" for m, v in per_model.items())
-          + f". Load average {load0:.1f} at start (2 cores shared: timings high).")
+          + f". Trained on {result['device']}; load average {load0:.1f} at start (a shared CPU: timings high).")
     print(f"COMPUTE FLOOR ({config.precision}): {sum(flops_per_model.values()) / 1e15:.2f} PFLOP of training at "
           f"{peak['best'] / 1e9:.0f} GFLOP/s per run x {workers} = {floor / 3600:.2f} h "
           f"(ratio to the goal {result['floor_ratio_to_goal']}); share of that rate reached per model (t = 7): "
