@@ -79,6 +79,26 @@ def run_stage(root: Path, params: Path) -> int:
     ])
 
 
+def _verdicts(root: Path) -> None:
+    """Validation verdicts where the validation stages write them (DVC outputs)."""
+    (root / "data" / "validated" / "synthetic").mkdir(parents=True, exist_ok=True)
+    (root / "data" / "validated" / "higgs.json").write_text('{"success": true}')
+    (root / "data" / "validated" / "synthetic" / "p06_pd3_t3.json").write_text('{"success": true}')
+
+
+def test_entry_page_says_when_the_validation_pages_are_absent_but_the_verdicts_are(tmp_path: Path) -> None:
+    """A checkout whose validation stages were restored from the DVC cache has the verdicts and not the
+    Great Expectations pages (no DVC output): the page links the verdicts and says why the pages are not there,
+    instead of dropping the section."""
+    params = make_inputs(tmp_path)
+    _verdicts(tmp_path)
+    assert run_stage(tmp_path, params) == 0
+    text = (tmp_path / "results" / "index.html").read_text()
+    section = text[text.index("<h2>Data validation</h2>"):]
+    assert "reports/validation/) are not in this workspace" in section
+    assert 'href="../data/validated/higgs.json"' in section and "reports/validation/index.html" not in text
+
+
 def test_entry_page_links_every_output_offline_with_the_provenance_block(tmp_path: Path) -> None:
     """results/index.html: the provenance block, then links; no address outside the checkout, no script,
     and every link resolves to a file."""
@@ -88,6 +108,7 @@ def test_entry_page_links_every_output_offline_with_the_provenance_block(tmp_pat
     params = make_inputs(tmp_path)
     (tmp_path / "reports" / "validation").mkdir(parents=True)
     (tmp_path / "reports" / "validation" / "index.html").write_text("<html></html>")
+    _verdicts(tmp_path)
     assert run_stage(tmp_path, params) == 0
     page = tmp_path / "results" / "index.html"
     text = page.read_text()
@@ -108,8 +129,10 @@ def test_entry_page_links_every_output_offline_with_the_provenance_block(tmp_pat
     assert not parser.tags & {"script", "link", "img", "iframe"}
     assert parser.hrefs and all((page.parent / h).is_file() for h in parser.hrefs), parser.hrefs
     for expected in ("report.md", "tables/table3_test_results.md", "figures/figure5_delta_m.png",
-                     "../reports/validation/index.html"):
+                     "../reports/validation/index.html", "../data/validated/higgs.json",
+                     "../data/validated/synthetic/p06_pd3_t3.json"):
         assert expected in parser.hrefs, expected
+    assert "not in this workspace" not in text
     digest = hashlib.sha256(params.read_bytes()).hexdigest()
     head = text[: text.index("<h2>What ran")]
     assert "Commit <code>" in head and digest in head and "Protocol <code>paper</code>" in head

@@ -3,7 +3,7 @@
 Written by the aggregate stage after the report (stages/aggregate.py). Plain HTML, no script, no style
 sheet and no address outside the checkout: every link is a relative path to a file that exists when the
 page is written (the report, the paper's tables and figures, Figures 3-4, the complexity table, the
-validation pages, the study's and the sweeps' reports when they are there), so the page works offline
+validation pages and verdicts, the study's and the sweeps' reports when they are there), so the page works offline
 from the file system.
 """
 
@@ -26,10 +26,30 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("The paper's tables (Tables 2-10, Figures 5-6 data)", ("results/tables/*.md",)),
     ("Figures", ("results/figures/*.png", "results/label_correlations/*.png")),
     ("Complexity (Table 4's counts)", ("results/complexity/*.md",)),
-    ("Data validation", ("reports/validation/index.html",)),
+    # the Great Expectations pages (no DVC output: shared by the validation stages) and the verdicts (DVC outputs)
+    ("Data validation", ("reports/validation/index.html", "data/validated/*.json", "data/validated/*/*.json")),
     ("MultiTab-Bench study (make study)", ("results/study_report/report.md",)),
     ("Hyperparameter sweeps (make sweep)", ("results/sweeps/report.md",)),
 )
+
+
+VALIDATION_PAGES = "reports/validation/index.html"
+# said where the verdicts are in the workspace and the pages are not (a checkout restored from the DVC cache)
+NO_VALIDATION_PAGES = (
+    "The Great Expectations pages (reports/validation/) are not in this workspace: its validation stages were "
+    "restored from the DVC cache, not run here, and the pages are no DVC output. The verdicts below are. "
+    "`dvc repro --force --single-item --glob 'validate_*'` writes the pages again (the same verdicts, so no "
+    "later stage re-runs)."
+)
+
+
+def section_notes(root: Path, sections: Sequence[tuple[str, Sequence[Path]]]) -> dict[str, str]:
+    """A line for a section whose files are partly absent in a way a reader should know about: the data
+    validation's verdicts without its pages."""
+    titles = {title for title, _ in sections}
+    if "Data validation" in titles and not (root / VALIDATION_PAGES).is_file():
+        return {"Data validation": NO_VALIDATION_PAGES}
+    return {}
 
 
 def entry_links(root: Path, written: Sequence[Path] = ()) -> list[tuple[str, list[Path]]]:
@@ -53,8 +73,8 @@ def _natural(path: Path) -> list[Any]:
 
 
 def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenance: Provenance, protocol: str,
-           what_ran: Sequence[str] = ()) -> str:
-    """The page's HTML; links are relative to the page's folder."""
+           what_ran: Sequence[str] = (), notes: dict[str, str] | None = None) -> str:
+    """The page's HTML; links are relative to the page's folder; `notes`: a line under a section's title."""
     esc = html.escape
     rows = [
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -70,7 +90,10 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
     if what_ran:
         rows += ["<h2>What ran</h2>", "<ul>", *(f"<li>{esc(line)}</li>" for line in what_ran), "</ul>"]
     for title, files in sections:
-        rows += [f"<h2>{esc(title)}</h2>", "<ul>"]
+        rows.append(f"<h2>{esc(title)}</h2>")
+        if title in (notes or {}):
+            rows.append(f"<p>{esc((notes or {})[title])}</p>")
+        rows.append("<ul>")
         for f in files:
             href = os.path.relpath(f, page.parent).replace(os.sep, "/")
             rows.append(f'<li><a href="{esc(href, quote=True)}">{esc(href)}</a></li>')
@@ -82,5 +105,7 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
 def write_entry_page(page: Path, root: Path, provenance: Provenance, protocol: str,
                      what_ran: Sequence[str] = (), written: Sequence[Path] = ()) -> Path:
     """Write `page` (atomically) linking every output under the project `root` (`written`: this run's)."""
-    write_text(page, render(page.resolve(), entry_links(root, written), provenance, protocol, what_ran))
+    sections = entry_links(root, written)
+    write_text(page, render(page.resolve(), sections, provenance, protocol, what_ran,
+                            section_notes(root, sections)))
     return page

@@ -1,0 +1,108 @@
+"""params.yaml `datasets.<name>`: where the raw data comes from, how it is split and preprocessed."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from multitab.config._build import ValueProblem, bounded
+
+SplitMethod = Literal["official_test", "shuffle", "ordered", "stratified"]
+
+
+@dataclass(frozen=True)
+class SplitOverride:
+    """Split settings that protocol `authors_code` puts in place of the ones beside it (null: keep)."""
+
+    method: SplitMethod | None = None
+    seed: int | None = field(default=None, metadata=bounded(ge=0))
+    val_fraction: float | None = field(default=None, metadata=bounded(ge=0.0, lt=1.0))
+    test_fraction: float | None = field(default=None, metadata=bounded(ge=0.0, lt=1.0))
+
+
+@dataclass(frozen=True)
+class StandinConfig:
+    rows: dict[str, int]  # rows per raw file (AliExpress: train, test; others: data)
+    seed: int = field(metadata=bounded(ge=0))
+
+    def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.rows.items() if v < 1}
+        if bad:
+            raise ValueProblem(f"rows: {bad}: every raw file needs at least 1 row")
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    # A file (CSV, gzipped CSV, Parquet or ARFF), a folder, or a .zip / .tar.gz; for datasets with several
+    # raw files (AliExpress) a folder or archive holding train.* and test.*. Relative paths are relative to
+    # the repository root. dvc.yaml makes it a dependency of acquire@D (params.yaml's default: local/<D>/).
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    url: str | None = None
+    sha256: str | None = None  # checksum of the downloaded file; None = verify nothing (not recommended)
+    format: Literal["csv", "csv.gz", "parquet", "arff", "zip", "tar.gz"] = "csv.gz"
+    retries: int = field(default=5, metadata=bounded(ge=0))
+    backoff_seconds: float = field(default=2.0, metadata=bounded(ge=0.0))
+    timeout_seconds: float = field(default=60.0, metadata=bounded(gt=0.0))
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    # official_test: keep the source's train/test files, validation = stratified val_fraction of train;
+    # shuffle: random val_fraction / test_fraction of all rows; ordered: first val_fraction rows are
+    # validation, last test_fraction rows are test (Higgs, as in prior work); stratified: a random split
+    # stratified on the classification labels (scikit-learn's train_test_split, train vs val + test,
+    # then val vs test, both with `seed`: the authors' notebook's Higgs split).
+    method: SplitMethod
+    seed: int = field(metadata=bounded(ge=0))
+    val_fraction: float = field(metadata=bounded(ge=0.0, lt=1.0))
+    test_fraction: float = field(default=0.0, metadata=bounded(ge=0.0, lt=1.0))
+    # What protocol `authors_code` uses instead (docs/deviations.md); null: the same under both.
+    authors_code: SplitOverride | None = None
+
+    def __post_init__(self) -> None:
+        for split in (self, self.authors_code):
+            if split is None:
+                continue
+            val = self.val_fraction if split.val_fraction is None else split.val_fraction
+            test = self.test_fraction if split.test_fraction is None else split.test_fraction
+            if val + test >= 1.0:
+                which = "" if split is self else "authors_code: "
+                raise ValueProblem(f"{which}val_fraction {val:g} + test_fraction {test:g} = {val + test:g} "
+                                  "leaves no training rows; their sum must be < 1")
+
+    def for_protocol(self, protocol: str) -> SplitConfig:
+        """The split settings in effect under `protocol` (without the override field)."""
+        base = dataclasses.replace(self, authors_code=None)
+        if protocol != "authors_code" or self.authors_code is None:
+            return base
+        changes = {k: v for k, v in dataclasses.asdict(self.authors_code).items() if v is not None}
+        return dataclasses.replace(base, **changes)
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    numerical: Literal["quantile", "standard", "none"] = "quantile"
+    # FT-Transformer's recipe: n_quantiles = max(min(n_train // 30, max_quantiles), 10), output normal,
+    # Gaussian noise of relative std `noise` added once to the training features before fitting.
+    max_quantiles: int = field(default=1000, metadata=bounded(ge=10))  # the recipe's floor is 10 quantiles
+    subsample: int = field(default=1_000_000_000, metadata=bounded(ge=1))
+    noise: float = field(default=1e-3, metadata=bounded(ge=0.0))
+    seed: int = field(default=0, metadata=bounded(ge=0))
+    # Regression targets: raw (the authors' notebook; the paper is silent) or standardised with the
+    # training mean and standard deviation. Under both, meta.json's target_stats map predictions back.
+    targets: Literal["raw", "standard"] = "raw"
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    source: Literal["standin", "local", "remote"]
+    standin: StandinConfig
+    local: LocalConfig
+    remote: RemoteConfig
+    split: SplitConfig
+    preprocess: PreprocessConfig

@@ -1,0 +1,35 @@
+"""params.yaml `orchestration`: how `make repro` (flows/pipeline.py) runs the DAG. No stage reads it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from multitab.config._build import ConfigError
+
+
+@dataclass(frozen=True)
+class OrchestrationConfig:
+    """params.yaml `orchestration:`; CLI options override the run-time knobs."""
+
+    workers: int  # stages running at once
+    retries: int  # extra attempts for a failing stage (never for multitab.exit_codes.BAD_INPUT)
+    retry_delay_seconds: float  # seconds before each retry
+    gpu_concurrency: int | None  # GPU stages at once; null: one per visible CUDA device
+    gpu_stages: tuple[str, ...]  # stage names (before '@') that use a GPU when CUDA is present
+    lock_retries: int  # re-runs after a DVC lock error (not counted as retries)
+    schedule: str  # cron for the deployment served by `make ui`
+    timezone: str
+    summary: str  # where the run summary is written (JSON)
+    # Share results through DVC's default remote: pull (with the run cache) before planning, push each
+    # completed stage's outputs and run-cache entry after it (flows/remote.py; several machines)
+    sync_remote: bool
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ConfigError(f"orchestration.workers={self.workers} must be >= 1")
+        if self.retries < 0 or self.lock_retries < 0:
+            raise ConfigError("orchestration.retries and lock_retries must be >= 0")
+        if self.retry_delay_seconds < 0:
+            raise ConfigError(f"orchestration.retry_delay_seconds={self.retry_delay_seconds} must be >= 0")
+        if self.gpu_concurrency is not None and self.gpu_concurrency < 1:
+            raise ConfigError(f"orchestration.gpu_concurrency={self.gpu_concurrency} must be >= 1 or null")

@@ -1,0 +1,1 @@
+"""Datasets: schemas (registry), sources, splits, preprocessing and MultiTab-Bench."""

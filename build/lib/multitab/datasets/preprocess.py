@@ -1,0 +1,143 @@
+"""Canonical splits -> model-ready splits, fit on train only.
+
+- Categorical columns: ordinal codes from an encoder fit on the training split; index 0 is reserved for values
+  never seen in train, known values get 1..K, so a column's cardinality is K + 1. (The authors' AliExpress
+  code fits a second encoder on the test set, which scrambles test codes; see docs/deviations.md.)
+- Numerical columns: the FT-Transformer recipe (Gorishniy et al. 2021, Sec. 4 and appendix): Gaussian noise of
+  relative scale `noise` added once to the training features, then scikit-learn's QuantileTransformer with a
+  normal output, n_quantiles = max(min(n_train // 30, max_quantiles), 10), fit on train; or a standard scaler,
+  or nothing (`numerical` in params).
+- Regression targets: raw (`targets: raw`, the default: the authors' notebook; the paper is silent) or
+  standardised with the training mean and standard deviation (`targets: standard`). meta.json's
+  target_stats hold the map back to original units (mean 0, std 1 for raw targets) and
+  target_transform says which (docs/deviations.md, "Regression targets").
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.preprocessing import OrdinalEncoder, QuantileTransformer, StandardScaler
+
+from multitab.config.data import PreprocessConfig
+from multitab.datasets.schema import DatasetSchema
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Processed:
+    frames: dict[str, pd.DataFrame]
+    meta: dict[str, Any]
+
+
+def _numerical(cfg: PreprocessConfig, frames: dict[str, pd.DataFrame], names: list[str]) -> dict[str, np.ndarray]:
+    if not names:
+        return {k: np.zeros((len(v), 0), dtype=np.float32) for k, v in frames.items()}
+    train = frames["train"][names].to_numpy(dtype=np.float32, copy=True)
+    if cfg.numerical == "none":
+        return {k: v[names].to_numpy(dtype=np.float32) for k, v in frames.items()}
+    if cfg.numerical == "standard":
+        scaler = StandardScaler().fit(train)
+        return {k: scaler.transform(v[names].to_numpy(dtype=np.float32)).astype(np.float32) for k, v in frames.items()}
+    rng = np.random.default_rng(cfg.seed)
+    if cfg.noise > 0:
+        # Noise once, before fitting, so features with few distinct values get a smooth quantile map.
+        stds = train.std(axis=0)
+        scale = (cfg.noise / np.maximum(stds, cfg.noise)).astype(np.float32)
+        train += scale * rng.standard_normal(train.shape, dtype=np.float32)
+    n_quantiles = max(min(len(train) // 30, cfg.max_quantiles), 10)
+    qt = QuantileTransformer(
+        n_quantiles=n_quantiles,
+        output_distribution="normal",
+        subsample=cfg.subsample,
+        random_state=cfg.seed,
+        copy=False,
+    )
+    qt.fit(train)
+    out = {"train": qt.transform(train).astype(np.float32, copy=False)}
+    for k in ("val", "test"):
+        out[k] = qt.transform(frames[k][names].to_numpy(dtype=np.float32)).astype(np.float32, copy=False)
+    return out
+
+
+def preprocess(
+    schema: DatasetSchema, frames: dict[str, pd.DataFrame], cfg: PreprocessConfig, info: dict[str, Any]
+) -> Processed:
+    """Fit every transform on `frames["train"]` and apply it to all three splits."""
+    for split, df in frames.items():
+        if len(df) == 0:
+            raise ValueError(f"{schema.name}/{split}: split has zero rows; nothing to preprocess")
+    num_names = [f.name for f in schema.features if f.kind == "numerical"]
+    cat_names = [f.name for f in schema.features if f.kind == "categorical"]
+    num = _numerical(cfg, frames, num_names)
+
+    cats: dict[str, np.ndarray] = {}
+    cardinalities: dict[str, int] = {}
+    if cat_names:
+        enc = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1, dtype=np.float64)
+        enc.fit(frames["train"][cat_names].to_numpy())
+        for split, df in frames.items():
+            cats[split] = (enc.transform(df[cat_names].to_numpy()) + 1).astype(np.int64)
+        cardinalities = {n: len(c) + 1 for n, c in zip(cat_names, enc.categories_)}
+
+    target_stats: dict[str, dict[str, float]] = {}
+    for t in schema.tasks:
+        if t.type == "regression":
+            y = frames["train"][t.name].to_numpy(dtype=np.float64)
+            if cfg.targets == "standard":
+                target_stats[t.name] = {"mean": float(y.mean()), "std": float(y.std() or 1.0)}
+            else:
+                target_stats[t.name] = {"mean": 0.0, "std": 1.0}
+
+    out: dict[str, pd.DataFrame] = {}
+    for split, df in frames.items():
+        cols: dict[str, np.ndarray] = {}
+        ni = ci = 0
+        for f in schema.features:
+            if f.kind == "numerical":
+                cols[f.name] = num[split][:, ni]
+                ni += 1
+            else:
+                cols[f.name] = cats[split][:, ci]
+                ci += 1
+        for t in schema.tasks:
+            y = df[t.name].to_numpy()
+            if t.type == "regression":
+                s = target_stats[t.name]
+                cols[t.name] = ((y.astype(np.float64) - s["mean"]) / s["std"]).astype(np.float32)
+            else:
+                cols[t.name] = y.astype(np.int64, copy=False)
+        out[split] = pd.DataFrame(cols)
+
+    meta = {
+        "dataset": schema.name,
+        "features": [
+            {
+                "name": f.name,
+                "kind": f.kind,
+                "cardinality": cardinalities[f.name] if f.kind == "categorical" else None,
+            }
+            for f in schema.features
+        ],
+        "tasks": [
+            {
+                "name": t.name,
+                "type": t.type,
+                "n_classes": (t.n_classes if t.type == "multiclass" else (2 if t.type == "binary" else None)),
+            }
+            for t in schema.tasks
+        ],
+        "source": info["source"],
+        "standin": bool(info["standin"]),
+        "n_rows": {k: len(v) for k, v in out.items()},
+        "target_stats": target_stats,
+        "numerical_transform": cfg.numerical,
+        "target_transform": cfg.targets,
+        "unknown_index": 0,
+    }
+    return Processed(out, meta)

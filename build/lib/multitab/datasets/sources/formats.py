@@ -1,0 +1,228 @@
+"""Raw file formats of the `local` / `remote` sources: which format a file is, how to open it, the
+SourceError every reader raises, and the diagnostics of a CSV that pyarrow cannot parse (the line, the
+column count, the encoding)."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from pathlib import Path
+from typing import IO, Any, cast
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from multitab.datasets.schema import DatasetSchema
+
+BLOCK_BYTES = 64 << 20  # CSV block per batch: few batches for 11 M rows, bounded memory per batch
+PARQUET_BATCH_ROWS = 1_000_000
+NULLS = ["", "?", "NA", "N/A", "NaN", "nan", "-nan", "NULL", "null", "None"]
+DATA_SUFFIXES = (".parquet", ".pq", ".csv.gz", ".csv", ".arff.gz", ".arff")
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
+FORMAT_SUFFIX = {
+    "csv": ".csv",
+    "csv.gz": ".csv.gz",
+    "parquet": ".parquet",
+    "arff": ".arff",
+    "zip": ".zip",
+    "tar.gz": ".tar.gz",
+}
+MAX_EXACT_INT = 2**53  # integers stored as float64 are exact below this
+FLOAT32_MAX = 3.4028234663852886e38
+_GZIP_MAGIC = b"\x1f\x8b"
+# What reading a damaged file raises (compressed stream cut short, bad bytes): turned into SourceError.
+READ_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowInvalid, UnicodeDecodeError)
+
+
+class SourceError(ValueError):
+    """Real input data that cannot be used as it is (the message names file, column, row, and the fix)."""
+
+
+def file_kind(path: Path, label: str | None = None) -> str:
+    name = path.name.lower()
+    for suffix, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".csv.gz", "csv"), (".csv", "csv")):
+        if name.endswith(suffix):
+            if kind == "csv" and path.is_file():
+                check_compression(path, label)
+            return kind
+    if name.endswith((".arff", ".arff.gz")):
+        if path.is_file():
+            check_compression(path, label)
+        return "arff"
+    raise SourceError(
+        f"{label or path}: unsupported file type; use CSV (.csv), gzipped CSV (.csv.gz), Parquet (.parquet/.pq) "
+        "or ARFF (.arff)"
+    )
+
+
+# Compressions other than gzip, by their magic bytes: read by none of the readers (a .csv.gz that is xz).
+_OTHER_COMPRESSION = {b"\xfd7zXZ\x00": ("xz", "xz -d"), b"BZh": ("bzip2", "bunzip2"),
+                      b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"), b"7z\xbc\xaf\x27\x1c": ("7-Zip", "7z x")}
+
+
+def check_compression(path: Path, label: str | None = None) -> None:
+    """SourceError when the file's bytes are compressed with something other than gzip (whatever its name
+    says), naming the compression and how to undo it."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    for magic, (name, undo) in _OTHER_COMPRESSION.items():
+        if head.startswith(magic):
+            raise SourceError(f"{label or path}: the file is {name}-compressed (its first bytes say so), which is "
+                              f"not read here; decompress it (`{undo}`) and use the CSV, or gzip it")
+
+
+def _is_gzip(path: Path) -> bool:
+    """Whether the file's bytes are gzip (sniffed: a gzip named .csv, or a plain file named .csv.gz, happen)."""
+    with open(path, "rb") as f:
+        return f.read(2) == _GZIP_MAGIC
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    if _is_gzip(path):
+        return cast(IO[bytes], gzip.open(path, "rb"))
+    return open(path, "rb")
+
+
+def arrow_stream(path: Path) -> pa.NativeFile:
+    """The file's bytes for pyarrow's CSV reader, decompressed by what the bytes are, not by the name."""
+    return pa.input_stream(str(path), compression="gzip" if _is_gzip(path) else None)
+
+
+def compression_note(path: Path) -> str:
+    gz = _is_gzip(path)
+    named = path.name.lower().endswith(".gz")
+    if gz and not named:
+        return " (the file is gzip-compressed although its name does not end in .gz: it was read as gzip)"
+    if named and not gz:
+        return " (the file is named .gz but is not gzip-compressed: it was read as plain text)"
+    return ""
+
+
+def allowed_values(schema: DatasetSchema) -> dict[str, tuple[float, ...]]:
+    """Raw label column -> the values its tasks accept (derived from the schema's Task objects)."""
+    allowed: dict[str, tuple[float, ...]] = {}
+    for t in schema.tasks:
+        if t.type == "binary" and t.threshold is None:
+            allowed[t.column] = (0.0, 1.0)
+        elif t.type == "multiclass":
+            codes = t.codes if t.codes is not None else tuple(range(t.n_classes or 0))
+            allowed[t.column] = tuple(float(c) for c in codes)
+    return allowed
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return text.strip() in NULLS
+    return True
+
+
+
+class CsvDiagnostics:
+    """What went wrong in a CSV file pyarrow could not parse (mixed into readers.Reader)."""
+
+    path: Path
+    label: str
+    names: list[str]
+    line_offset: int | None
+
+    def where(self, column: str, row: int | None = None) -> str:
+        raise NotImplementedError
+
+    def _first_line(self) -> list[str]:
+        raise NotImplementedError
+
+    def _csv_error(
+        self, e: Exception, source: Any, read: pacsv.ReadOptions, parse: pacsv.ParseOptions, rows: int
+    ) -> SourceError:
+        msg = str(e)
+        if "Empty CSV file" in msg:
+            return SourceError(f"{self.label}: the file is empty; expected the columns {self.names}")
+        if "UTF8" in msg or isinstance(e, UnicodeDecodeError):
+            return self._utf8_error()
+        m = re.search(r"In CSV column #(\d+): CSV conversion error to \w+: invalid value '(.*)'", msg)
+        if m is None:
+            after = rows + (self.line_offset or 0)
+            if isinstance(e, OSError | EOFError | zlib.error) or "compress" in msg.lower():
+                after = max(after, self._readable_lines())
+                return SourceError(
+                    f"{self.label}: the compressed data ends early or is damaged after line {after} "
+                    f"({msg}){compression_note(self.path)}; the file was cut short (an interrupted download or "
+                    "copy): download or copy it again"
+                )
+            return SourceError(
+                f"{self.label}: malformed CSV after about line {after}: {msg}{compression_note(self.path)}; fix "
+                "or re-download it"
+            )
+        value = m.group(2)
+        names = read.column_names or self._first_line()
+        col = names[int(m.group(1))] if int(m.group(1)) < len(names) else f"#{m.group(1)}"
+        if "\ufffd" in value:  # pyarrow shows bytes that are not UTF-8 as U+FFFD
+            return self._utf8_error()
+        try:
+            row = self._find_bad_row(col, source, read, parse)
+        except pa.ArrowInvalid as e2:
+            if "UTF8" in str(e2):
+                return self._utf8_error()
+            raise
+        return SourceError(
+            f"{self.where(col, row)}: value {value!r} is not a number (wrong dtype: the column must be numeric); "
+            "fix the file or check that it is the right one"
+        )
+
+    def _readable_lines(self) -> int:
+        """Complete lines before a damaged or cut-short compressed stream ends (error path only)."""
+        n = 0
+        try:
+            with open_binary(self.path) as f:
+                for line in f:
+                    if line.endswith(b"\n"):
+                        n += 1
+        except (OSError, EOFError, zlib.error):
+            pass
+        return n
+
+    def _utf8_error(self) -> SourceError:
+        """Find the first line with bytes that are not UTF-8 (error path only)."""
+        try:
+            with open_binary(self.path) as f:
+                for no, raw in enumerate(f, start=1):
+                    try:
+                        raw.decode("utf-8")
+                    except UnicodeDecodeError as u:
+                        fields = raw[: u.start].count(b",")
+                        names = self.names if self.line_offset == 0 or no == 1 else self._first_line()
+                        col = names[fields] if fields < len(names) else f"#{fields + 1}"
+                        return SourceError(
+                            f"{self.label} line {no}: column {col!r}: byte {raw[u.start:u.start + 1]!r} is not "
+                            "UTF-8 text; fix the value or save the file as UTF-8 CSV"
+                        )
+        except (OSError, EOFError, zlib.error):
+            pass
+        return SourceError(f"{self.label}: the file holds bytes that are not UTF-8 text; save it as UTF-8 CSV")
+
+    def _find_bad_row(
+        self, col: str, source: Any, read: pacsv.ReadOptions, parse: pacsv.ParseOptions
+    ) -> int | None:
+        """Second pass over one column as text (error path only): the first value that is not a number."""
+        opts = pacsv.ConvertOptions(
+            column_types={col: pa.string()},
+            include_columns=[col],
+            null_values=NULLS,
+            strings_can_be_null=True,
+        )
+        rows = 0
+        for batch in pacsv.open_csv(source(), read_options=read, parse_options=parse, convert_options=opts):
+            for i, v in enumerate(batch.column(0).to_pylist()):
+                if v is None:
+                    continue
+                try:
+                    float(v)
+                except ValueError:
+                    return rows + i
+            rows += batch.num_rows
+        return None
+
+    # -- arff

@@ -1,0 +1,312 @@
+"""The MultiTab-Bench study's numbers: the runs' metrics and curves as rows, Δm per seed, its summary over
+seeds, the paper's claim checked per configuration, and convergence (see study.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from multitab.config.aggregate import SyntheticConfig
+from multitab.evaluation.curves import read_curve
+from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
+from multitab.evaluation.significance import t_test_greater
+
+METRICS_COLUMNS = ["config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev", "val_ev",
+                   "best_epoch", "epochs", "max_epochs", "stopped_early", "train_seconds", "samples_per_second",
+                   "n_train", "device"]
+CURVES_COLUMNS = ["config", "model", "seed", "epoch", "val_mean", "train_loss"]
+FIGURE5_GROUPS = ("correlation", "complexity", "count")
+FIGURE6_GROUPS = ("nonuniform",)
+DEFAULT_LABELS = {"stl_mlp": "STL", "mmoe": "MMoE", "ple": "PLE", "stem": "STEM", "multitab_net": "MultiTab-Net"}
+
+
+class StudyError(ValueError):
+    """A study input (metrics CSV, runs) is malformed; the message names the file and what to do."""
+
+
+BELOW_BUDGET = "not tested at this budget"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The scale below which runs give no verdict on the paper's claim: the study's seeds and training rows
+    per run (params `study`: its seeds, and `study.data.n_samples` split as `bench.data.split` says)."""
+
+    n_seeds: int
+    n_train: int
+
+    def describe(self) -> str:
+        return f"{self.n_seeds} seeds, {self.n_train:,} training rows per run"
+
+    def shortfall(self, n_seeds: int, min_train: int | None) -> str:
+        """What runs of `n_seeds` seeds and at least `min_train` training rows (None: unknown) lack of this
+        budget ("1 of 3 seeds, 14,000 of 70,000 training rows"); empty when nothing."""
+        short = []
+        if n_seeds < self.n_seeds:
+            short.append(f"{n_seeds} of {self.n_seeds} seeds")
+        if min_train is not None and min_train < self.n_train:
+            short.append(f"{min_train:,} of {self.n_train:,} training rows")
+        return ", ".join(short)
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    baseline: str = "stl_mlp"
+    model: str = "multitab_net"  # the claim's model
+    rivals: tuple[str, ...] = ("mmoe", "ple", "stem")
+    alpha: float = 0.05
+    labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
+    dpi: int = 150
+    budget: Budget | None = None  # None: every verdict stands (a study's own report, a committed record)
+    patience: int = 5  # early stopping's patience (params train.patience.default): the convergence rule
+    loss_factor: float = 3.0  # a run's last training loss above this x its best same-model seed's: flagged
+
+    def label(self, model: str) -> str:
+        return self.labels.get(model, model)
+
+
+# ------------------------------------------------------------------------------------------ collect
+def read_record(path: Path) -> dict[str, Any]:
+    """A run's metrics.json, or StudyError naming it when it is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise StudyError(f"{path}: not valid JSON ({e}); delete it and re-run its train stage") from None
+
+
+def run_rows(run_dir: Path, conf: SyntheticConfig, config: str, model: str,
+             seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """(metrics rows, curve rows) of one run folder, in METRICS_COLUMNS / CURVES_COLUMNS; None if it has no
+    metrics.json (a run not trained yet)."""
+    path = run_dir / "metrics.json"
+    if not path.is_file():
+        return None
+    rec = read_record(path)
+    metric_rows = [{
+        "config": config, "groups": ";".join(conf.groups), "correlation": conf.correlation,
+        "degrees": "-".join(map(str, conf.degrees or ())), "model": model, "seed": seed, "task": task,
+        "test_ev": value, "val_ev": (rec.get("val") or {}).get(task),
+        "best_epoch": rec.get("best_epoch"), "epochs": rec.get("epochs"),
+        "max_epochs": rec.get("max_epochs"), "stopped_early": rec.get("stopped_early"),
+        "train_seconds": rec.get("train_seconds"), "samples_per_second": rec.get("samples_per_second"),
+        "n_train": (rec.get("n_rows") or {}).get("train"), "device": rec.get("device"),
+    } for task, value in (rec.get("test") or {}).items()]
+    val, loss = read_curve(run_dir, "val_mean"), read_curve(run_dir, "train_loss")
+    curve_rows = [] if val is None else [
+        {"config": config, "model": model, "seed": seed, "epoch": int(step) + 1, "val_mean": v,
+         "train_loss": loss.get(step, math.nan) if loss is not None else math.nan}
+        for step, v in val.items()]
+    return metric_rows, curve_rows
+
+
+def collect(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig], models: Sequence[str],
+            seeds: Sequence[int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(metrics rows, curve rows) of the runs <runs_dir>/<config>/<model>/seed<S>/ of `configs` x `models`
+    (x `seeds`; None = every seed folder found). Absent runs are simply absent (the outputs say `missing`)."""
+    runs_dir = Path(runs_dir)
+    metric_rows: list[dict[str, Any]] = []
+    curve_rows: list[dict[str, Any]] = []
+    for name, conf in configs.items():
+        for model in models:
+            folder = runs_dir / name / model
+            found = sorted(int(p.name[4:]) for p in folder.glob("seed*") if p.name[4:].isdigit())
+            for seed in found if seeds is None else [s for s in seeds if s in found]:
+                rows = run_rows(folder / f"seed{seed}", conf, name, model, seed)
+                if rows is not None:
+                    metric_rows += rows[0]
+                    curve_rows += rows[1]
+    return (pd.DataFrame.from_records(metric_rows, columns=METRICS_COLUMNS),
+            pd.DataFrame.from_records(curve_rows, columns=CURVES_COLUMNS))
+
+
+def read_metrics_csv(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise StudyError(f"{path}: metrics CSV not found (written by `aggregate_study` or `collect`)")
+    frame = pd.read_csv(path, dtype={"config": str, "model": str, "task": str, "groups": str, "degrees": str})
+    missing = [c for c in ("config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev")
+               if c not in frame.columns]
+    if missing:
+        raise StudyError(f"{path}: columns {missing} are missing; expected {METRICS_COLUMNS}")
+    return frame
+
+
+def configs_from_metrics(metrics: pd.DataFrame) -> dict[str, SyntheticConfig]:
+    """The configurations named in a metrics table, with the groups / p / PD it records."""
+    out: dict[str, SyntheticConfig] = {}
+    for name, part in metrics.groupby("config", sort=False):
+        row = part.iloc[0]
+        degrees = str(row["degrees"]) if isinstance(row["degrees"], str) and row["degrees"] else ""
+        corr = row["correlation"]
+        out[str(name)] = SyntheticConfig(
+            name=str(name), groups=tuple(str(row["groups"]).split(";")),
+            correlation=None if pd.isna(corr) else float(corr),
+            degrees=tuple(int(d) for d in degrees.split("-")) if degrees else None)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ numbers
+def delta_m_runs(metrics: pd.DataFrame, baseline: str = "stl_mlp") -> pd.DataFrame:
+    """Per-seed Δm (%) of every (config, model) against the baseline's seed mean: columns config, model,
+    seed, delta_m. A (config, model) without a complete baseline gets no rows."""
+    rows = []
+    for conf, part in metrics.groupby("config", sort=False):
+        wide = part.pivot_table(index=["model", "seed"], columns="task", values="test_ev", aggfunc="first")
+        if baseline not in wide.index.get_level_values("model"):
+            continue
+        base = wide.loc[baseline]
+        if base.isna().any().any():
+            continue
+        for model in dict.fromkeys(wide.index.get_level_values("model")):
+            runs = wide.loc[model]
+            runs = runs[runs.notna().all(axis=1)]
+            if runs.empty:
+                continue
+            try:
+                per_seed = delta_m_per_seed(runs, base, pairing="mean")
+            except UndefinedDeltaM:
+                continue
+            rows += [{"config": conf, "model": model, "seed": int(s), "delta_m": float(v)} for s, v in per_seed.items()]
+    return pd.DataFrame.from_records(rows, columns=["config", "model", "seed", "delta_m"])
+
+
+def summarise(dm: pd.DataFrame) -> pd.DataFrame:
+    """Mean, σ (ddof 1; NaN for one seed), standard error and n over seeds per (config, model)."""
+    rows = []
+    for (conf, model), part in dm.groupby(["config", "model"], sort=False):
+        v = part["delta_m"].to_numpy(dtype=float)
+        std = float(np.std(v, ddof=1)) if v.size > 1 else math.nan
+        rows.append({"config": conf, "model": model, "n_seeds": int(v.size), "mean": float(v.mean()),
+                     "std": std, "se": std / math.sqrt(v.size) if v.size > 1 else math.nan})
+    return pd.DataFrame.from_records(rows, columns=["config", "model", "n_seeds", "mean", "std", "se"])
+
+
+VERDICTS = ("holds", "does not hold", "inconclusive", "missing")
+
+
+def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) -> pd.DataFrame:
+    """One row per (config, rival): the means, their difference and two one-sided Student's t-tests over the
+    seeds, `p_value` (H1: the claim's model above the rival) and `p_below` (H1: below). `status` per rival:
+    `above (significant)` (p_value < alpha), `below (significant)` (p_below < alpha), `not significant`,
+    `untested: one seed` or `missing`. `verdict`, the configuration's (same on each of its rows), is
+    three-valued at alpha: `holds` (significantly above every rival), `does not hold` (significantly below
+    at least one), `inconclusive` (otherwise: a difference of means alone decides nothing); `missing` while a
+    run set is absent."""
+    rows = []
+    for conf in configs:
+        part = dm[dm.config == conf]
+        ours = part.loc[part.model == settings.model, "delta_m"].to_numpy(dtype=float)
+        conf_rows = []
+        for rival in settings.rivals:
+            theirs = part.loc[part.model == rival, "delta_m"].to_numpy(dtype=float)
+            row: dict[str, Any] = {"config": conf, "model": settings.model, "rival": rival,
+                                   "n_model": ours.size, "n_rival": theirs.size, "mean_model": math.nan,
+                                   "mean_rival": math.nan, "difference": math.nan, "t": math.nan,
+                                   "p_value": math.nan, "p_below": math.nan, "status": "missing"}
+            if ours.size and theirs.size:
+                row.update(mean_model=float(ours.mean()), mean_rival=float(theirs.mean()),
+                           difference=float(ours.mean() - theirs.mean()), status="untested: one seed")
+                if ours.size >= 2 and theirs.size >= 2:
+                    above = t_test_greater(ours, theirs, equal_var=True)
+                    below = t_test_greater(theirs, ours, equal_var=True)
+                    row.update(t=above.statistic, p_value=above.pvalue, p_below=below.pvalue)
+                    if above.pvalue < settings.alpha:
+                        row["status"] = "above (significant)"
+                    elif below.pvalue < settings.alpha:
+                        row["status"] = "below (significant)"
+                    else:
+                        row["status"] = "not significant"
+            conf_rows.append(row)
+        statuses = [r["status"] for r in conf_rows]
+        if any(s == "missing" for s in statuses):
+            verdict = "missing"
+        elif any(s == "below (significant)" for s in statuses):
+            verdict = "does not hold"
+        elif all(s == "above (significant)" for s in statuses):
+            verdict = "holds"
+        else:
+            verdict = "inconclusive"
+        for r in conf_rows:
+            r["verdict"] = verdict
+        rows += conf_rows
+    return pd.DataFrame.from_records(rows, columns=["config", "model", "rival", "n_model", "n_rival", "mean_model",
+                                                    "mean_rival", "difference", "t", "p_value", "p_below", "status",
+                                                    "verdict"])
+
+
+def below_budget(metrics: pd.DataFrame, budget: Budget | None) -> dict[str, str]:
+    """The configurations whose runs are below `budget`, each with what fell short ("1 of 3 seeds",
+    "14,000 of 70,000 training rows")."""
+    if budget is None or metrics.empty:
+        return {}
+    out = {}
+    for conf, part in metrics.groupby("config", sort=False):
+        rows = part["n_train"].dropna()
+        short = budget.shortfall(part["seed"].nunique(), int(rows.min()) if len(rows) else None)
+        if short:
+            out[str(conf)] = short
+    return out
+
+
+def apply_budget(claim: pd.DataFrame, metrics: pd.DataFrame, budget: Budget | None) -> pd.DataFrame:
+    """`claim` with the verdict of every configuration below `budget` replaced by BELOW_BUDGET (a missing
+    run stays `missing`): a verdict from fewer seeds or rows than the study's is not read as one."""
+    short = below_budget(metrics, budget)
+    if not short:
+        return claim
+    claim = claim.copy()
+    hit = claim["config"].isin(list(short)) & (claim["verdict"] != "missing")
+    claim.loc[hit, "verdict"] = BELOW_BUDGET
+    return claim
+
+
+def convergence(metrics: pd.DataFrame, curves: pd.DataFrame | None = None,
+                settings: StudySettings | None = None) -> pd.DataFrame:
+    """Per (config, model): runs, runs ended by early stopping, runs whose best epoch was their last at the
+    epoch cap, and the runs flagged as not converged (`not_converged`), by either rule:
+    - `improving_at_end`: not ended by early stopping and its best epoch within its last `patience` epochs
+      (epochs - best_epoch < patience): it was still improving when the cap ended it;
+    - `loss_outliers` (needs `curves`): its training loss at its last epoch is above `loss_factor` times the
+      lowest last-epoch training loss of the same model's other seeds on the configuration (a seed stuck
+      where its siblings went on: early stopping ended it on a noisy validation curve).
+    And the median epochs and mean training seconds."""
+    settings = settings or StudySettings()
+    runs = metrics.drop_duplicates(["config", "model", "seed"])
+    outliers = _loss_outliers(curves, settings.loss_factor) if curves is not None and len(curves) else set()
+    rows = []
+    for (conf, model), part in runs.groupby(["config", "model"], sort=False):
+        stopped = part["stopped_early"].astype(str).str.lower().eq("true")
+        capped = (~stopped) & (part["best_epoch"] == part["epochs"])
+        improving = (~stopped) & ((part["epochs"] - part["best_epoch"]) < settings.patience)
+        stuck = part["seed"].map(lambda s, c=conf, m=model: (c, m, int(s)) in outliers)
+        rows.append({"config": conf, "model": model, "runs": len(part), "stopped_early": int(stopped.sum()),
+                     "best_at_cap": int(capped.sum()), "improving_at_end": int(improving.sum()),
+                     "loss_outliers": int(stuck.sum()), "not_converged": int((improving | stuck).sum()),
+                     "median_epochs": float(part["epochs"].median()),
+                     "train_seconds_mean": float(part["train_seconds"].mean())})
+    return pd.DataFrame.from_records(rows, columns=["config", "model", "runs", "stopped_early", "best_at_cap",
+                                                    "improving_at_end", "loss_outliers", "not_converged",
+                                                    "median_epochs", "train_seconds_mean"])
+
+
+def _loss_outliers(curves: pd.DataFrame, factor: float) -> set[tuple[str, str, int]]:
+    """(config, model, seed) of the runs whose last-epoch training loss is above `factor` x the lowest of
+    the same (config, model)'s other seeds (at least two seeds with a logged loss)."""
+    last = (curves.dropna(subset=["train_loss"]).sort_values("epoch")
+            .groupby(["config", "model", "seed"], sort=False)["train_loss"].last())
+    out = set()
+    for (conf, model), part in last.groupby(level=[0, 1], sort=False):
+        if len(part) < 2:
+            continue
+        for (_, _, seed), loss in part.items():
+            others = part.drop(index=(conf, model, seed))
+            if loss > factor * float(others.min()):
+                out.add((str(conf), str(model), int(seed)))
+    return out

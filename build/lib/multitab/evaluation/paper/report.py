@@ -1,0 +1,212 @@
+"""Everything `aggregate` writes: the paper's tables (md / csv / tex), Figures 5–6 (png / svg), the data
+behind the figures for `dvc plots`, a summary for `dvc metrics`, and results/report.md, which shows them in
+the paper's order with the published value beside ours and the difference.
+
+Reads only the runs' metrics.json files and the complexity table; never trains.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from multitab.config.aggregate import AggregateConfig, SyntheticConfig
+from multitab.evaluation import figures
+from multitab.evaluation.curves import CURVES, seed_mean_curves
+from multitab.evaluation.paper import paper_tables as pt
+from multitab.evaluation.paper.published import Published
+from multitab.evaluation.paper.report_markdown import Provenance, bench_section, render_report
+from multitab.evaluation.paper.results import PaperResults
+from multitab.evaluation.paper.runs import RunSet
+from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
+from multitab.icl.records import read_records
+from multitab.io import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+FIGURE5_GROUPS = ("correlation", "complexity", "count")
+FIGURE6_GROUPS = ("nonuniform",)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    tables: Path  # results/tables
+    figures: Path  # results/figures
+    plots: Path  # results/plots (data series for `dvc plots`)
+    report: Path  # results/report.md
+    metrics: Path  # results/metrics.json (for `dvc metrics`)
+
+
+def _write_text(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def _convergence_note(results: PaperResults, configs: set[str]) -> str:
+    """The Δm figure's convergence line from the runs of `configs` of the figure's models."""
+    models = [results.config.baseline, *results.config.figures.models]
+    runs = [r for c in configs for m in models for r in results.runs.runs(c, m).values()]
+    capped = [r for r in runs if not r.extra.get("stopped_early") and r.extra.get("best_epoch") is not None
+              and r.extra.get("best_epoch") == r.extra.get("epochs")]
+    return figures.convergence_note(len(runs), len(capped))
+
+
+def build_tables(results: PaperResults, complexity_csv: str | Path, icl: pt.IclRecords | None = None) -> list[Table]:
+    """The paper's tables in the paper's order (2, 3, 4, 5–7, 8, 9, 10); `icl`: the pretrained in-context
+    models' records, rows of Table 3."""
+    cfg = results.config
+    tables = [pt.table2(results), pt.table3(results, icl), pt.table4(results, complexity_csv)]
+    tables += [pt.table_std(results, d, 5 + i) for i, d in enumerate(cfg.datasets)]
+    tables += [pt.table8(results), pt.table9(results)]
+    if "higgs" in cfg.datasets:
+        tables.append(pt.table10(results))
+    return tables
+
+
+def _figure_data_csv(frame: pd.DataFrame, groups: Sequence[str]) -> str:
+    """Long-form series for `dvc plots` (bar_horizontal: x = delta_m, y = label "group | level | model");
+    a missing value is the string 'missing' (Vega draws no bar for it)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["label", "group", "level", "model", "delta_m", "se", "n_seeds", "data"])
+    for _, r in frame[frame.group.isin(groups)].iterrows():
+        missing = bool(r["missing"])
+        w.writerow([f"{r['group']} | {r['level']} | {r['model']}", r["group"], r["level"], r["model"],
+                    MISSING if missing else ("n/a" if math.isnan(r["delta_m"]) else f"{r['delta_m']:.6f}"),
+                    MISSING if missing or math.isnan(r["se"]) else f"{r['se']:.6f}", r["n_seeds"],
+                    r["data"]])
+    return buf.getvalue()
+
+
+def _json_value(value: float | None) -> object:
+    return MISSING if value is None else ("n/a" if math.isnan(value) else round(value, 6))
+
+
+def _summary(results: PaperResults, tables: Sequence[Table]) -> dict[str, object]:
+    """results/metrics.json: the headline numbers, strings "missing" where a value is missing."""
+    cfg = results.config
+    delta: dict[str, dict[str, object]] = {}
+    for d in cfg.datasets:
+        delta[d] = {}
+        for m in cfg.models:
+            v = results.delta_m(d, m)
+            delta[d][cfg.label(m)] = _json_value(v)
+    by_name = {t.name: t for t in tables}
+    pvals: dict[str, dict[str, dict[str, object]]] = {}
+    for name in ("table8_t_test", "table9_wilcoxon"):
+        if name not in by_name:
+            continue
+        t = by_name[name]
+        pvals[name] = {}
+        for row in t.rows:
+            scope = str(row[0])
+            pvals[name][scope] = {col: _json_value(c.value) for col, c in zip(t.header[1:], row[1:])}  # type: ignore[union-attr]
+    return {
+        "standin": {d: results.runs.standin(d) for d in (*cfg.datasets, *results.synthetic)},
+        "delta_m": delta,
+        **pvals,
+    }
+
+
+def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:
+    """results/plots/learning_curves_<dataset>_<curve>.csv (dvc plots) and results/figures/learning_curves.*;
+    returns the paths and the report section."""
+    cfg = results.config
+    models = list(cfg.models)
+    labels = [cfg.label(m) for m in models]
+    written: list[Path] = []
+    val_curves = {}
+    for d in cfg.datasets:
+        for name in CURVES:
+            frame = seed_mean_curves(runs_dir, d, models, labels, results.runs.seeds(d), name)
+            if name == "val_mean":
+                val_curves[d] = frame
+            path = out.plots / f"learning_curves_{d}_{name}.csv"
+            with atomic_path(path) as tmp:
+                frame.reset_index().to_csv(tmp, index=False, float_format="%.6f")
+            written.append(path)
+    standin = results.standin(cfg.datasets)
+    fig = figures.curves_figure(val_curves, "validation mean metric (AUC / EV)",
+                                "Learning curves: validation mean metric, seed mean", bool(standin))
+    paths = figures.save_figure(fig, out.figures, "learning_curves", cfg.figures.dpi)
+    written += paths
+    have = {d: [c for c in f.columns if f[c].notna().any()] for d, f in val_curves.items()}
+    rel = os.path.relpath(paths[0], out.report.parent)
+    lines = [f"## Learning curves{' [' + STANDIN_MARK + ']' if standin else ''}", "",
+             f"![Learning curves]({rel})", "",
+             "Seed mean of the per-epoch validation mean metric (the early-stopping criterion) from each run's dvclive "
+             "log; `dvc plots show` draws these and the training loss from results/plots/learning_curves_*.csv.", ""]
+    lines += [f"- {d}: " + (", ".join(have[d]) if have[d] else MISSING)
+              + (f"; {MISSING}: " + ", ".join(lab for lab in labels if lab not in have[d]) if have[d] and
+                 len(have[d]) < len(labels) else "") for d in cfg.datasets]
+    return written, "\n".join(lines) + "\n"
+
+
+def build_results(runs: RunSet, config: AggregateConfig, published: Published,
+                  synthetic: dict[str, SyntheticConfig], complexity_csv: str | Path, out: Outputs,
+                  runs_dir: str | Path | None = None, provenance: Provenance | None = None,
+                  icl_dir: str | Path | None = None) -> list[Path]:
+    """Compute and write every output; returns the paths written. `runs_dir`: where the runs' dvclive
+    learning-curve logs are (None: no curves). `provenance`: the commit, params hash and the study's budget
+    the report's first screen states (None: unknown, and every MultiTab-Bench verdict stands). `icl_dir`: the
+    `icl` stage's records (results/icl), rows of Table 3 (None: no such rows)."""
+    provenance = provenance or Provenance()
+    results = PaperResults(runs, config, published, synthetic)
+    tables = build_tables(results, complexity_csv, read_records(icl_dir) if icl_dir is not None else None)
+    synth = pt.synthetic_delta_m(results)
+    figure_tables = [
+        pt.table_synthetic(results, synth, FIGURE5_GROUPS, "figure5_delta_m",
+                           "Figure 5 data: Δm (%) and standard error per MultiTab-Bench configuration"),
+        pt.table_synthetic(results, synth, FIGURE6_GROUPS, "figure6_delta_m",
+                           "Figure 6 data: Δm (%) and standard error, non-uniform task complexities"),
+    ]
+    written: list[Path] = []
+    for t in (*tables, *figure_tables):
+        written += t.write(out.tables)
+    comparison = pd.DataFrame(comparison_rows(tables),
+                              columns=["table", "row", "column", "ours", "paper", "difference", "stand_in"])
+    path = out.tables / "comparison_with_paper.csv"
+    with atomic_path(path) as tmp:
+        comparison.to_csv(tmp, index=False)
+    written.append(path)
+
+    labels = [config.label(m) for m in config.figures.models]
+    figure_paths = {}
+    figure_notes: dict[str, str] = {}
+    for name, groups, title in (
+        ("figure5", FIGURE5_GROUPS, "Figure 5: Δm (STL-relative) as task correlation, complexity and count vary"),
+        ("figure6", FIGURE6_GROUPS, "Figure 6: Δm (STL-relative) with non-uniform task complexities"),
+    ):
+        part = synth[synth.group.isin(groups)]
+        fig = figures.delta_m_figure(part, groups, labels, title, _convergence_note(results, set(part.config)))
+        paths = figures.save_figure(fig, out.figures, f"{name}_delta_m", config.figures.dpi)
+        figure_paths[name] = paths[0]
+        shown = part[~part["missing"].astype(bool)]
+        figure_notes[name] = figures.error_bar_caption(shown["n_seeds"]) if len(shown) else ""
+        written += paths
+        plot_path = out.plots / f"{name}_delta_m.csv"
+        _write_text(plot_path, _figure_data_csv(synth, groups))
+        written.append(plot_path)
+
+    curves_section = ""
+    if runs_dir is not None:
+        paths, curves_section = write_curves(results, Path(runs_dir), out)
+        written += paths
+    write_json(out.metrics, _summary(results, tables))
+    written.append(out.metrics)
+    lead = bench_section(results, Path(runs_dir) if runs_dir is not None else None, figure_paths, out.report,
+                         provenance.budget)
+    _write_text(out.report, render_report(results, tables, figure_tables, figure_paths, out.report, curves_section,
+                                          lead, provenance, figure_notes))
+    written.append(out.report)
+    log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(results, tables)["standin"]))
+    return written

@@ -1,0 +1,266 @@
+"""The report's Markdown (results/report.md): banners, the inputs, the tables and figures in the paper's
+order, the agreement with the published numbers, and the MultiTab-Bench section it leads with."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from multitab.evaluation.bench.numbers import Budget, StudySettings, collect
+from multitab.evaluation.bench.study import section_only
+from multitab.evaluation.paper.results import PaperResults
+from multitab.evaluation.paper.runs import Run
+from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the report cannot read from the runs: the code and params it was built from, and the scale at
+    which the MultiTab-Bench claim counts as tested (None: no `study` section, every verdict stands)."""
+
+    commit: str = "unknown"
+    params_sha256: str = "unknown"
+    budget: Budget | None = None
+
+
+_SOURCES = {"standin": STANDIN_MARK, "local": "real (local file)", "remote": "real (download)",
+            "synthetic": "MultiTab-Bench (generated)"}
+
+
+def _span(values: Iterable[Any]) -> str:
+    """'5', '2–6' or MISSING for the distinct numbers in `values`."""
+    nums = sorted({int(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))})
+    if not nums:
+        return MISSING
+    return f"{nums[0]:,}" if nums[0] == nums[-1] else f"{nums[0]:,}–{nums[-1]:,}"
+
+
+def _is_xgboost(run: Run) -> bool:
+    return run.model.split("@")[0] == "xgboost"
+
+
+def _steps(run: Run) -> int | None:
+    """Optimiser steps of a run: epochs x batches per epoch (None when the record lacks either)."""
+    rows = (run.extra.get("n_rows") or {}).get("train")
+    batch = ((run.extra.get("params") or {}).get("train") or {}).get("batch_size")
+    epochs = run.extra.get("epochs")
+    if not (rows and batch and epochs) or _is_xgboost(run):
+        return None
+    return int(epochs) * math.ceil(int(rows) / int(batch))
+
+
+def what_ran_section(results: PaperResults, prov: Provenance) -> list[str]:
+    """The report's first screen: the code, params and settings the runs were built from, per dataset the
+    data, seeds, rows, epochs and optimiser steps, and what the report can and cannot show at that scale."""
+    all_runs = [r for d in results.runs.datasets for m in results.runs.models(d) for r in results.runs.runs(d, m).values()]
+    protocols = sorted({str(r.extra["protocol"]) for r in all_runs if r.extra.get("protocol")})
+    selections = sorted({str((r.extra.get("hparams") or {}).get("source")) for r in all_runs
+                         if isinstance(r.extra.get("hparams"), dict) and r.extra["hparams"].get("source")})
+    lines = ["## What ran", "",
+             f"Commit `{prov.commit}`, params.yaml sha256 `{prov.params_sha256[:16]}`; protocol "
+             f"{', '.join(protocols) or MISSING}; hyperparameters: {', '.join(selections) or MISSING} selections "
+             "(params `train.hparams`).", "",
+             "| Dataset | Data | Runs | Seeds | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
+             "|---|---|---:|---|---:|---|---:|"]
+    for d in [*results.config.datasets, *results.synthetic, *[x for x in results.runs.datasets
+                                                          if x not in results.config.datasets and x not in results.synthetic]]:
+        runs = [r for m in results.runs.models(d) for r in results.runs.runs(d, m).values()]
+        if not runs:
+            lines.append(f"| {d} | {MISSING} | 0 | {MISSING} | {MISSING} | {MISSING} | {MISSING} |")
+            continue
+        sources = sorted({_SOURCES.get(str(r.extra.get("source")), STANDIN_MARK if r.standin else "real")
+                          for r in runs})
+        neural = [r for r in runs if not _is_xgboost(r)]  # XGBoost's boosting rounds are not epochs
+        epochs = _span(r.extra.get("epochs") for r in neural)
+        caps = _span(r.extra.get("max_epochs") for r in neural)
+        lines.append(f"| {d} | {', '.join(sources)} | {len(runs)} | {', '.join(map(str, sorted({r.seed for r in runs})))} "
+                     f"| {_span((r.extra.get('n_rows') or {}).get('train') for r in runs)} | {epochs} ({caps}) "
+                     f"| {_span(_steps(r) for r in runs)} |")
+    lines += ["", "Epochs and steps count the neural models (XGBoost's boosting rounds are not epochs).", "",
+              *_can_show(results, prov), ""]
+    return lines
+
+
+def _can_show(results: PaperResults, prov: Provenance) -> list[str]:
+    """What the report can and cannot show at the scale that ran."""
+    cfg = results.config
+    out = []
+    standin = [d for d in cfg.datasets if results.runs.standin(d)]
+    real = [d for d in cfg.datasets if results.runs.standin(d) is False]
+    caps = results.runs.training_caps()
+    if standin:
+        out.append(f"- {', '.join(standin)}: generated stand-in data. Their tables check the pipeline; they are "
+                   "not results of the study, and the paper's values are not set beside them.")
+    if real and caps:
+        out.append(f"- {', '.join(real)}: real data, but training capped (at most {caps['max_train_rows']} rows, "
+                   f"{caps['max_epochs']} epochs): no paper value is set beside ours; the comparison needs the "
+                   "paper's training (`train.max_train_rows: null`, `train.max_epochs: null`).")
+    elif real:
+        out.append(f"- {', '.join(real)}: real data under the configured training; the tables compare with the paper.")
+    if results.synthetic and prov.budget is not None:
+        frames = [results.runs.runs(c, m) for c in results.synthetic for m in results.runs.models(c)]
+        seeds = {s for f in frames for s in f}
+        rows = [(r.extra.get("n_rows") or {}).get("train") for f in frames for r in f.values()]
+        rows_known = [int(x) for x in rows if x]
+        below = prov.budget.shortfall(len(seeds), min(rows_known) if rows_known else None)
+        if frames and below:
+            out.append(f"- MultiTab-Bench: {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, {_span(rows_known)} "
+                       "training rows per run, below "
+                       f"the study's budget ({prov.budget.describe()}): the paper's claim is **not tested at this "
+                       "budget**; `make study` tests it (docs/study.md).")
+        elif frames:
+            out.append("- MultiTab-Bench: runs at the study's budget; the claim's verdicts below stand as stated.")
+    return out or ["- Nothing ran: every table below reads `missing`."]
+
+
+def inputs_section(results: PaperResults) -> list[str]:
+    cfg = results.config
+    lines = ["## Inputs", "",
+             "| Dataset | Data | Seeds expected | Complete run sets | Incomplete or missing |",
+             "|---|---|---|---|---|"]
+    for d in (*cfg.datasets, *results.synthetic):
+        seeds = results.runs.seeds(d)
+        flag = results.runs.standin(d)
+        data = MISSING if flag is None else (STANDIN_MARK if flag else "real")
+        if d in results.synthetic and flag is False:
+            data = "MultiTab-Bench (generated)"
+        names = [*cfg.models, *(r.model for r in cfg.ablation if r.model not in cfg.models)]
+        if d not in cfg.datasets:
+            names = [cfg.baseline, *cfg.figures.models]
+        complete = [m for m in names if results.runs.matrix(d, m) is not None]
+        incomplete = [f"{m} ({results.runs.n_found(d, m)}/{len(seeds)})" for m in names if m not in complete]
+        named = (f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}") if seeds else MISSING
+        lines.append(f"| {d} | {data} | {named} | {len(complete)} | "
+                     f"{', '.join(incomplete) or '—'} |")
+    unused = [d for d in results.runs.datasets if d not in cfg.datasets and d not in results.synthetic]
+    if unused:
+        lines += ["", f"Runs of datasets named neither in aggregate.datasets nor in bench.configs (not used): "
+                      f"{', '.join(unused)}."]
+    shown = {*cfg.models, *(r.model for r in cfg.ablation)}
+    extra = [f"{d}/{m}" for d in cfg.datasets for m in results.runs.models(d) if m not in shown]
+    if extra:
+        lines += ["", f"Run sets in no table (add them to aggregate.models or aggregate.ablation): {', '.join(extra)}."]
+    return lines + [""]
+
+
+def agreement_section(tables: Sequence[Table]) -> list[str]:
+    lines = ["## Agreement with the published numbers", "",
+             "| Table | Cells with a published value | Ours missing | Mean abs. difference | Max abs. difference |",
+             "|---|---:|---:|---:|---:|"]
+    for t in tables:
+        cells = [c for _, _, c in t.cells() if c.paper is not None]
+        if not cells:
+            continue
+        diffs = [abs(c.difference) for c in cells if c.difference is not None]
+        missing = sum(c.difference is None for c in cells)
+        mean = f"{sum(diffs) / len(diffs):.4f}" if diffs else MISSING
+        mx = f"{max(diffs):.4f}" if diffs else MISSING
+        lines.append(f"| {t.name}{' (' + STANDIN_MARK + ')' if t.standin else ''} | {len(cells)} | {missing} | {mean} | {mx} |")
+    return lines + [""]
+
+
+def validation_banner(results: PaperResults) -> list[str]:
+    """Warnings of the data validation (params validation.policy: warn) carried by the runs' metrics.json."""
+    out = []
+    for d in results.runs.datasets:
+        warns = sorted({w for m in results.runs.models(d) for r in results.runs.runs(d, m).values()
+                        for w in r.extra.get("validation_warnings") or []})
+        if warns:
+            shown = "; ".join(warns[:5]) + (f"; ... {len(warns) - 5} more" if len(warns) > 5 else "")
+            out += [f"> **DATA DIFFERS FROM THE PUBLISHED FACTS ({d})**: {len(warns)} validation check(s) of "
+                    f"estimates did not hold and were let through as warnings (params `validation.policy.{d}`): "
+                    f"{shown}. See reports/validation/index.html.", ""]
+    return out
+
+
+def bench_section(results: PaperResults, runs_dir: Path | None, figure_paths: dict[str, Path], report_path: Path,
+                  budget: Budget | None = None) -> str:
+    """The MultiTab-Bench section the report leads with: Δm (mean ± σ) per configuration and model and the
+    paper's claim checked per configuration (multitab.evaluation.bench.study), from the bench runs of
+    `runs_dir`; empty when there are none. Points at a `make study` report when one exists beside it."""
+    if runs_dir is None or not results.synthetic:
+        return ""
+    cfg = results.config
+    models = [cfg.baseline, *[m for m in cfg.figures.models if m != cfg.baseline]]
+    metrics, _ = collect(runs_dir, results.synthetic, models)
+    if metrics.empty:
+        return ""
+    settings = StudySettings(baseline=cfg.baseline, labels={**cfg.models},
+                             model=cfg.significance.model,
+                             rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model),
+                             budget=budget)
+    prefix = os.path.relpath(figure_paths["figure5"].parent, report_path.parent) + "/"
+    header = ["From the run group `bench` (params `runs.bench`; the default is one seed for a few epochs, and "
+              "with one seed no t-test is run). `make study` trains Figures 5-6 to convergence over several seeds "
+              "(docs/study.md).", ""]
+    study_report = report_path.parent / "study_report" / "report.md"
+    if study_report.is_file():
+        header += [f"A `make study` report exists: [{os.path.relpath(study_report, report_path.parent)}]"
+                   f"({os.path.relpath(study_report, report_path.parent)}).", ""]
+    return section_only(metrics, settings, models, header=header, figure_prefix=prefix)
+
+
+def render_report(results: PaperResults, tables: Sequence[Table], figure_tables: Sequence[Table],
+                  figure_paths: dict[str, Path], report_path: Path, curves_section: str = "",
+                  lead_section: str = "", provenance: Provenance | None = None,
+                  figure_notes: dict[str, str] | None = None) -> str:
+    cfg = results.config
+    standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
+    lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
+    lines += what_ran_section(results, provenance or Provenance())
+    if standin:
+        lines += [f"> **{STANDIN_MARK.upper()}**: inputs {', '.join(standin)} come from generated stand-in data. "
+                  "Every number built from them is a pipeline check, not a result of the study.", ""]
+    lines += validation_banner(results)
+    caps = results.runs.training_caps()
+    if caps:
+        lines += [f"> **REDUCED TRAINING**: runs were trained on at most {caps['max_train_rows']} training rows for at "
+                  f"most {caps['max_epochs']} epochs (params `train.max_train_rows`, `train.max_epochs`), not the "
+                  "paper's full protocol (all rows, early stopping within 100 epochs, 50 for AliExpress). Their "
+                  "metrics check the pipeline; they do not reproduce the study.", ""]
+    if lead_section:
+        lines += [lead_section, ""]
+    lines += [
+        "Metrics in percent (AUC, explained variance), Δm in percent (Equation 5, against "
+        f"{cfg.label(cfg.baseline)}), MSE in target units, p-values one-sided. Where the paper printed a value and "
+        "the runs are real data under the paper's training, the cell reads `ours (paper P; Δ ours − paper)`. "
+        "`missing` marks a run that failed or was not run "
+        "(`missing (k/n seeds)`: only k of the n expected seeds exist); it is never replaced by a number.", "",
+    ]
+    lines += inputs_section(results)
+    by_name = {t.name: t for t in tables}
+    order = ["table2_ablation", "table3_test_results", "figure5", "figure6", "table4_params_flops"]
+    order += [t.name for t in tables if t.name.startswith(("table5", "table6", "table7"))]
+    order += ["table8_t_test", "table9_wilcoxon", "table10_higgs_mse"]
+    fig_tables = {t.name: t for t in figure_tables}
+    # The paper's value beside ours only where the comparison means something: real data under the paper's
+    # training (no stand-in input, no capped rows or epochs). Everywhere else comparison_with_paper.csv keeps it.
+    for name in order:
+        if name in by_name:
+            table = by_name[name]
+            compare = not table.standin and not caps
+            lines.append(table.to_markdown(compare=compare, heading="##"))
+            if not compare and table.has_paper():
+                why = "stand-in data" if table.standin else "capped training"
+                lines += [f"The paper's values are left out of this table ({why}: the comparison would be with noise; "
+                          "results/tables/comparison_with_paper.csv keeps them).", ""]
+            continue
+        if name in ("figure5", "figure6"):
+            number = name[-1]
+            ft = fig_tables[f"{name}_delta_m"]
+            title = ("Figure 5: Δm under varied task correlation, complexity and count" if number == "5"
+                     else "Figure 6: Δm with non-uniform task complexities")
+            mark = f" [{STANDIN_MARK}]" if ft.standin else ""
+            rel = os.path.relpath(figure_paths[name], report_path.parent)
+            lines += [f"## {title}{mark}", "", f"![{title}]({rel})", "",
+                      "The paper publishes Figures 5 and 6 as bar charts only (no numbers to compare). "
+                      + (figure_notes or {}).get(name, ""), ""]
+            lines.append(ft.to_markdown(heading="###"))
+    lines += agreement_section(tables)
+    if curves_section:
+        lines.append(curves_section)
+    return "\n".join(lines)

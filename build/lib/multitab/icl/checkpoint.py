@@ -1,0 +1,72 @@
+"""Pretrained checkpoints: a local file, or a model hub file fetched into a cache, each checked against the
+sha256 pinned in params before anything reads it; loaded with `torch.load(weights_only=True)` (nothing in
+the file can run code)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, is not the pinned file, or is not in the expected format."""
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(path: Path, sha256: str | None) -> str:
+    """The file's sha256; a CheckpointError naming both hashes when `sha256` is given and differs."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist (docs/icl.md says how to get one)")
+    found = sha256_of(path)
+    if sha256 is not None and found != sha256.lower():
+        raise CheckpointError(f"checkpoint {path} is not the pinned file: expected sha256 {sha256.lower()}, "
+                              f"found {found}; fetch the pinned file or update the pin in params.yaml")
+    return found
+
+
+def load(path: str | Path, sha256: str | None) -> tuple[dict[str, Any], str]:
+    """The checkpoint dict in `path` (checked against `sha256` when given) and the file's sha256."""
+    import torch
+
+    path = Path(path)
+    found = verify(path, sha256)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # an unreadable file or one that holds more than tensors and plain data
+        raise CheckpointError(f"checkpoint {path} cannot be read as tensors and plain data: {e}") from e
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(checkpoint).__name__}, not a dict")
+    return checkpoint, found
+
+
+def fetch(repo_id: str, filename: str, *, sha256: str | None, cache_dir: str | Path,
+          revision: str | None = None) -> Path:
+    """`filename` of hub repository `repo_id`, downloaded into `cache_dir` with huggingface_hub (endpoint:
+    the HF_ENDPOINT environment variable when set) and checked against `sha256`; a file that is not the
+    pinned one is removed from the cache and refused. `sha256=None` (a first fetch, to learn the hash to
+    pin): no check."""
+    from huggingface_hub import hf_hub_download
+
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    path = Path(hf_hub_download(repo_id=repo_id, filename=filename, revision=revision,
+                                cache_dir=str(cache_dir), endpoint=endpoint))
+    try:
+        verify(path, sha256)
+    except CheckpointError:
+        path.resolve().unlink(missing_ok=True)  # the blob, so that a later fetch downloads again
+        path.unlink(missing_ok=True)
+        raise
+    log.info("checkpoint %s/%s at %s (sha256 %s)", repo_id, filename, path, sha256)
+    return path

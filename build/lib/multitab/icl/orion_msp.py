@@ -1,0 +1,468 @@
+"""Orion-MSP ("Multi-Scale Sparse Attention for Tabular In-Context Learning", Lexsi Labs, 2025): a pretrained tabular in-context
+learner. TabICL's column embedder (a set transformer with inducing points per column, §3.3), a multi-scale
+row encoder over CLS + GLOBAL tokens with a block-sparse mask (§3.4), a Perceiver memory that training rows
+write and every row reads (§3.5), then the ICL transformer with a split mask and a two-layer decoder to
+`max_classes` logits (§3.6).
+
+Written from the paper and our reading of the authors' released model files (GitHub Lexsi-Labs/Orion-MSP,
+the same files in tabtune 0.2.1, MIT; their column embedder and encoders come from TabICL, BSD-3, and
+their rotary embedding from lucidrains' rotary-embedding-torch, MIT: notices in docs/icl.md). Module and
+parameter names follow the released checkpoint's state dict so that its weights load as they are.
+
+Faithful to the released weights by default; the reference's departures from the paper are switches
+(docs/deviations.md):
+- `window`: the reference multiplies the sliding-window term of the block-sparse mask by 0, so a feature
+  token sees only the special tokens, itself and its random links. `reference` keeps that; `paper` lets it
+  see its neighbours within `row_window` (eq. 16).
+- `memory`: the reference's memory blocks end in a whole transformer layer whose self-attention runs over
+  every row of the call, test rows included, so a test row's prediction depends on the other test rows.
+  `reference` keeps that; `split` lets every row attend to the training rows only (eqs. 36 and 41: test
+  rows never influence the context).
+- `links`: the reference draws its random links from the global RNG on every call; `seeded` draws them
+  from a generator seeded with `link_seed` on every call (the same links for the same call).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+SKIP_VALUE = -100.0  # the reference's marker for cells its linear layers skip (SkippableLinear)
+
+
+# ----------------------------------------------------------------------------------------- attention
+class _Rotary(nn.Module):
+    """Rotary position embedding over interleaved pairs of a head's channels (positions 0..L-1)."""
+
+    def __init__(self, d_head: int, base: float) -> None:
+        super().__init__()
+        freqs = 1.0 / (base ** (torch.arange(0, d_head, 2)[: d_head // 2].float() / d_head))
+        # a (frozen) parameter, as in the checkpoint: `...rope.freqs`
+        self.freqs = nn.Parameter(freqs, requires_grad=False)
+
+    def forward(self, x: Tensor) -> Tensor:  # x: (..., L, d_head)
+        position = torch.arange(x.shape[-2], device=x.device, dtype=x.dtype)
+        angle = (position.to(self.freqs.dtype)[:, None] * self.freqs).repeat_interleave(2, dim=-1)  # (L, d_head)
+        pairs = x.unflatten(-1, (-1, 2))
+        rotated = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+        return (x * angle.cos() + rotated * angle.sin()).to(x.dtype)
+
+
+def _attend(
+    attn: nn.MultiheadAttention, q: Tensor, kv: Tensor, *, mask: Tensor | None = None,
+    n_keys: int | None = None, rope: _Rotary | None = None,
+) -> Tensor:
+    """Multi-head attention of `q` (..., Lq, d) over `kv` (..., Lk, d) with `attn`'s weights.
+    `mask` (Lq, Lk) bool, True = may attend; `n_keys`: only the first n_keys keys (the split mask)."""
+    d, n_heads = q.shape[-1], attn.num_heads
+    w, b = attn.in_proj_weight, attn.in_proj_bias
+    assert b is not None
+    query = F.linear(q, w[:d], b[:d])
+    key, value = F.linear(kv, w[d:], b[d:]).chunk(2, dim=-1)
+    query, key, value = (t.unflatten(-1, (n_heads, -1)).transpose(-3, -2) for t in (query, key, value))
+    if rope is not None:  # positions are token indices of the row (§3.4.5)
+        query, key = rope(query), rope(key)
+    if n_keys is not None:
+        key, value = key[..., :n_keys, :], value[..., :n_keys, :]
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)  # (..., n_heads, Lq, d_head)
+    return attn.out_proj(out.transpose(-3, -2).flatten(-2))
+
+
+class _Block(nn.Module):
+    """Pre-norm attention + feed-forward block; keys and values go through `norm1` as the queries do."""
+
+    def __init__(self, d: int, n_heads: int, d_hidden: int) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, n_heads, batch_first=True)
+        self.linear1, self.linear2 = nn.Linear(d, d_hidden), nn.Linear(d_hidden, d)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+    def forward(self, q: Tensor, kv: Tensor | None = None, **attend: object) -> Tensor:
+        kv = q if kv is None else kv
+        x = q + _attend(self.attn, self.norm1(q), self.norm1(kv), **attend)  # type: ignore[arg-type]
+        return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
+
+
+class _Encoder(nn.Module):
+    def __init__(self, n_blocks: int, d: int, n_heads: int, d_hidden: int, rope_base: float | None = None) -> None:
+        super().__init__()
+        if d % n_heads:
+            raise ValueError(f"{d=} must be divisible by {n_heads=}")
+        self.blocks = nn.ModuleList([_Block(d, n_heads, d_hidden) for _ in range(n_blocks)])
+        self.rope = _Rotary(d // n_heads, rope_base) if rope_base is not None else None
+
+    def forward(self, x: Tensor, **attend: object) -> Tensor:
+        for block in self.blocks:
+            x = block(x, rope=self.rope, **attend)
+        return x
+
+
+# ------------------------------------------------------------------------------ column embedding (§3.3)
+class _ISAB(nn.Module):
+    """Induced self-attention: inducing points read the training cells, every cell reads them back."""
+
+    def __init__(self, d: int, n_heads: int, d_hidden: int, n_inducing: int) -> None:
+        super().__init__()
+        self.multihead_attn1 = _Block(d, n_heads, d_hidden)
+        self.multihead_attn2 = _Block(d, n_heads, d_hidden)
+        self.ind_vectors = nn.Parameter(torch.empty(n_inducing, d))
+        nn.init.trunc_normal_(self.ind_vectors, std=0.02)
+
+    def forward(self, x: Tensor, n_train: int) -> Tensor:  # (..., T, d)
+        skip = (x == SKIP_VALUE).all(dim=-1).all(dim=-1)  # a column made only of skip markers stays one
+        inducing = self.ind_vectors.expand(*x.shape[:-2], *self.ind_vectors.shape)
+        hidden = self.multihead_attn1(inducing, x[..., :n_train, :])
+        out = self.multihead_attn2(x, hidden)
+        return torch.where(skip[..., None, None], torch.full_like(x, SKIP_VALUE), out)
+
+
+def _skippable(layer: nn.Linear, x: Tensor) -> Tensor:
+    """`layer(x)`, with the output set to the skip marker where every input channel is the marker."""
+    out = layer(x)
+    return torch.where((x == SKIP_VALUE).all(dim=-1, keepdim=True), torch.full_like(out, SKIP_VALUE), out)
+
+
+class _SetTransformer(nn.Module):
+    def __init__(self, n_blocks: int, d: int, n_heads: int, d_hidden: int, n_inducing: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([_ISAB(d, n_heads, d_hidden, n_inducing) for _ in range(n_blocks)])
+
+
+class _ColumnEmbedding(nn.Module):
+    """Each cell -> cell * w + b, with w, b from a set transformer over its column (TabICL)."""
+
+    def __init__(self, d: int, n_blocks: int, n_heads: int, d_hidden: int, n_inducing: int) -> None:
+        super().__init__()
+        self.in_linear = nn.Linear(1, d)
+        self.tf_col = _SetTransformer(n_blocks, d, n_heads, d_hidden, n_inducing)
+        self.out_w, self.ln_w = nn.Linear(d, d), nn.LayerNorm(d)
+        self.out_b, self.ln_b = nn.Linear(d, d), nn.LayerNorm(d)
+
+    def forward(self, x: Tensor, n_train: int) -> Tensor:  # (B, T, H) -> (B, T, H, d)
+        # NOTE: the reference prepends n_special columns of skip markers here and drops their embeddings
+        # later unread; we leave them out (the columns are independent, so the result is the same).
+        cells = x.transpose(1, 2).unsqueeze(-1)  # (B, H, T, 1)
+        src = _skippable(self.in_linear, cells)
+        for block in self.tf_col.blocks:
+            src = block(src, n_train)
+        weights = self.ln_w(_skippable(self.out_w, src))
+        biases = self.ln_b(_skippable(self.out_b, src))
+        return (cells * weights + biases).transpose(1, 2)
+
+
+# -------------------------------------------------------------------- multi-scale row interaction (§3.4)
+def block_sparse_mask(
+    n_tokens: int, n_special: int, window: int, n_random: int, *, window_mode: Literal["reference", "paper"],
+    generator: torch.Generator | None, device: torch.device | None = None,
+) -> Tensor:
+    """(n_tokens, n_tokens) bool, True = may attend: specials to and from everything (eq. 15), the sliding
+    window (eq. 16; only under `window_mode="paper"`), `n_random` random feature keys per feature query
+    (eq. 17, drawn from `generator`, or the global RNG when None), the diagonal (eq. 18)."""
+    allowed = torch.zeros(n_tokens, n_tokens, dtype=torch.bool, device=device)
+    allowed[:n_special, :] = True
+    allowed[:, :n_special] = True
+    if window_mode == "paper" and n_tokens > n_special and window >= 0:
+        index = torch.arange(n_tokens, device=device)
+        allowed |= (index[:, None] - index[None, :]).abs() <= window
+    # NOTE[DIFF] (docs/deviations.md D20): under "reference" the window term is multiplied by 0, as released
+    if n_random > 0 and n_tokens > n_special + 1:
+        for i in range(n_special, n_tokens):  # one draw per query, in order: the reference's sequence
+            draw = torch.randperm(n_tokens - n_special, device=device, generator=generator)
+            allowed[i, draw[:n_random] + n_special] = True
+    allowed.fill_diagonal_(True)
+    return allowed
+
+
+class _PMAGroup(nn.Module):
+    """Learned soft grouping of feature tokens (the reference's `group_mode="pma"`)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.seed = nn.Parameter(torch.randn(1, 1, d) * 0.02)
+
+    def forward(self, feats: Tensor, n_groups: int) -> Tensor:  # (B, T, H, d) -> (B, T, n_groups, d)
+        d = feats.shape[-1]
+        position = torch.arange(n_groups, device=feats.device, dtype=torch.float32)[:, None]
+        omega = torch.exp(torch.arange(0, d, 2, device=feats.device).float() * (-math.log(10000.0) / d))
+        sinusoid = torch.zeros(n_groups, d, device=feats.device)
+        sinusoid[:, 0::2], sinusoid[:, 1::2] = torch.sin(position * omega), torch.cos(position * omega)
+        query = self.q_proj(self.seed[0] + sinusoid)  # (n_groups, d)
+        scores = query @ self.k_proj(feats).transpose(-1, -2) / math.sqrt(d)  # (B, T, n_groups, H)
+        return scores.softmax(dim=-1) @ self.v_proj(feats)
+
+
+def _group_mean(feats: Tensor, size: int) -> Tensor:
+    """Contiguous groups of `size` feature tokens, mean-pooled; the last group is zero-padded and the
+    padding counts in its mean (as in the reference)."""
+    if size == 1:
+        return feats
+    pad = (-feats.shape[2]) % size
+    feats = F.pad(feats, (0, 0, 0, pad))
+    return feats.unflatten(2, (-1, size)).mean(dim=3)
+
+
+class _RowInteraction(nn.Module):
+    def __init__(
+        self, *, d: int, n_blocks: int, n_heads: int, d_hidden: int, n_cls: int, n_global: int,
+        rope_base: float, scales: tuple[int, ...], window: int, n_random: int, group_mode: str,
+    ) -> None:
+        super().__init__()
+        self.scales = tuple(sorted(set(scales)))
+        if not self.scales or min(self.scales) < 1:
+            raise ValueError(f"{scales=} must be a non-empty tuple of sizes >= 1")
+        if group_mode not in ("contiguous", "pma"):
+            raise ValueError(f"{group_mode=} must be 'contiguous' or 'pma'")
+        self.n_cls, self.n_special = n_cls, n_cls + n_global
+        self.window, self.n_random, self.group_mode = window, n_random, group_mode
+        blocks_per_scale = max(1, math.ceil(n_blocks / len(self.scales)))
+        self.scale_encoders = nn.ModuleList(
+            [_Encoder(blocks_per_scale, d, n_heads, d_hidden, rope_base) for _ in self.scales]
+        )
+        self.cls_tokens = nn.Parameter(torch.empty(n_cls, d))
+        self.global_tokens = nn.Parameter(torch.empty(n_global, d))
+        nn.init.trunc_normal_(self.cls_tokens, std=0.02)
+        nn.init.trunc_normal_(self.global_tokens, std=0.02)
+        self.pma = _PMAGroup(d)  # in every checkpoint, used only when group_mode == "pma"
+        self.out_ln = nn.LayerNorm(d)
+
+    def forward(
+        self, feats: Tensor, *, window_mode: Literal["reference", "paper"], generator: torch.Generator | None
+    ) -> Tensor:  # (B, T, H, d) -> (B, T, n_cls * d)
+        B, T, H, d = feats.shape
+        specials = torch.cat([self.cls_tokens, self.global_tokens]).expand(B, T, self.n_special, d)
+        cls_out = []
+        for encoder, size in zip(self.scale_encoders, self.scales):
+            if self.group_mode == "contiguous":
+                grouped = _group_mean(feats, size)
+            else:
+                grouped = self.pma(feats, math.ceil(H / size))
+            tokens = torch.cat([specials, grouped], dim=2)  # (B, T, n_special + K_s, d)
+            mask = block_sparse_mask(
+                tokens.shape[2], self.n_special, self.window, self.n_random,
+                window_mode=window_mode, generator=generator, device=feats.device,
+            )
+            cls_out.append(encoder(tokens, mask=mask)[..., : self.n_cls, :])
+        return self.out_ln(torch.stack(cls_out).mean(dim=0)).flatten(-2)  # eqs. 19-20
+
+
+# ------------------------------------------------------------------------- Perceiver memory (§3.5)
+class _TransformerLayer(nn.Module):
+    """The reference's memory "feed-forward": torch's pre-norm TransformerEncoderLayer (self-attention +
+    FFN), re-stated so that its self-attention can be limited to the training rows."""
+
+    def __init__(self, d: int, n_heads: int, d_hidden: int) -> None:
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d, n_heads, batch_first=True)
+        self.linear1, self.linear2 = nn.Linear(d, d_hidden), nn.Linear(d_hidden, d)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+    def forward(self, x: Tensor, n_keys: int | None) -> Tensor:
+        h = self.norm1(x)
+        x = x + _attend(self.self_attn, h, h, n_keys=n_keys)
+        return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
+
+
+class _CrossAttnBlock(nn.Module):
+    def __init__(self, d: int, n_heads: int, d_hidden: int) -> None:
+        super().__init__()
+        self.q_norm, self.kv_norm = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = _Block(d, n_heads, d_hidden)
+        self.ffn = _TransformerLayer(d, n_heads, d_hidden)
+
+    def forward(self, q: Tensor, kv: Tensor, n_context: int | None) -> Tensor:
+        x = self.attn(self.q_norm(q), self.kv_norm(kv)) + q  # eqs. 33-35 (the block adds its own residual too)
+        # NOTE[DIFF] (docs/deviations.md D21): eq. 36's FFN is a whole transformer layer across the rows
+        return self.ffn(x, n_context)
+
+
+class _PerceiverMemory(nn.Module):
+    def __init__(self, d: int, n_heads: int, d_hidden: int, n_latents: int, n_layers: int) -> None:
+        super().__init__()
+        if 0 < n_latents < 4:
+            raise ValueError(f"{n_latents=} must be 0 (no memory) or >= 4")
+        self.latents = nn.Parameter(torch.empty(n_latents, d)) if n_latents > 0 else None
+        if self.latents is not None:
+            nn.init.trunc_normal_(self.latents, std=0.02)
+        n = n_layers if n_latents > 0 else 0
+        self.write_layers = nn.ModuleList([_CrossAttnBlock(d, n_heads, d_hidden) for _ in range(n)])
+        self.read_layers = nn.ModuleList([_CrossAttnBlock(d, n_heads, d_hidden) for _ in range(n)])
+
+    def forward(self, rows: Tensor, n_train: int, mode: Literal["reference", "split"]) -> Tensor:
+        if self.latents is None:
+            return rows
+        latents = self.latents.expand(rows.shape[0], *self.latents.shape)
+        for block in self.write_layers:  # eq. 38: only the training rows write
+            latents = block(latents, rows[:, :n_train], None)
+        for block in self.read_layers:  # eq. 41: every row reads
+            rows = block(rows, latents, n_train if mode == "split" else None)
+        return rows
+
+
+# --------------------------------------------------------------------------------- ICL predictor (§3.6)
+class _ICLearning(nn.Module):
+    def __init__(
+        self, *, max_classes: int, d: int, n_blocks: int, n_heads: int, d_hidden: int, n_latents: int,
+        n_memory_layers: int,
+    ) -> None:
+        super().__init__()
+        self.max_classes = max_classes
+        self.tf_icl = _Encoder(n_blocks, d, n_heads, d_hidden)
+        self.ln = nn.LayerNorm(d)
+        self.y_encoder = nn.Linear(max_classes, d)  # one-hot labels -> d (the reference's OneHotAndLinear)
+        self.decoder = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, max_classes))
+        self.memory = _PerceiverMemory(d, n_heads, d_hidden, n_latents, n_memory_layers)
+
+    def forward(self, rows: Tensor, y_train: Tensor, memory: Literal["reference", "split"]) -> Tensor:
+        n_train = y_train.shape[1]
+        rows = self.memory(rows, n_train, memory)
+        labels = self.y_encoder(F.one_hot(y_train.long(), self.max_classes).to(rows.dtype))
+        rows = torch.cat([rows[:, :n_train] + labels, rows[:, n_train:]], dim=1)  # labels on training rows
+        out = self.tf_icl(rows, n_keys=n_train)  # split mask: every row attends to the training rows
+        return self.decoder(self.ln(out))[:, n_train:]  # (B, T_test, max_classes)
+
+
+# ------------------------------------------------------------------------------------------ the model
+# the released checkpoint's config keys -> our constructor's keywords
+CONFIG_KEYS: dict[str, str] = {
+    "max_classes": "max_classes", "embed_dim": "d_embedding",
+    "col_num_blocks": "col_n_blocks", "col_nhead": "col_n_heads", "col_num_inds": "col_n_inducing",
+    "row_num_blocks": "row_n_blocks", "row_nhead": "row_n_heads", "row_num_cls": "row_n_cls",
+    "row_rope_base": "row_rope_base", "icl_num_blocks": "icl_n_blocks", "icl_nhead": "icl_n_heads",
+    "ff_factor": "ff_factor", "dropout": "dropout", "activation": "activation", "norm_first": "norm_first",
+    "row_num_global": "row_n_global", "row_scales": "row_scales", "row_window": "row_window",
+    "row_num_random": "row_n_random", "row_group_mode": "row_group_mode",
+    "perc_num_latents": "memory_n_latents", "perc_layers": "memory_n_layers",
+}
+
+
+class OrionMSP(nn.Module):
+    """Orion-MSP for one table: logits of the test rows given labelled training rows (eval only; a
+    pretrained model, never trained here).
+
+    Shape:
+        - ``x``: ``(B, T, H)`` float, the first ``n_train`` rows of each table are the context;
+        - ``y_train``: ``(B, n_train)`` labels in ``0..n_classes-1`` (at most ``max_classes``);
+        - output: ``(B, T - n_train, n_classes)`` logits, ``n_classes`` = the number of distinct labels
+          in ``y_train[0]`` (as the reference slices them); beyond ``max_classes`` classes, through the
+          released hierarchy of class groups, ``softmax_temperature * log(p + 1e-6)``.
+
+    Examples:
+        >>> model = OrionMSP(d_embedding=8, col_n_blocks=1, col_n_heads=2, col_n_inducing=4,
+        ...     row_n_blocks=1, row_n_heads=2, row_n_cls=2, icl_n_blocks=1, icl_n_heads=2,
+        ...     row_scales=(1,), memory_n_latents=4, memory_n_layers=1).eval()
+        >>> model(torch.randn(1, 7, 3), torch.tensor([[0, 1, 0, 1, 1]])).shape
+        torch.Size([1, 2, 2])
+    """
+
+    def __init__(
+        self, *, max_classes: int = 10, d_embedding: int = 128, col_n_blocks: int = 3, col_n_heads: int = 4,
+        col_n_inducing: int = 128, row_n_blocks: int = 3, row_n_heads: int = 8, row_n_cls: int = 4,
+        row_rope_base: float = 100000, icl_n_blocks: int = 12, icl_n_heads: int = 4, ff_factor: int = 2,
+        dropout: float = 0.0, activation: str = "gelu", norm_first: bool = True, row_n_global: int = 2,
+        row_scales: tuple[int, ...] = (1, 4, 8), row_window: int = 4, row_n_random: int = 0,
+        row_group_mode: str = "contiguous", memory_n_latents: int = 16, memory_n_layers: int = 2,
+        window: Literal["reference", "paper"] = "reference", memory: Literal["reference", "split"] = "reference",
+        links: Literal["reference", "seeded"] = "seeded", link_seed: int = 0, softmax_temperature: float = 0.9,
+    ) -> None:
+        super().__init__()
+        if activation != "gelu" or not norm_first:
+            raise ValueError(f"only the released architecture is supported: {activation=} must be 'gelu', "
+                             f"{norm_first=} must be True")
+        for name, value, allowed in (("window", window, ("reference", "paper")),
+                                     ("memory", memory, ("reference", "split")),
+                                     ("links", links, ("reference", "seeded"))):
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} must be one of {allowed}")
+        if max_classes < 2:
+            raise ValueError(f"{max_classes=} must be >= 2")
+        del dropout  # inference only: dropout is off
+        self.max_classes, self.window, self.memory, self.links, self.link_seed = (
+            max_classes, window, memory, links, link_seed)
+        self.softmax_temperature = softmax_temperature  # of the hierarchy's probabilities (released: 0.9)
+        d, d_row = d_embedding, d_embedding * row_n_cls
+        self.col_embedder = _ColumnEmbedding(d, col_n_blocks, col_n_heads, d * ff_factor, col_n_inducing)
+        self.row_interactor = _RowInteraction(
+            d=d, n_blocks=row_n_blocks, n_heads=row_n_heads, d_hidden=d * ff_factor, n_cls=row_n_cls,
+            n_global=row_n_global, rope_base=row_rope_base, scales=tuple(row_scales), window=int(row_window),
+            n_random=int(row_n_random), group_mode=row_group_mode.lower(),
+        )
+        self.icl_predictor = _ICLearning(
+            max_classes=max_classes, d=d_row, n_blocks=icl_n_blocks, n_heads=icl_n_heads,
+            d_hidden=d_row * ff_factor, n_latents=memory_n_latents, n_memory_layers=memory_n_layers,
+        )
+
+    def forward(self, x: Tensor, y_train: Tensor) -> Tensor:
+        n_train = y_train.shape[1]
+        if x.dim() != 3 or y_train.dim() != 2 or not 0 < n_train <= x.shape[1]:
+            raise ValueError(f"x {tuple(x.shape)} must be (B, T, H) and y_train {tuple(y_train.shape)} (B, n_train)"
+                             " with 0 < n_train <= T")
+        n_classes = int(torch.unique(y_train[0]).numel())
+        generator = None
+        if self.links == "seeded":  # NOTE[DIFF] (docs/deviations.md D22): the released code uses the global RNG
+            generator = torch.Generator(device=x.device).manual_seed(self.link_seed)
+        emb = self.col_embedder(x, n_train)  # (B, T, H, d)
+        rows = self.row_interactor(emb, window_mode=self.window, generator=generator)  # (B, T, n_cls * d)
+        if n_classes <= self.max_classes:
+            return self.icl_predictor(rows, y_train, self.memory)[..., :n_classes]
+        # more classes than the decoder has: the released hierarchy, per table; its "logits" are
+        # temperature * log(probability + 1e-6), as the reference returns them
+        probs = torch.stack([self._hierarchy(r, y) for r, y in zip(rows, y_train)])
+        return self.softmax_temperature * torch.log(probs + 1e-6)
+
+    def _predict(self, context: Tensor, labels: Tensor, test: Tensor) -> Tensor:
+        """Probabilities (at temperature) over the classes 0..k-1 of `labels`, k = their number."""
+        k = int(labels.max()) + 1
+        logits = self.icl_predictor(torch.cat([context, test])[None], labels[None].float(), self.memory)[0]
+        return torch.softmax(logits[:, :k] / self.softmax_temperature, dim=-1)
+
+    def _hierarchy(self, rows: Tensor, y_train: Tensor) -> Tensor:
+        """(T_test, n_classes) probabilities: classes split into at most `max_classes` balanced contiguous
+        groups, recursively; a class's probability is the product of its groups' probabilities down to a
+        node of at most `max_classes` classes (the released model's hierarchical classification)."""
+        n_train, n_all = y_train.shape[0], int(y_train.max()) + 1
+        test = rows[n_train:]
+
+        def node(context: Tensor, labels: Tensor) -> Tensor:
+            classes = torch.unique(labels)
+            local = torch.searchsorted(classes, labels)
+            out = test.new_zeros(test.shape[0], n_all)
+            if len(classes) <= self.max_classes:
+                out[:, classes.long()] = self._predict(context, local, test)
+                return out
+            n_groups = min(math.ceil(len(classes) / self.max_classes), self.max_classes)
+            sizes, left = [], len(classes)
+            for g in range(n_groups):
+                sizes.append(math.ceil(left / (n_groups - g)))
+                left -= sizes[-1]
+            group_of_class = torch.repeat_interleave(torch.arange(n_groups), torch.tensor(sizes)).to(labels.device)
+            groups = group_of_class[local]
+            group_probs = self._predict(context, groups, test)
+            for g in range(n_groups):
+                out += node(context[groups == g], labels[groups == g]) * group_probs[:, g : g + 1]
+            return out
+
+        return node(rows[:n_train], y_train.long())
+
+
+def from_checkpoint(
+    checkpoint: dict[str, object], *, window: Literal["reference", "paper"] = "reference",
+    memory: Literal["reference", "split"] = "reference", links: Literal["reference", "seeded"] = "seeded",
+    link_seed: int = 0,
+) -> OrionMSP:
+    """The model of a released checkpoint (`{"config": {...}, "state_dict": {...}}`), in eval mode."""
+    config, state = checkpoint.get("config"), checkpoint.get("state_dict")
+    if not isinstance(config, dict) or not isinstance(state, dict):
+        raise ValueError("an Orion-MSP checkpoint is a dict with a 'config' dict and a 'state_dict' dict; "
+                         f"this one has keys {sorted(checkpoint)}")
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"the checkpoint's config has keys this model does not know: {unknown}")
+    kwargs = {CONFIG_KEYS[key]: value for key, value in config.items()}
+    model = OrionMSP(**kwargs, window=window, memory=memory, links=links, link_seed=link_seed)
+    model.load_state_dict(state)
+    return model.eval()

@@ -1,0 +1,92 @@
+"""A process started for a run must not outlive the process that started it: Prefect's temporary server
+and a stage's `dvc repro` (started by flows.pipeline), a stage's command (started by `dvc repro`). A
+SIGKILL of the parent runs no handler in it, so the kernel is asked (Linux: PR_SET_PDEATHSIG) to send the
+child SIGTERM when its parent dies. The stage's outputs are written atomically and its checkpoint after
+every epoch, so a stage stopped this way resumes where it was at the next run.
+
+DVC runs a stage's command as `$SHELL -c CMD` (/bin/sh when SHELL is unset). bash and zsh replace
+themselves with the command; dash (Debian's /bin/sh) and fish do not, so the command's parent is the shell,
+which has no such request and outlives DVC, and the command with it. The flow therefore runs DVC through
+`python -m multitab.process DVC-ARGS` (`run_dvc`): that DVC adopts what its commands orphan (it is a
+child subreaper, PR_SET_CHILD_SUBREAPER) and, on SIGTERM, stops every process below it before it exits.
+It stays in the flow's process group, so Ctrl-C in a terminal still reaches the stage's command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def die_with_parent() -> None:
+    """Ask for SIGTERM when the parent dies. Call it in the child itself, or between fork and exec
+    (Popen's preexec_fn). The kernel sends it when the parent *thread* that forked the child exits: fork
+    from a thread that outlives the child (the main thread, or one that waits for the child). Nothing
+    happens off Linux."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def stop_with_parent() -> None:
+    """`die_with_parent` for the calling process, and stop now if the parent is already gone (it may have
+    died before the request was made: this process was then adopted by init or a subreaper)."""
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def terminate_descendants(grace_seconds: float = 5.0) -> None:
+    """SIGTERM every descendant process, then SIGKILL those still alive after `grace_seconds`."""
+    import contextlib
+
+    import psutil
+
+    me = psutil.Process()
+    children = me.children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace_seconds)
+    # and whatever was started meanwhile (a subprocess already being spawned when the signal came)
+    for child in [*alive, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def _stop_below_and_exit(signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Its second pass finds a command whose shell was stopped while starting it: adopted by this process.
+    terminate_descendants()
+    os._exit(128 + signum)
+
+
+def become_subreaper() -> None:
+    """Have this process adopt its orphaned descendants (Linux: PR_SET_CHILD_SUBREAPER) instead of init, so
+    that they stay below it. Nothing happens off Linux."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def run_dvc(argv: list[str]) -> int:
+    """DVC's command line (`dvc ARGV`) in this process, which adopts what its commands orphan and on SIGTERM
+    first stops every process below it (the stage's shell and command), then exits 128 + 15. DVC itself
+    has no SIGTERM handler: killed, it would leave a command that a non-exec'ing shell keeps out of reach
+    of its own PR_SET_PDEATHSIG. SIGINT is left to DVC (it ignores it while a command runs)."""
+    become_subreaper()
+    signal.signal(signal.SIGTERM, _stop_below_and_exit)
+    from dvc.cli import main
+
+    return int(main(argv) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(run_dvc(sys.argv[1:]))

@@ -1,0 +1,30 @@
+"""Where a committed record was made: the git commit and the machine (records under results/)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+_CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux; platform.processor() elsewhere, may be empty)."""
+    if _CPUINFO.exists():
+        for line in _CPUINFO.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def machine() -> str:
+    """`Intel(R) Xeon(R) Processor, 2 CPUs, Linux`."""
+    return f"{cpu_model() or platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}"
+
+
+def git_commit(cwd: str | Path) -> str:
+    """HEAD of the repository around `cwd`; "unknown" outside one."""
+    r = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd)
+    return r.stdout.strip() or "unknown"

@@ -1,0 +1,47 @@
+"""Where and how a run computes: the device, seeding and determinism, mixed precision."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+import torch
+
+from multitab.runtime import tune_cpu_runtime
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        # ValueError: the same on every try on this machine (the stage exits with BAD_INPUT, not retried)
+        raise ValueError("train.device is 'cuda' but torch sees no CUDA device; use 'auto' or 'cpu'")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    """Seed Python, numpy and torch. `deterministic`: deterministic kernels, strictly on CPU (bit-identical
+    reruns and resumes); on CUDA as far as kernels allow (warnings, not errors, for ops without a
+    deterministic implementation; cuBLAS gets the workspace setting it needs)."""
+    import os
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    cuda = torch.cuda.is_available()
+    if deterministic and cuda:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic, warn_only=cuda)
+    tune_cpu_runtime()  # flush denormals, keep freed memory (multitab/runtime.py)
+    if cuda:
+        torch.backends.cudnn.benchmark = not deterministic
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """bf16: autocast on CUDA and on CPU (opt-in; on CPU the chunked fp32 kernels step aside and the
+    reference ops run in bfloat16, see benchmarks/model_throughput.py --bench-shapes)."""
+    if precision == "bf16" and device.type in ("cuda", "cpu"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -1,0 +1,85 @@
+"""Evaluation of a trained torch model: predictions in stored order, metrics per task, MSE in target units.
+
+Models that attend across the batch (SAINT, MultiTab-Net with inter-sample attention) see the other rows of
+their batch, so predictions are made in the split's stored order in consecutive batches: reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from multitab.datasets.schema import Task
+from multitab.evaluation.metrics import mse, task_metrics
+from multitab.training.data import ProcessedData, TensorSplit, iterate_batches
+from multitab.training.device import autocast
+
+
+@torch.inference_mode()
+def predict(
+    model: Callable[..., dict[str, torch.Tensor]] | torch.nn.Module,
+    split: TensorSplit,
+    tasks: tuple[Task, ...],
+    *,
+    batch_size: int,
+    device: torch.device,
+    precision: str = "fp32",
+) -> dict[str, np.ndarray]:
+    """Predictions for `split` in its stored order (consecutive batches of `batch_size`): binary and
+    regression (n,), multiclass (n, n_classes) logits, as float32 numpy arrays."""
+    parts: dict[str, list[torch.Tensor]] = {t.name: [] for t in tasks}
+    for batch in iterate_batches(split, batch_size, device=device):
+        with autocast(device, precision):
+            out = model(batch.x_num, batch.x_cat)
+        for t in tasks:
+            parts[t.name].append(out[t.name].float())
+    return {name: torch.cat(p).cpu().numpy() if p else np.empty(0, np.float32) for name, p in parts.items()}
+
+
+def _labels(split: TensorSplit) -> dict[str, np.ndarray]:
+    return {k: v.cpu().numpy() for k, v in split.targets().items()}
+
+
+def evaluate(
+    model: torch.nn.Module,
+    forward: Callable[..., dict[str, torch.Tensor]],
+    data: ProcessedData,
+    split_name: str,
+    train_split: TensorSplit,
+    *,
+    batch_size: int,
+    device: torch.device,
+    precision: str = "fp32",
+) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Metrics on one split (eval mode); returns (metrics, predictions, labels)."""
+    model.eval()
+    fit_context = getattr(model, "fit_context", None)
+    if callable(fit_context):
+        with torch.inference_mode():
+            fit_context(train_split.x_num, train_split.x_cat, train_split.targets())
+    split = data.splits[split_name]
+    preds = predict(forward, split, data.schema.tasks, batch_size=batch_size, device=device,
+                    precision=precision)
+    labels = _labels(split)
+    return task_metrics(data.schema.tasks, labels, preds), preds, labels
+
+
+def regression_mse(
+    tasks: tuple[Task, ...], labels: dict[str, np.ndarray], preds: dict[str, np.ndarray],
+    target_stats: dict[str, dict[str, float]],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """MSE per regression task in original units (via meta.json's target_stats) and standardised."""
+    original, standardised = {}, {}
+    for t in tasks:
+        if t.type != "regression":
+            continue
+        standardised[t.name] = mse(labels[t.name], preds[t.name])
+        stats = target_stats.get(t.name)
+        if stats is None:
+            raise KeyError(f"meta.json target_stats has no entry for regression task {t.name!r}")
+        std, mean = float(stats["std"]), float(stats["mean"])
+        original[t.name] = mse(labels[t.name].astype(np.float64) * std + mean,
+                               preds[t.name].astype(np.float64) * std + mean)
+    return original, standardised
