@@ -77,6 +77,13 @@ benchmarks: $(STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
+# The validation pages (reports/validation/) written again where the validation stages were restored from the
+# DVC cache (a fresh clone with a shared cache or a remote): the pages are no DVC output. The stages write the
+# same verdicts, so no later stage re-runs; then the aggregate stage again, so that results/index.html links them.
+validation-pages: $(STAMP) $(ASSETS)
+	$(BIN)/dvc repro --force --single-item --glob 'validate_*'
+	$(BIN)/dvc repro --force --single-item aggregate
+
 # The MultiTab-Bench study (Figures 5 and 6 to convergence, several seeds; params `study`, run group
 # runs.study): the same DVC stages and Prefect flow as `repro`, with the opt-in group `study` put in the DAG
 # (runs.yaml); `make repro` and plain `dvc repro` leave it out.

@@ -38,8 +38,7 @@ VALIDATION_PAGES = "reports/validation/index.html"
 NO_VALIDATION_PAGES = (
     "The Great Expectations pages (reports/validation/) are not in this workspace: its validation stages were "
     "restored from the DVC cache, not run here, and the pages are no DVC output. The verdicts below are. "
-    "`dvc repro --force --single-item --glob 'validate_*'` writes the pages again (the same verdicts, so no "
-    "later stage re-runs)."
+    "`make validation-pages` writes them again (the same verdicts, so no later stage re-runs)."
 )
 
 
