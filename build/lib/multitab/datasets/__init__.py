@@ -1,1 +1,0 @@
-"""Datasets: schemas (registry), sources, splits, preprocessing and MultiTab-Bench."""
