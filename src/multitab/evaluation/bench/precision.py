@@ -140,9 +140,14 @@ def compare(metrics: pd.DataFrame, settings: StudySettings) -> tuple[pd.DataFram
     return table, verdict_table
 
 
+def _within(v: Any) -> bool:
+    """A pair's `within_one_se`: None (untested: a side missing) counts as not within."""
+    return v is not None and bool(v)
+
+
 def passes(table: pd.DataFrame) -> bool:
     """Every configuration x model has both sides and is within one fp32 standard error."""
-    return bool(len(table)) and all(v is not None and bool(v) for v in table["within_one_se"])
+    return bool(len(table)) and all(_within(v) for v in table["within_one_se"])
 
 
 # ------------------------------------------------------------------------------------------ render
@@ -153,7 +158,7 @@ def markdown(table: pd.DataFrame, verdicts: pd.DataFrame, settings: StudySetting
              "standard error of fp32's (the bar). Δm against each precision's own STL; for STL itself, its mean test "
              "EV × 100.", ""]
     ok = passes(table)
-    outside = table[[v is None or not bool(v) for v in table["within_one_se"]]]
+    outside = table[[not _within(v) for v in table["within_one_se"]]]
     if ok:
         lines.append(f"**bf16 passes**: all {len(table)} configuration × model pairs within one fp32 standard error.")
     else:

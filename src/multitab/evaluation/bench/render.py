@@ -52,9 +52,8 @@ def _fmt(x: float, decimals: int = 2) -> str:
 
 def plus_minus(x: float, se: float | None = None) -> str:
     """`+1.23 ± 0.45` (two decimals, signed; no `±` without a standard error), or `missing`."""
-    if x is None or math.isnan(x):
-        return "missing"
-    return f"{x:+.2f}" + ("" if se is None or math.isnan(se) else f" ± {se:.2f}")
+    text = _fmt(x)
+    return text if text == "missing" or se is None or math.isnan(se) else f"{text} ± {se:.2f}"
 
 
 def _p(x: float) -> str:

@@ -75,6 +75,7 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
            what_ran: Sequence[str] = (), notes: dict[str, str] | None = None) -> str:
     """The page's HTML; links are relative to the page's folder; `notes`: a line under a section's title."""
     esc = html.escape
+    notes = notes or {}
     rows = [
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         "<title>multitab results</title>", "</head>", "<body>", "<h1>multitab results</h1>",
@@ -90,8 +91,8 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
         rows += ["<h2>What ran</h2>", "<ul>", *(f"<li>{esc(line)}</li>" for line in what_ran), "</ul>"]
     for title, files in sections:
         rows.append(f"<h2>{esc(title)}</h2>")
-        if title in (notes or {}):
-            rows.append(f"<p>{esc((notes or {})[title])}</p>")
+        if title in notes:
+            rows.append(f"<p>{esc(notes[title])}</p>")
         rows.append("<ul>")
         for f in files:
             href = os.path.relpath(f, page.parent).replace(os.sep, "/")
