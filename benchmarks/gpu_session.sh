@@ -7,7 +7,8 @@
 # The GPU image has torch, numpy, pandas, pyarrow, PyYAML and scikit-learn but not rtdl_revisiting_models
 # (imported by the FT-Transformer module): prepare it here first, once, into the ignored folder .whl/:
 #   .venv/bin/pip download --no-deps --only-binary=:all: -d .whl rtdl_revisiting_models==0.0.2
-# then run on the device with `carry: [".whl"]` and the command `bash benchmarks/gpu_session.sh`.
+# then run on the device with `carry: [".whl"]` and the command `MULTITAB_COMMIT=<sha> bash benchmarks/gpu_session.sh`
+# (the working tree travels without its git history: the records take the commit from MULTITAB_COMMIT).
 # Checked on a CPU in a virtual environment holding only those packages and a tiny scale:
 # `DEVICE=cpu SAMPLES=4000 MEASURE=4000 ROWS=4096 MEMBERS=2 bash benchmarks/gpu_session.sh`).
 set -u
@@ -31,9 +32,9 @@ nvidia-smi -L 2>/dev/null || echo "no nvidia-smi (DEVICE=$DEVICE)"
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 record=results/study/multitab_bench_n100k_3seeds_cap40   # its median epochs per model
 step() { echo "== $*"; local t0=$SECONDS; timeout "$@"; echo "== rc=$? in $((SECONDS - t0)) s"; }
-step 150 $PY benchmarks/stacked_throughput.py --device "$DEVICE" --members "$MEMBERS" --rows "$ROWS" --epochs 3 \
+step 180 $PY benchmarks/stacked_throughput.py --device "$DEVICE" --members "$MEMBERS" --rows "$ROWS" --epochs 3 \
   --threads 2 --out "$OUT/stacked_throughput_$DEVICE.json"
-step 200 $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds 5 --record "$record" \
-  --measure-samples "$MEASURE" --stack --workers 1 --out "$OUT/study_cost_${DEVICE}_stacked.json"
 step 150 $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds 5 --record "$record" \
+  --measure-samples "$MEASURE" --stack --workers 1 --out "$OUT/study_cost_${DEVICE}_stacked.json"
+step 100 $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds 5 --record "$record" \
   --measure-samples "$MEASURE" --workers 1 --out "$OUT/study_cost_$DEVICE.json"

@@ -76,7 +76,7 @@ from multitab.evaluation.paper.complexity import complexity
 from multitab.hparams import BENCH, for_run, load, selection_file
 from multitab.models import build_model
 from multitab.profiles import group_train, profiled
-from multitab.provenance import cpu_model
+from multitab.provenance import cpu_model, git_commit
 from multitab.training.device import resolve_device
 from multitab.training.run import RunSpec, run_training
 from multitab.training.stacked import StackRefused, run_training_stacked
@@ -92,6 +92,12 @@ def device_name(device: str) -> str:
 
         return f"{torch.cuda.get_device_name(device)} (CUDA)"
     return cpu_model()
+
+
+def torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
 
 
 def process_start_seconds() -> float:
@@ -293,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples": a.n_samples, "measured_at_samples": measure_samples,
         "scaling": "seconds per epoch and start-up x n_samples / measured_at_samples" if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
+        "commit": os.environ.get("MULTITAB_COMMIT") or git_commit(ROOT), "torch": torch_version(),
         "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),

@@ -241,6 +241,44 @@ def test_stacked_members_equal_separate_runs(name: str, bench: Path, tmp_path: P
     assert nudged.best_epoch == sep[0].best_epoch
 
 
+def test_the_vmapped_step_takes_the_math_attention_kernel_on_cuda_only() -> None:
+    """On CUDA the memory-efficient kernel's batching rule refuses MultiTab-Net's mask (35 or 39 tokens:
+    "attn_bias is not correctly aligned", seen on an H100); the stacked step must not reach it there."""
+    flags = torch.backends.cuda
+    before = (flags.flash_sdp_enabled(), flags.mem_efficient_sdp_enabled(), flags.math_sdp_enabled())
+    with stacked_mod.vmap_attention(torch.device("cuda")):
+        assert (flags.flash_sdp_enabled(), flags.mem_efficient_sdp_enabled(), flags.cudnn_sdp_enabled(),
+                flags.math_sdp_enabled()) == (False, False, False, True)
+    with stacked_mod.vmap_attention(torch.device("cpu")):
+        assert (flags.flash_sdp_enabled(), flags.mem_efficient_sdp_enabled(), flags.math_sdp_enabled()) == before
+    assert (flags.flash_sdp_enabled(), flags.mem_efficient_sdp_enabled(), flags.math_sdp_enabled()) == before
+
+
+def test_multitab_net_stacked_under_the_math_kernel_equals_separate_runs(
+        bench: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA choice (math kernel inside the vmapped step) taken here on CPU: members still equal the
+    separate runs, which take the CPU's flash kernel, within the same tolerance as the default path."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    entered: list[str] = []
+
+    def math_only(device: torch.device) -> Any:
+        entered.append(device.type)
+        return sdpa_kernel([SDPBackend.MATH])
+
+    monkeypatch.setattr(stacked_mod, "vmap_attention", math_only)
+    name = "multitab_net"
+    h = bench_hparams(name)
+    settings = settings_for(h)
+    sep = {s: separate(name, h, bench, s, tmp_path / "sep" / f"seed{s}", settings) for s in SEEDS}
+    results = stacked(name, h, bench, SEEDS, tmp_path / "stk", settings)
+    assert entered == ["cpu"] * EPOCHS
+    tol = tolerance_for(build_model(name, load_processed(bench).meta, h.model))
+    for seed, result in zip(SEEDS, results):
+        assert mismatches(result, sep[seed], tmp_path / "stk" / f"seed{seed}", tmp_path / "sep" / f"seed{seed}",
+                          tol) == [], f"seed {seed}"
+
+
 def test_one_optimiser_over_member_views_is_bitwise_m_optimisers() -> None:
     """Adam and AdamW (with weight decay, fused or not) over per-member views of stacked tensors equal one
     optimiser per member bit for bit. (Over whole stacked tensors the fused CPU kernel need not: its

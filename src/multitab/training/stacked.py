@@ -68,6 +68,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
 from multitab.config.train import TrainConfig
@@ -108,6 +110,16 @@ __all__ = ["StackMember", "StackRefused", "check_hparams", "check_stackable", "c
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 # vmap's per-sample fallback for ops without a batching rule (CPU flash attention): correct, only unbatched.
 _FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
+
+
+def vmap_attention(device: torch.device) -> AbstractContextManager[None]:
+    """The attention kernels the vmapped step may use on `device`. On CUDA, math only: the memory-efficient
+    kernel's batching rule flattens an attention mask into a layout the kernel refuses whenever the token
+    count is not a multiple of 4 ("attn_bias is not correctly aligned (strideH)"; MultiTab-Net at 35 and 39
+    tokens, torch 2.11 on an H100, results/benchmarks/gpu/gpu_session_*.log), and fp32 has no flash kernel
+    for a mask. The math kernel is the same function (the separate run's kernel on CUDA differs from it in
+    rounding only). On CPU nothing changes."""
+    return sdpa_kernel([SDPBackend.MATH]) if device.type == "cuda" else nullcontext()
 
 
 @dataclass
@@ -442,7 +454,7 @@ class _Stack:
         batches = _stacked_batches(split, orders, settings.batch_size, device)
         data_seconds += time.perf_counter() - t_data
         step = 0
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), vmap_attention(device):
             warnings.filterwarnings("ignore", message=_FALLBACK_WARNING)
             while True:
                 t_data = time.perf_counter()
