@@ -220,8 +220,22 @@ def same_checkpoint_format(ck_a: Path, ck_b: Path) -> None:
 # --------------------------------------------------------------------------- stacked equals separate
 @pytest.mark.parametrize("name", FIGURE_MODELS)
 def test_stacked_members_equal_separate_runs(name: str, bench: Path, tmp_path: Path) -> None:
+    check_stacked_equals_separate(name, bench, tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FIGURE_MODELS)
+def test_stacked_members_equal_separate_runs_on_cuda(name: str, bench: Path, tmp_path: Path) -> None:
+    """The same on CUDA (`pytest -m gpu`): there the stacked step takes other kernels than the separate run
+    (batched cuBLAS products; the math attention kernel against the memory-efficient one)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    check_stacked_equals_separate(name, bench, tmp_path, "cuda")
+
+
+def check_stacked_equals_separate(name: str, bench: Path, tmp_path: Path, device: str) -> None:
     h = bench_hparams(name)
-    settings = settings_for(h)
+    settings = settings_for(h, device=device)
     sep = {s: separate(name, h, bench, s, tmp_path / "sep" / f"seed{s}", settings) for s in SEEDS}
     results = stacked(name, h, bench, SEEDS, tmp_path / "stk", settings)
     tol = tolerance_for(build_model(name, load_processed(bench).meta, h.model))
@@ -237,6 +251,7 @@ def test_stacked_members_equal_separate_runs(name: str, bench: Path, tmp_path: P
     nudged = separate(name, h, bench, 0, tmp_path / "nudged", settings, nudge=True)
     d_stack = distance(_state(tmp_path / "stk" / "seed0"), _state(tmp_path / "sep" / "seed0"), buffers=False)
     d_nudge = distance(_state(tmp_path / "nudged"), _state(tmp_path / "sep" / "seed0"), buffers=False)
+    print(f"{name} on {device}: distance stacked-separate {d_stack:.2e}, one-ulp nudge {d_nudge:.2e}")
     assert 0 < d_stack <= max(10 * d_nudge, 1e-6), (d_stack, d_nudge)
     assert nudged.best_epoch == sep[0].best_epoch
 
