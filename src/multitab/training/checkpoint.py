@@ -64,10 +64,10 @@ def rng_state(generator: torch.Generator) -> dict[str, Any]:
         "numpy": {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
                   "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
         "python": {"version": int(version), "state": [int(x) for x in py_state], "gauss_next": gauss_next},
-        "batches": generator.get_state(),
     }
     if torch.cuda.is_available():
         state["cuda"] = list(torch.cuda.get_rng_state_all())
+    state["batches"] = generator.get_state()  # last: a stacked member's checkpoint appends it to the others
     return state
 
 
