@@ -49,7 +49,11 @@ def check_verdict(path: Path, dataset: str) -> None:
 
 
 def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
-    """Per-epoch curves as a dvclive log (plots/metrics/*.tsv), written whole from the history."""
+    """Per-epoch curves as a dvclive log (plots/metrics/*.tsv), written whole from the history. Only the
+    curves: dvclive's own summary (`metrics.json`, the last epoch's values) is dropped, since the stage
+    declares the curves alone and an undeclared file in the runs folder made the aggregate's dependency
+    hash differ between a clone that trained and one that restored the runs from the DVC cache (so the
+    latter re-ran the aggregate); the run's record is the run folder's metrics.json."""
     from dvclive import Live
     from scmrepo.exceptions import SCMError
 
@@ -67,6 +71,7 @@ def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
                     if key != "epoch" and value is not None and value == value:  # skip NaN
                         live.log_metric(key, float(value))
                 live.next_step()
+        (tmp / "metrics.json").unlink(missing_ok=True)
 
 
 def _spec(root: Path, run_: Run) -> RunSpec:

@@ -399,6 +399,10 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     assert (tmp_path / "results" / "checkpoints" / "tiny" / "tiny" / "seed0" / "best.pt").is_file()
     tsv = out / "dvclive" / "plots" / "metrics" / "val_mean.tsv"
     assert len(tsv.read_text().strip().splitlines()) == 1 + 2  # header + one row per epoch
+    # only what the stage declares (metrics.json, the curves): an undeclared file made a clone that trained
+    # hash the runs folder differently from one that restored it from the DVC cache
+    assert {f.relative_to(out).parts[:3] for f in out.rglob("*") if f.is_file()} == {
+        ("metrics.json",), ("dvclive", "plots", "metrics")}
     assert record["protocol"] == "paper" and record["group"] == "real" == record["params"]["group"]
     # the top-level protocol reaches the run, and a group's `train` is laid over `train`
     raw = yaml.safe_load(params.read_text())
