@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -237,9 +238,18 @@ def project_error(e: BaseException) -> str | None:
     the paths they name: DVC's errors, a YAML error, a path that is not there or loops), or None for an
     error of this program (which keeps its traceback)."""
     from dvc.exceptions import DvcException
+    from dvc.rwlock import RWLOCK_FILE, RWLockFileCorruptedError, RWLockFileFormatError
 
     if isinstance(e, ValueError):  # ConfigError included
         return str(e)
+    if isinstance(e, (RWLockFileCorruptedError, RWLockFileFormatError)):
+        # DVC truncates its lock table before it rewrites it: a DVC command killed in between (Ctrl-C on
+        # `make repro`, a killed flow) leaves it empty, and every later DVC command stops on it
+        named = re.search(r"RWLock-file '([^']+)'", str(e))
+        path = named.group(1) if named else str(Path(".dvc") / "tmp" / RWLOCK_FILE)
+        return (f"{path}: DVC's table of stage locks is unreadable (left empty or half-written by a DVC command "
+                f"killed while writing it). If no `dvc` or `make repro` is running in this project, delete it "
+                f"(`rm {path}`) and run again")
     if isinstance(e, DvcException):
         text = " ".join(str(e).split()) or type(e).__name__
         cause = e.__cause__ or e.__context__

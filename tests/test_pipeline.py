@@ -583,3 +583,24 @@ def test_a_summary_that_cannot_be_written_is_one_error_line_not_a_crash(tmp_path
     assert state.is_completed()
     assert "summary not written: " in caplog.text and "Permission denied" in caplog.text
     assert not (root / "results" / "pipeline_summary.json").exists()
+
+
+def test_a_corrupted_dvc_lock_table_is_named_with_what_to_do(tmp_path: Path) -> None:
+    """A DVC command killed while rewriting .dvc/tmp/rwlock leaves it empty (seen after stopping `make repro`);
+    reading the DAG then fails, and the flow says which file and what to do, in one line."""
+    from flows.pipeline import project_error
+
+    root = make_project(tmp_path / "p", {"a": write_stage("a")})
+    lock = root / ".dvc" / "tmp" / "rwlock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    cwd = os.getcwd()
+    os.chdir(root)  # DVC names the file relative to the working folder
+    try:
+        with pytest.raises(Exception) as caught:
+            read_stage_graph(str(root), changed=True)
+    finally:
+        os.chdir(cwd)
+    line = project_error(caught.value)
+    assert line is not None and line.startswith(".dvc/tmp/rwlock: DVC's table of stage locks is unreadable"), line
+    assert "rm .dvc/tmp/rwlock" in line
