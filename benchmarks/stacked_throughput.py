@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -106,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                            optimizer="adam", lr=1e-3, weight_decay=1e-5, device=a.device,  # protocol paper's optimiser
                            progress=sys.stderr.isatty())
     res: dict[str, Any] = {
-        "commit": os.environ.get("MULTITAB_COMMIT") or git_commit(ROOT),
+        "commit": git_commit(ROOT),
         "cpu": cpu_model(), "machine": machine(), "device": str(device), "threads": a.threads,
         "torch": torch.__version__, "members": a.members, "rows": a.rows, "epochs": a.epochs,
         "batch_size": a.batch_size, "features": N_FEATURES, "tasks": N_TASKS,

@@ -67,6 +67,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from multitab.config import Params, load_params
 from multitab.config.train import TrainConfig
@@ -88,16 +89,8 @@ GOAL_SECONDS = 2 * 3600.0  # the project's goal for 100,000 x 5 seeds on the 2-c
 def device_name(device: str) -> str:
     """The device the runs trained on, in words: the GPU's name, or the CPU's model."""
     if device.startswith("cuda"):
-        import torch
-
         return f"{torch.cuda.get_device_name(device)} (CUDA)"
     return cpu_model()
-
-
-def torch_version() -> str:
-    import torch
-
-    return str(torch.__version__)
 
 
 def process_start_seconds() -> float:
@@ -119,8 +112,6 @@ PEAK_SHAPES: tuple[tuple[int, int, int], ...] = ((2048, 512, 512), (2048, 256, 1
 def matmul_peak(precision: str, threads: int, repeats: int = 5, device: str = "cpu") -> dict[str, float]:
     """FLOP/s of torch.mm per shape of PEAK_SHAPES in `precision` on `device` (median of `repeats` timings;
     on CUDA synchronised, so a timing is the kernels' own), and the best."""
-    import torch
-
     torch.set_num_threads(max(threads, 1))
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     cuda = device.startswith("cuda")
@@ -239,8 +230,6 @@ def main(argv: list[str] | None = None) -> int:
         f"study_cost_{kind}" + ("" if config.precision == "fp32" else f"_{config.precision}")
         + ("_stacked" if a.stack else "") + ".json")
     if config.num_threads > 0:
-        import torch
-
         torch.set_num_threads(config.num_threads)
     workers = a.workers or raw.orchestration.workers
     models = list(raw.group(study.group).models)
@@ -299,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples": a.n_samples, "measured_at_samples": measure_samples,
         "scaling": "seconds per epoch and start-up x n_samples / measured_at_samples" if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
-        "commit": os.environ.get("MULTITAB_COMMIT") or git_commit(ROOT), "torch": torch_version(),
+        "commit": git_commit(ROOT), "torch": torch.__version__,
         "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),

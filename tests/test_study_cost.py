@@ -4,10 +4,12 @@ on a named device, the device named in words, and a stage process that cannot st
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from _benchmarks import load_benchmark
-from multitab.provenance import cpu_model
+from multitab.provenance import cpu_model, git_commit
 
 study_cost = load_benchmark("study_cost")
 
@@ -45,3 +47,17 @@ def test_a_stage_process_that_cannot_start_says_why(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(study_cost, "ROOT", tmp_path)
     with pytest.raises(SystemExit, match="no module the stage needs"):
         study_cost.process_start_seconds()
+
+
+def test_a_record_outside_a_repository_takes_its_commit_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """On a lent GPU machine the working tree arrives without its git history: the records' commit comes from
+    MULTITAB_COMMIT there, and a checkout's own HEAD wins over it."""
+    monkeypatch.delenv("MULTITAB_COMMIT", raising=False)
+    assert git_commit(tmp_path) == "unknown"
+    monkeypatch.setenv("MULTITAB_COMMIT", "0123abc")
+    assert git_commit(tmp_path) == "0123abc"
+    head = git_commit(Path(__file__).parent)
+    assert head != "0123abc" and len(head) == 40
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on the machine
+    assert git_commit(tmp_path) == "0123abc"

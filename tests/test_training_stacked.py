@@ -282,16 +282,8 @@ def test_multitab_net_stacked_under_the_math_kernel_equals_separate_runs(
         return sdpa_kernel([SDPBackend.MATH])
 
     monkeypatch.setattr(stacked_mod, "vmap_attention", math_only)
-    name = "multitab_net"
-    h = bench_hparams(name)
-    settings = settings_for(h)
-    sep = {s: separate(name, h, bench, s, tmp_path / "sep" / f"seed{s}", settings) for s in SEEDS}
-    results = stacked(name, h, bench, SEEDS, tmp_path / "stk", settings)
+    check_stacked_equals_separate("multitab_net", bench, tmp_path, "cpu")
     assert entered == ["cpu"] * EPOCHS
-    tol = tolerance_for(build_model(name, load_processed(bench).meta, h.model))
-    for seed, result in zip(SEEDS, results):
-        assert mismatches(result, sep[seed], tmp_path / "stk" / f"seed{seed}", tmp_path / "sep" / f"seed{seed}",
-                          tol) == [], f"seed {seed}"
 
 
 def test_one_optimiser_over_member_views_is_bitwise_m_optimisers() -> None:

@@ -25,6 +25,10 @@ def machine() -> str:
 
 
 def git_commit(cwd: str | Path) -> str:
-    """HEAD of the repository around `cwd`; "unknown" outside one."""
-    r = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd)
-    return r.stdout.strip() or "unknown"
+    """HEAD of the repository around `cwd`; outside one (a working tree copied without its history, as to a
+    lent GPU machine) $MULTITAB_COMMIT, else "unknown"."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd).stdout.strip()
+    except OSError:  # no git on the machine
+        head = ""
+    return head or os.environ.get("MULTITAB_COMMIT") or "unknown"

@@ -20,6 +20,8 @@ from typing import Any
 from multitab.evaluation.paper.report_markdown import Provenance
 from multitab.io import write_text
 
+VALIDATION = "Data validation"
+VALIDATION_PAGES = "reports/validation/index.html"
 # (section, glob patterns relative to the project root): what the page links, where it exists
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Report", ("results/report.md", "results/metrics.json")),
@@ -27,13 +29,12 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Figures", ("results/figures/*.png", "results/label_correlations/*.png")),
     ("Complexity (Table 4's counts)", ("results/complexity/*.md",)),
     # the Great Expectations pages (no DVC output: shared by the validation stages) and the verdicts (DVC outputs)
-    ("Data validation", ("reports/validation/index.html", "data/validated/*.json", "data/validated/*/*.json")),
+    (VALIDATION, (VALIDATION_PAGES, "data/validated/*.json", "data/validated/*/*.json")),
     ("MultiTab-Bench study (make study)", ("results/study_report/report.md",)),
     ("Hyperparameter sweeps (make sweep)", ("results/sweeps/report.md",)),
 )
 
 
-VALIDATION_PAGES = "reports/validation/index.html"
 # said where the verdicts are in the workspace and the pages are not (a checkout restored from the DVC cache)
 NO_VALIDATION_PAGES = (
     "The Great Expectations pages (reports/validation/) are not in this workspace: its validation stages were "
@@ -46,8 +47,8 @@ def section_notes(root: Path, sections: Sequence[tuple[str, Sequence[Path]]]) ->
     """A line for a section whose files are partly absent in a way a reader should know about: the data
     validation's verdicts without its pages."""
     titles = {title for title, _ in sections}
-    if "Data validation" in titles and not (root / VALIDATION_PAGES).is_file():
-        return {"Data validation": NO_VALIDATION_PAGES}
+    if VALIDATION in titles and not (root / VALIDATION_PAGES).is_file():
+        return {VALIDATION: NO_VALIDATION_PAGES}
     return {}
 
 
