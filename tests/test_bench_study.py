@@ -376,7 +376,9 @@ def test_committed_records_regenerate_from_their_own_metrics():
     import tempfile
 
     root = Path(__file__).resolve().parents[1] / "results" / "study"
-    records = sorted(p.parent for p in root.glob("*/metrics.csv") if not (p.parent / "arms.csv").is_file())
+    # attribution records (arms.csv) and paired-precision records (pair.csv) have tests of their own below
+    records = sorted(p.parent for p in root.glob("*/metrics.csv")
+                     if not (p.parent / "arms.csv").is_file() and not (p.parent / "pair.csv").is_file())
     assert records, "no committed study record under results/study/"
     for record in records:
         with tempfile.TemporaryDirectory() as tmp:
@@ -418,3 +420,29 @@ def test_committed_attribution_records_regenerate_from_their_own_csvs():
                 rel = path.relative_to(copy)
                 assert (record / rel).read_bytes() == path.read_bytes(), f"{record.name}/{rel}"
         assert "missing" not in pd.read_csv(record / "ladder.csv")["verdict"].tolist(), record.name
+
+
+def test_committed_precision_records_regenerate_from_their_own_metrics():
+    """Every paired fp32/bf16 record under results/study/ (a folder with pair.csv; `bench.precision record`) is
+    what the pair code makes of its own metrics.csv and header.md, byte for byte, and its section states
+    whether bf16 passes."""
+    import tempfile
+
+    from multitab.evaluation.bench.precision import regenerate as regenerate_precision
+
+    root = Path(__file__).resolve().parents[1] / "results" / "study"
+    records = sorted(p.parent for p in root.glob("*/pair.csv"))
+    if not records:  # say so, never pass on nothing (the pair code's own test: test_precision_pair.py)
+        pytest.skip("no paired-precision record committed under results/study/ yet (`make precision-pair`)")
+    for record in records:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / record.name
+            copy.mkdir()
+            for name in ("metrics.csv", "header.md"):
+                shutil.copy(record / name, copy / name)
+            written = regenerate_precision(copy)
+            assert {p.name for p in written} == {"pair.csv", "verdicts.csv", "section.md"}
+            for path in written:
+                assert (record / path.name).read_bytes() == path.read_bytes(), f"{record.name}/{path.name}"
+        section = (record / "section.md").read_text()
+        assert "**bf16 passes**" in section or "**bf16 does not pass**" in section, record.name
