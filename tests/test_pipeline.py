@@ -547,6 +547,40 @@ def test_the_dvc_wrapper_adopts_and_stops_what_a_stage_orphans(tmp_path):
     assert r.stdout.split() == ["True", "True"], r.stdout + r.stderr
 
 
+def test_a_stop_while_dvc_rewrites_its_lock_table_leaves_the_table_whole(tmp_path):
+    """SIGTERM reaching the DVC wrapper (multitab.process.run_dvc) while DVC writes `.dvc/tmp/rwlock` (here:
+    as it releases the stage's locks; in a real stop, when the flow signals DVC and the stage command at
+    once) must not leave the file truncated: DVC refuses every later command on a corrupted lock table. The
+    wrapper exits 128 + 15 after DVC has finished the write, and DVC works in the project afterwards."""
+    root = make_project(tmp_path / "p", {"a": {"cmd": "echo a > a.txt", "outs": ["a.txt"]}})
+    code = textwrap.dedent("""
+        import json, os, signal, sys, types
+        import dvc.rwlock
+        from multitab import process
+
+        def dump(obj, fobj, **kw):  # the first write of an empty table is the release of the stage's locks
+            if not any(obj.get("read", {}).values()) and not obj.get("write") and not fired:
+                fired.append(1)
+                print("fired", flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, before the table is written
+            json.dump(obj, fobj, **kw)
+
+        fired = []
+        dvc.rwlock.json = types.SimpleNamespace(**{**vars(json), "dump": dump})  # rwlock's json only
+        sys.exit(process.run_dvc(["repro", "--single-item", "a"]))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DVC_NO_ANALYTICS": "1", "SHELL": "/bin/sh"}
+    r = subprocess.run([PY, "-c", code], cwd=root, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 128 + 15, r.stdout + r.stderr
+    assert "fired" in r.stdout.split(), r.stdout + r.stderr
+    text = (root / ".dvc" / "tmp" / "rwlock").read_text()
+    assert text, "the lock table was left empty"
+    table = json.loads(text)
+    assert not any(table.get("read", {}).values()) and not table.get("write"), table  # whole, and released
+    status = subprocess.run([PY, "-m", "dvc", "status"], cwd=root, capture_output=True, text=True, env=env)
+    assert status.returncode == 0 and "rwlock" not in status.stdout + status.stderr, status.stdout + status.stderr
+
+
 def _session_processes(sid: int) -> list:
     import psutil
 

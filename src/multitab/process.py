@@ -9,7 +9,13 @@ themselves with the command; dash (Debian's /bin/sh) and fish do not, so the com
 which has no such request and outlives DVC, and the command with it. The flow therefore runs DVC through
 `python -m multitab.process DVC-ARGS` (`run_dvc`): that DVC adopts what its commands orphan (it is a
 child subreaper, PR_SET_CHILD_SUBREAPER) and, on SIGTERM, stops every process below it before it exits.
-It stays in the flow's process group, so Ctrl-C in a terminal still reaches the stage's command."""
+It stays in the flow's process group, so Ctrl-C in a terminal still reaches the stage's command.
+
+It exits by letting DVC finish what it is doing, never from inside the signal handler: a stop that lands
+while DVC rewrites its lock table (`.dvc/tmp/rwlock`) or dvc.lock would otherwise leave the file truncated,
+and every later DVC command in the project would refuse to run (seen when a flow was stopped while a
+stage command ended: the flow's handler signals DVC and the command at once, and DVC was releasing its
+locks)."""
 
 from __future__ import annotations
 
@@ -60,11 +66,41 @@ def terminate_descendants(grace_seconds: float = 5.0) -> None:
             child.kill()
 
 
-def _stop_below_and_exit(signum: int, _frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+# the signal that stopped run_dvc (None: none yet); how long DVC may take to finish after it
+_stopped_by: int | None = None
+STOP_GRACE_SECONDS = 20.0
+
+
+def _exit_stopped(signum: int) -> None:
     # Its second pass finds a command whose shell was stopped while starting it: adopted by this process.
     terminate_descendants()
     os._exit(128 + signum)
+
+
+def _stop_below(signum: int, _frame: object) -> None:
+    """SIGTERM in run_dvc: stop every process below, then return to DVC, which sees its command fail,
+    releases its locks and returns (run_dvc then exits 128 + signum). A watchdog ends the process after
+    STOP_GRACE_SECONDS in case DVC does not return (it was waiting for the repository lock, or it started a
+    command after the signal)."""
+    global _stopped_by
+    import threading
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _stopped_by = signum
+    terminate_descendants()
+
+    def watchdog() -> None:
+        import time
+
+        time.sleep(STOP_GRACE_SECONDS)
+        _exit_stopped(signum)
+
+    threading.Thread(target=watchdog, name="multitab-stop-watchdog", daemon=True).start()
+
+
+def stop_on_sigterm() -> None:
+    """Install run_dvc's SIGTERM handler (`_stop_below`) in this process."""
+    signal.signal(signal.SIGTERM, _stop_below)
 
 
 def become_subreaper() -> None:
@@ -78,14 +114,19 @@ def become_subreaper() -> None:
 
 def run_dvc(argv: list[str]) -> int:
     """DVC's command line (`dvc ARGV`) in this process, which adopts what its commands orphan and on SIGTERM
-    first stops every process below it (the stage's shell and command), then exits 128 + 15. DVC itself
+    first stops every process below it (the stage's shell and command), then lets DVC return (it releases
+    its locks; a file it was writing is finished) and exits 128 + 15. DVC itself
     has no SIGTERM handler: killed, it would leave a command that a non-exec'ing shell keeps out of reach
     of its own PR_SET_PDEATHSIG. SIGINT is left to DVC (it ignores it while a command runs)."""
     become_subreaper()
-    signal.signal(signal.SIGTERM, _stop_below_and_exit)
+    stop_on_sigterm()
     from dvc.cli import main
 
-    return int(main(argv) or 0)
+    rc = int(main(argv) or 0)
+    if _stopped_by is not None:  # DVC's own status says its command failed; say why instead
+        terminate_descendants()
+        return 128 + _stopped_by
+    return rc
 
 
 if __name__ == "__main__":
