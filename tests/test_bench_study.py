@@ -40,6 +40,8 @@ LEVELS = {
     "p06_pd234_t3": {"stl_mlp": 0.80, "mmoe": 0.92, "ple": 0.81, "stem": 0.83, "multitab_net": 0.85},
 }
 
+ROOT_STUDY = Path(__file__).resolve().parents[1] / "results" / "study"
+
 
 def _write_runs(root: Path, seeds=(0, 1, 2)) -> None:
     rng = np.random.default_rng(3)
@@ -370,27 +372,42 @@ def test_interim_report_over_a_study_still_training(tmp_path):
         "stl_mlp", "mmoe", "ple", "stem"}
 
 
+def _regenerates_byte_for_byte(record: Path, inputs: tuple[str, ...], regenerate_fn) -> list[str]:
+    """Copy a committed record's `inputs` into a temporary folder, regenerate it there, and assert that every
+    file written equals the committed one; return the written files' paths relative to the copy."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / record.name
+        copy.mkdir()
+        for name in inputs:
+            shutil.copy(record / name, copy / name)
+        written = [path.relative_to(copy) for path in regenerate_fn(copy)]
+        assert written, record.name
+        for rel in written:
+            assert (record / rel).read_bytes() == (copy / rel).read_bytes(), f"{record.name}/{rel}"
+    return [rel.as_posix() for rel in written]
+
+
+def _committed_records(marker: str, what: str) -> list[Path]:
+    """The record folders under results/study/ that hold `marker`; skip, saying so, when there is none (never
+    pass on nothing)."""
+    records = sorted(p.parent for p in ROOT_STUDY.glob(f"*/{marker}"))
+    if not records:
+        pytest.skip(f"no {what} committed under results/study/ yet")
+    return records
+
+
 def test_committed_records_regenerate_from_their_own_metrics():
     """Every record under results/study/ is what the aggregate code makes of its own metrics.csv and
     curves.csv (and header.md): regenerated in a temporary copy, every committed output is byte-identical."""
-    import tempfile
-
-    root = Path(__file__).resolve().parents[1] / "results" / "study"
+    root = ROOT_STUDY
     # attribution records (arms.csv) and paired-precision records (pair.csv) have tests of their own below
     records = sorted(p.parent for p in root.glob("*/metrics.csv")
                      if not (p.parent / "arms.csv").is_file() and not (p.parent / "pair.csv").is_file())
     assert records, "no committed study record under results/study/"
     for record in records:
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / record.name
-            copy.mkdir()
-            for name in ("metrics.csv", "curves.csv", "header.md"):
-                shutil.copy(record / name, copy / name)
-            written = regenerate(copy)
-            assert written
-            for path in written:
-                rel = path.relative_to(copy)
-                assert (record / rel).read_bytes() == path.read_bytes(), f"{record.name}/{rel}"
+        _regenerates_byte_for_byte(record, ("metrics.csv", "curves.csv", "header.md"), regenerate)
         # the record states the claim for each of its configurations
         section = (record / "section.md").read_text()
         assert "**Claim per configuration:" in section
@@ -402,23 +419,12 @@ def test_committed_attribution_records_regenerate_from_their_own_csvs():
     """Every attribution record under results/study/ (a folder with arms.csv) is what the aggregate code makes
     of its own metrics.csv, curves.csv and arms.csv (and header.md), byte for byte, and states a verdict per
     arm and configuration."""
-    import tempfile
-
     from multitab.evaluation.bench.attribution import regenerate as regenerate_attribution
 
-    root = Path(__file__).resolve().parents[1] / "results" / "study"
-    records = sorted(p.parent for p in root.glob("*/arms.csv"))
-    if not records:  # say so, never pass on nothing (the aggregate code's own test: test_attribution.py)
-        pytest.skip("no attribution record committed under results/study/ yet (`make attribution`, docs/study.md)")
-    for record in records:
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / record.name
-            copy.mkdir()
-            for name in ("metrics.csv", "curves.csv", "arms.csv", "header.md"):
-                shutil.copy(record / name, copy / name)
-            for path in regenerate_attribution(copy):
-                rel = path.relative_to(copy)
-                assert (record / rel).read_bytes() == path.read_bytes(), f"{record.name}/{rel}"
+    # without one, the aggregate code's own test is test_attribution.py
+    for record in _committed_records("arms.csv", "attribution record (`make attribution`, docs/study.md)"):
+        _regenerates_byte_for_byte(record, ("metrics.csv", "curves.csv", "arms.csv", "header.md"),
+                                   regenerate_attribution)
         assert "missing" not in pd.read_csv(record / "ladder.csv")["verdict"].tolist(), record.name
 
 
@@ -426,23 +432,11 @@ def test_committed_precision_records_regenerate_from_their_own_metrics():
     """Every paired fp32/bf16 record under results/study/ (a folder with pair.csv; `bench.precision record`) is
     what the pair code makes of its own metrics.csv and header.md, byte for byte, and its section states
     whether bf16 passes."""
-    import tempfile
-
     from multitab.evaluation.bench.precision import regenerate as regenerate_precision
 
-    root = Path(__file__).resolve().parents[1] / "results" / "study"
-    records = sorted(p.parent for p in root.glob("*/pair.csv"))
-    if not records:  # say so, never pass on nothing (the pair code's own test: test_precision_pair.py)
-        pytest.skip("no paired-precision record committed under results/study/ yet (`make precision-pair`)")
-    for record in records:
-        with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / record.name
-            copy.mkdir()
-            for name in ("metrics.csv", "header.md"):
-                shutil.copy(record / name, copy / name)
-            written = regenerate_precision(copy)
-            assert {p.name for p in written} == {"pair.csv", "verdicts.csv", "section.md"}
-            for path in written:
-                assert (record / path.name).read_bytes() == path.read_bytes(), f"{record.name}/{path.name}"
+    # without one, the pair code's own test is test_precision_pair.py
+    for record in _committed_records("pair.csv", "paired-precision record (`make precision-pair`)"):
+        written = _regenerates_byte_for_byte(record, ("metrics.csv", "header.md"), regenerate_precision)
+        assert set(written) == {"pair.csv", "verdicts.csv", "section.md"}, record.name
         section = (record / "section.md").read_text()
         assert "**bf16 passes**" in section or "**bf16 does not pass**" in section, record.name
