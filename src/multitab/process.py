@@ -12,7 +12,7 @@ child subreaper, PR_SET_CHILD_SUBREAPER) and, on SIGTERM, stops every process be
 It stays in the flow's process group, so Ctrl-C in a terminal still reaches the stage's command.
 
 It exits by letting DVC finish what it is doing, never from inside the signal handler: a stop that lands
-while DVC rewrites its lock table (`.dvc/tmp/rwlock`) or dvc.lock would otherwise leave the file truncated,
+while DVC rewrites its lock table (its rwlock file) or dvc.lock would otherwise leave the file truncated,
 and every later DVC command in the project would refuse to run (seen when a flow was stopped while a
 stage command ended: the flow's handler signals DVC and the command at once, and DVC was releasing its
 locks)."""
@@ -71,12 +71,6 @@ _stopped_by: int | None = None
 STOP_GRACE_SECONDS = 20.0
 
 
-def _exit_stopped(signum: int) -> None:
-    # Its second pass finds a command whose shell was stopped while starting it: adopted by this process.
-    terminate_descendants()
-    os._exit(128 + signum)
-
-
 def _stop_below(signum: int, _frame: object) -> None:
     """SIGTERM in run_dvc: stop every process below, then return to DVC, which sees its command fail,
     releases its locks and returns (run_dvc then exits 128 + signum). A watchdog ends the process after
@@ -93,14 +87,11 @@ def _stop_below(signum: int, _frame: object) -> None:
         import time
 
         time.sleep(STOP_GRACE_SECONDS)
-        _exit_stopped(signum)
+        # Its second pass finds a command whose shell was stopped while starting it: adopted by this process.
+        terminate_descendants()
+        os._exit(128 + signum)
 
     threading.Thread(target=watchdog, name="multitab-stop-watchdog", daemon=True).start()
-
-
-def stop_on_sigterm() -> None:
-    """Install run_dvc's SIGTERM handler (`_stop_below`) in this process."""
-    signal.signal(signal.SIGTERM, _stop_below)
 
 
 def become_subreaper() -> None:
@@ -119,7 +110,7 @@ def run_dvc(argv: list[str]) -> int:
     has no SIGTERM handler: killed, it would leave a command that a non-exec'ing shell keeps out of reach
     of its own PR_SET_PDEATHSIG. SIGINT is left to DVC (it ignores it while a command runs)."""
     become_subreaper()
-    stop_on_sigterm()
+    signal.signal(signal.SIGTERM, _stop_below)
     from dvc.cli import main
 
     rc = int(main(argv) or 0)
