@@ -31,7 +31,7 @@ from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import Task
 
 from flows.dag import load_config, read_stage_graph, select, sync_runs_file
-from flows.dvc_output import LOCK_ERROR, cause, dvc_outcome, exit_code, stream_command
+from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
 from flows.provenance import label_run, run_provenance
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
@@ -236,7 +236,7 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
         if stopped and code != INTERRUPTED:
             why = "stopped with the run (Ctrl-C / SIGTERM)"
         else:
-            why = cause(lines, code)
+            why = disk_full(lines, root) or cause(lines, code)
         error = StageFailed(stage, code, why, attempt, stopped=stopped)
         _record_failure(str(runtime.task_run.id), str(error))
         log.error("%s", error)

@@ -300,6 +300,30 @@ def test_a_stage_stopped_by_ctrl_c_is_called_interrupted_and_not_retried(tmp_pat
                               "(Ctrl-C); run again to continue")
 
 
+@pytest.mark.parametrize("copy_named", [True, False])
+def test_a_full_disk_under_dvc_names_the_cache_and_what_to_do(tmp_path, monkeypatch, copy_named):
+    """DVC's own writes on a full disk (copying a stage's outputs into its cache) end with `[Errno 28] No space
+    left on device` and no path. The stage's line names DVC's cache (`dvc cache dir`), what DVC was copying
+    when its message says, the space left, and what to do. DVC's lines as DVC 3.67 printed them with its cache
+    on a full 256 kB tmpfs (a small file: shutil names the copy; a file over 1 GB goes through copyfileobj,
+    whose error names nothing)."""
+    from flows import orchestrate
+
+    root = make_project(tmp_path / "p", {"a": write_stage("a")})
+    cache = root / ".dvc" / "cache"
+    transfer = (f"ERROR: failed to transfer 'ec78dbd963d2fc01e51176ed4dec299e' - [Errno 28] No space left on "
+                f"device: '{root}/out/a' -> '{cache}/files/md5/ec/.li1VKvKvysB-QAbwJakgEQ.tmp'")
+    lines = ["Running stage 'a':", "> python scripts/a.py", *([transfer] if copy_named else []),
+             "ERROR: failed to reproduce 'a': [Errno 28] No space left on device"]
+    monkeypatch.setattr(orchestrate, "stream_command", lambda *a, **k: (255, lines))
+    summary = run(root, retries=0)
+    error = summary["stages"]["a"]["error"]
+    assert error.startswith("stage a exited with code 255 (attempt 1): no space left on device for DVC "), error
+    what = f"copying {root}/out/a to {cache}/files/md5/ec" if copy_named else "saving the stage's outputs"
+    assert what in error and f"DVC's cache {cache}: " in error and " MB free" in error, error
+    assert "`dvc cache dir <folder>`" in error and "Errno" not in error, error
+
+
 def test_the_run_page_names_the_targets_commit_protocol_and_changed_params(tmp_path):
     """The flow run is named after its targets and commit, tagged with the protocol, and its
     `run-provenance` artifact holds the commit, params.yaml's sha256 and the keys edited since the commit;
