@@ -20,13 +20,14 @@ What can still fail under contention is DVC's short lock around its rwlock file 
 option): such failures are recognised by their message and retried here without spending a retry.
 
 Failure semantics: a stage that exits with multitab.exit_codes.BAD_INPUT (a failed validation, a schema or
-config error, a malformed file) fails at once; any other failure (a crash, a kill, an out-of-memory error)
-is retried `retries` times after `retry_delay` seconds. A stage that keeps failing stops only its
-descendants ("Not run", naming the stage), and every independent stage still runs. The summary (ran / up
-to date / restored from DVC's run cache / retried / failed and why / not run) is printed, written to
-`orchestration.summary` and published as the flow run's `pipeline-summary` artifact; the exit status is
-non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC side flows/dag.py; with
-`orchestration.sync_remote` the DVC remote shared by several machines, flows/remote.py (and flows/fleet.py).
+config error, a malformed file) fails at once, as does one interrupted by Ctrl-C (INTERRUPTED, 130); any other
+failure (a crash, a kill, an out-of-memory error) is retried `retries` times after `retry_delay` seconds. A
+stage that keeps failing stops only its descendants ("Not run", naming the stage), and every independent stage
+still runs. The summary (ran / up to date / restored from DVC's run cache / retried / failed and why / not
+run) is printed, written to `orchestration.summary` and published as the flow run's `pipeline-summary`
+artifact; the exit status is non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC
+side flows/dag.py; with `orchestration.sync_remote` the DVC remote shared by several machines, flows/remote.py
+(and flows/fleet.py).
 """
 
 from __future__ import annotations
