@@ -31,11 +31,11 @@ from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import Task
 
 from flows.dag import load_config, read_stage_graph, select, sync_runs_file
-from flows.dvc_output import LOCK_ERROR, cause, dvc_outcome, exit_code, stream_command
+from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
 from flows.provenance import label_run, run_provenance
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
-from multitab.exit_codes import BAD_INPUT
+from multitab.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.io import write_json
 
 # Set by flows.deploy for the runs of a deployment: the project folders a run's `root` may name
@@ -70,17 +70,38 @@ def _pop_failures(task_run_id: str) -> list[str]:
         return _FAILED_ATTEMPTS.pop(task_run_id, [])
 
 
+# How many stage attempts are under way (_repro), so that a stop lets each log how it ended before the exit.
+_ATTEMPTS = threading.Condition()
+_ATTEMPTS_RUNNING = [0]
+
+
+def _count_attempt(step: int) -> None:
+    with _ATTEMPTS:
+        _ATTEMPTS_RUNNING[0] += step
+        _ATTEMPTS.notify_all()
+
+
+def wait_for_attempts(timeout: float) -> None:
+    """Until no stage attempt is under way (their commands were stopped: each logs that it was interrupted),
+    at most `timeout` seconds."""
+    with _ATTEMPTS:
+        _ATTEMPTS.wait_for(lambda: _ATTEMPTS_RUNNING[0] == 0, timeout)
+
+
 # -------------------------------------------------------------------------------------------- task
 
 
 class StageFailed(RuntimeError):
     """One stage's `dvc repro` failed: the stage, the stage's exit code, the cause in one line, and
-    whether a retry can help (not for multitab.exit_codes.BAD_INPUT)."""
+    whether a retry can help: not for multitab.exit_codes.BAD_INPUT, nor for a stage that was interrupted
+    (exit INTERRUPTED or killed by SIGINT: Ctrl-C) or stopped with the run (`stopped`)."""
 
-    def __init__(self, stage: str, code: int, cause: str, attempt: int) -> None:
+    def __init__(self, stage: str, code: int, cause: str, attempt: int, stopped: bool = False) -> None:
         self.stage, self.code, self.cause, self.attempt = stage, code, cause, attempt
-        self.retryable = code != BAD_INPUT
-        kind = "bad input, not retried" if not self.retryable else f"attempt {attempt}"
+        interrupted = stopped or code in (INTERRUPTED, -signal.SIGINT)
+        self.retryable = code != BAD_INPUT and not interrupted
+        kind = ("interrupted, not retried" if interrupted else "bad input, not retried" if code == BAD_INPUT
+                else f"attempt {attempt}")
         super().__init__(f"stage {stage} exited with code {code} ({kind}): {cause}")
 
 
@@ -172,6 +193,15 @@ def _synced_repro(
 def _repro(
     stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool = False
 ) -> State[dict[str, Any]]:
+    _count_attempt(1)
+    try:
+        return _repro_attempt(stage, root, gpu, lock_retries, log, pull)
+    finally:
+        _count_attempt(-1)
+
+
+def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool
+                   ) -> State[dict[str, Any]]:
     env = dict(os.environ)
     # The stages' `python -m stages...` must mean the interpreter running this flow (the project's venv).
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -186,7 +216,8 @@ def _repro(
     lock_waits = 0
     while True:
         if STOPPING.is_set():
-            raise StageFailed(stage, 130, "the run is being stopped (Ctrl-C / SIGTERM)", attempt)
+            raise StageFailed(stage, INTERRUPTED, "the run is being stopped (Ctrl-C / SIGTERM)", attempt,
+                              stopped=True)
         rc, lines = stream_command(cmd, root, env, log)
         if rc == 0:
             outcome = dvc_outcome(lines)
@@ -199,8 +230,14 @@ def _repro(
             log.warning("DVC lock busy; trying again in %.1f s (%d/%d)", delay, lock_waits, lock_retries)
             time.sleep(delay)
             continue
-        code = exit_code(lines, rc)
-        error = StageFailed(stage, code, cause(lines, code), attempt)
+        code, stopped = exit_code(lines, rc), STOPPING.is_set()
+        # killed by the flow's stop (SIGTERM), a stage has no line of its own, and `cause` would offer the
+        # out-of-memory killer as a reason
+        if stopped and code != INTERRUPTED:
+            why = "stopped with the run (Ctrl-C / SIGTERM)"
+        else:
+            why = disk_full(lines, root) or cause(lines, code)
+        error = StageFailed(stage, code, why, attempt, stopped=stopped)
         _record_failure(str(runtime.task_run.id), str(error))
         log.error("%s", error)
         raise error

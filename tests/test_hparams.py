@@ -84,6 +84,12 @@ def test_a_malformed_file_names_itself_and_what_is_wrong(tmp_path: Path) -> None
         protocol_overlay(tmp_path, "paper")
 
 
+def test_a_directory_where_a_hyperparameter_file_belongs_is_named_as_one(tmp_path: Path) -> None:
+    (tmp_path / "mmoe.yaml").mkdir()
+    with pytest.raises(IsADirectoryError, match=r"mmoe\.yaml: is a directory, not a hyperparameter file"):
+        read(tmp_path / "mmoe.yaml")
+
+
 def test_the_protocol_overlays_are_the_documented_ones() -> None:
     paper = protocol_overlay(ROOT, "paper")
     assert paper["optim"] == {"optimizer": "adam", "weight_decay": 1e-5}

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -285,6 +286,21 @@ def read_yaml_file(path: str | Path) -> Any:
         return load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
+
+
+def file_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be read as a file, to follow the path in a message ("does not exist", "is a
+    directory, not a file", ...); None when it is a file. A directory where a file belongs is named as one,
+    not as a missing file."""
+    try:
+        mode = Path(path).stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "does not exist"
+    except OSError as e:  # a symlink loop, a folder on the way it may not enter
+        return os_error_line(e).removeprefix(f"{e.filename}: ") if e.filename is not None else str(e)
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    return None if stat.S_ISREG(mode) else "is not a regular file"
 
 
 def os_error_line(e: OSError) -> str:

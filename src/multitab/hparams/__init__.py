@@ -126,6 +126,8 @@ def selection_file(selection: str, dataset: str, model: str) -> str:
 def read(path: Path, shown: str | None = None) -> Hparams:
     """The hyperparameters of one file (yaml.safe_load: data, never code). `shown`: the name errors use."""
     name = shown or str(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{name}: is a directory, not a hyperparameter file (a YAML file)")
     if not path.is_file():
         raise FileNotFoundError(
             f"{name}: hyperparameter file not found; write it (the keys of the model's constructor under `model:`, "

@@ -32,7 +32,7 @@ from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.sources.archives import extract_archive, is_archive_path, locate_in_folder
 from multitab.datasets.sources.formats import FORMAT_SUFFIX, SourceError
 from multitab.datasets.sources.typed import read_raw_file, read_raw_table
-from multitab.io import atomic_path, sha256_file
+from multitab.io import atomic_path, file_problem, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +185,8 @@ def acquire_remote(
         if parsed.scheme not in ("", "file"):
             raise SourceError(f"{where}.url={cfg.url!r}: only http(s) URLs or local paths are supported")
         src = Path(unquote(parsed.path) if parsed.scheme == "file" else cfg.url)
-        if not src.is_file():
-            raise SourceError(
-                f"{src}: no such file ({where}.url); check the path (relative to the repo root)"
-            )
+        if (problem := file_problem(src)) is not None:  # a directory is named as one, not as missing
+            raise SourceError(f"{src}: {problem} ({where}.url); check the path (relative to the repo root)")
         digest = sha256_file(src)
         if cfg.sha256 and digest != cfg.sha256.lower():
             raise SourceError(
