@@ -17,6 +17,7 @@ from typing import Any
 
 from multitab.config import ConfigError, load_params
 from multitab.config.orchestration import OrchestrationConfig
+from multitab.io import local_path_not_regular, not_regular
 from multitab.runs import RUNS_FILE
 from multitab.runs import write as write_runs
 
@@ -35,6 +36,23 @@ def sync_runs_file(root: str | Path, params: str | Path = "params.yaml", groups:
         write_runs(loaded, Path(root) / RUNS_FILE, groups)
     elif groups:
         raise ConfigError(f"{loaded.source}: --groups {list(groups)}: the params declare no run groups (`runs:`)")
+
+
+def check_local_paths(root: str | Path, params: str | Path = "params.yaml") -> None:
+    """ConfigError for a dataset's `local.path` that is, or holds, a named pipe, a socket or a device:
+    dvc.yaml makes the path a dependency of acquire@D whatever the source, and DVC, hashing it to see
+    whether the stage changed, would wait on a pipe forever."""
+    loaded = load_params(Path(root) / params)
+    for name, ds in (loaded.sections.get("datasets") or {}).items():
+        if ds.local.path is None:
+            continue
+        given = Path(ds.local.path)
+        odd = not_regular(given if given.is_absolute() else Path(root) / given)
+        if odd is not None:
+            entry = odd[0] if given.is_absolute() else given / odd[0].relative_to(Path(root) / given)
+            raise ConfigError(
+                f"{loaded.source}: {local_path_not_regular(f'datasets.{name}.local.path', given, entry, odd[1])}"
+            )
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from flows.dag import (
     OrchestrationConfig,
     StagePlan,
     UnknownTarget,
+    check_local_paths,
     closest,
     load_config,
     read_stage_graph,
@@ -151,6 +152,7 @@ def _main(argv: Sequence[str] | None) -> int:
     t0 = time.monotonic()
     try:  # fail fast, before Prefect starts; one look at the project
         cfg = load_config(args.root, args.params)
+        check_local_paths(args.root, args.params)  # before DVC hashes them (a named pipe would hang it)
         sync_runs_file(args.root, args.params, args.groups)
         plan = select(read_stage_graph(args.root, changed=True), args.targets)
     except UnknownTarget as e:
