@@ -25,7 +25,7 @@ from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.hparams import Hparams
 from multitab.io import remove_stale_temporaries, sha256_file
-from multitab.models import build_model, model_class
+from multitab.models import RUN_KEYWORDS, build_model, model_class
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.device import resolve_device, seed_everything
@@ -86,10 +86,6 @@ class RunSpec:
     seed: int
     data_path: Path
     checkpoint_dir: Path
-
-
-# Keywords a model that trains itself (XGBoost) takes from the run, not from its hyperparameters.
-RUN_KEYWORDS = ("seed", "early_stopping_rounds", "device", "n_threads")
 
 
 def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: TrainConfig, hparams: Hparams) -> Any:
