@@ -70,15 +70,17 @@ def model_class(name: str) -> type[Any]:
 
 def build_model(name: str, schema: DatasetSchema | Mapping[str, Any], hparams: Mapping[str, Any]) -> Any:
     """Model `name` for `schema` (a DatasetSchema or a processed meta.json dict) built with the constructor
-    keywords `hparams`: all of them (a missing one is an error, not the constructor's default: what trains is
-    what the run's file says), and none the model does not take."""
+    keywords `hparams`: every one a hyperparameter file gives (file_keywords; a missing one is an error, not the
+    constructor's default: what trains is what the run's file says), and none the model does not take. The run's
+    settings of a model that trains itself (RUN_KEYWORDS) may be left out where it is not trained (the complexity
+    table); the training passes them (multitab.training.run.build_run_model)."""
     cls = model_class(name)
     schema = as_schema(schema)
     takes = hyperparameters(name)
     unknown = sorted(set(hparams) - set(takes))
     if unknown:
         raise ValueError(f"model {name!r} has no hyperparameter(s) {unknown}; it takes {sorted(takes)}")
-    missing = [k for k in takes if k not in hparams]
+    missing = [k for k in file_keywords(name) if k not in hparams]
     if missing:
         raise ValueError(f"model {name!r}: hyperparameter(s) {missing} not given (no constructor default is used: "
                          "give every keyword of its constructor)")
