@@ -39,6 +39,7 @@ ORCHESTRATION = {
     "timezone": "UTC",
     "summary": "results/pipeline_summary.json",
     "sync_remote": False,
+    "max_train_stages": 2000,
 }
 
 

@@ -22,7 +22,9 @@ TINY = DatasetSchema(
         Task("reg", "regression", column="reg"),
     ),
 )
-FAST = {"n_rounds": 15, "early_stopping_rounds": 5, "n_threads": 1, "device": "cpu"}
+# every keyword (build_model uses no constructor default): few rounds, one thread, the CPU
+FAST = {"max_depth": 6, "learning_rate": 0.1, "binary_learning_rate": 0.2, "n_rounds": 15, "early_stopping_rounds": 5,
+        "multi_strategy": "multi_output_tree", "device": "cpu", "seed": 0, "n_threads": 1}
 
 
 def data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -127,4 +129,4 @@ def test_bad_inputs_raise_clear_errors() -> None:
     with pytest.raises(KeyError, match="bin2"):
         model.fit(x_num, x_cat, {"bin": y["bin"]}, x_num_val=x_num, x_cat_val=x_cat, targets_val=y)
     with pytest.raises(ValueError, match="max_depth"):
-        build_model("xgboost", TINY, {"max_depth": 0})
+        build_model("xgboost", TINY, {**FAST, "max_depth": 0})

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from multitab.config._build import ConfigError
+from multitab.config._build import ConfigError, bounded
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,10 @@ class OrchestrationConfig:
     # Share results through DVC's default remote: pull (with the run cache) before planning, push each
     # completed stage's outputs and run-cache entry after it (flows/remote.py; several machines)
     sync_remote: bool
+    # The most training stages (train@, train_stack@) runs.yaml may hold: `python -m multitab.runs` refuses a
+    # larger run matrix (multitab.runs_check), since DVC reads every stage on each `dvc status` / `dvc repro`
+    # (docs/orchestration.md, "How large a run matrix")
+    max_train_stages: int = field(metadata=bounded(ge=1))
 
     def __post_init__(self) -> None:
         if self.workers < 1:

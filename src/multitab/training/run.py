@@ -24,8 +24,9 @@ import torch
 from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.hparams import Hparams
+from multitab.hparams.keywords import problems
 from multitab.io import remove_stale_temporaries, sha256_file
-from multitab.models import build_model, model_class
+from multitab.models import RUN_KEYWORDS, build_model, model_class
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.device import resolve_device, seed_everything
@@ -88,10 +89,6 @@ class RunSpec:
     checkpoint_dir: Path
 
 
-# Keywords a model that trains itself (XGBoost) takes from the run, not from its hyperparameters.
-RUN_KEYWORDS = ("seed", "early_stopping_rounds", "device", "n_threads")
-
-
 def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: TrainConfig, hparams: Hparams) -> Any:
     """`build_model(name, meta, hparams.model)` of the model registry (multitab.models.MODELS: tests register
     their tiny models there). Models that are not torch modules (XGBoost) do their own training and take the
@@ -103,6 +100,10 @@ def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: Trai
             raise ValueError(f"{hparams.file}: {taken} are the run's settings (train:), not hyperparameters; remove them")
         kwargs |= {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
                    "device": config.device, "n_threads": config.num_threads}
+    # what `python -m multitab.runs` checks, again for a stage DVC runs on a file edited since
+    wrong = problems(name, hparams.model)
+    if wrong:
+        raise ValueError(f"{hparams.file or 'hyperparameters'}: model.{wrong[0][0]}: {wrong[0][1]}")
     try:
         return build_model(name, meta, kwargs)
     except (ValueError, TypeError) as e:
