@@ -153,13 +153,13 @@ def resume_settings(
     return settings
 
 
-def load_run_data(spec: RunSpec, config: TrainConfig) -> ProcessedData:
-    """The run's processed data (its training split cut to `train.max_train_rows` when set)."""
-    data = load_processed(spec.data_path)
-    if config.max_train_rows is not None and len(data.splits["train"]) > config.max_train_rows:
-        log.info("training on the first %d of %d training rows (train.max_train_rows)",
-                 config.max_train_rows, len(data.splits["train"]))
-        data.splits["train"] = data.splits["train"].head(config.max_train_rows)
+def load_run_data(spec: RunSpec, config: TrainConfig, device: torch.device | None = None) -> ProcessedData:
+    """The run's processed data (only the first `train.max_train_rows` training rows are read when set), its
+    tensors read straight onto `device` (default CPU; training/data.py `load_processed`)."""
+    t0 = time.perf_counter()
+    data = load_processed(spec.data_path, device=device, max_rows={"train": config.max_train_rows})
+    log.info("data loaded in %.1f s: %s rows, %.2f GB of tensors", time.perf_counter() - t0,
+             {k: len(v) for k, v in data.splits.items()}, sum(v.nbytes() for v in data.splits.values()) / 1e9)
     return data
 
 
@@ -241,9 +241,11 @@ def run_training(
     when that is set."""
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
-    data = load_run_data(spec, config)
-    seed_everything(spec.seed, config.deterministic)
     base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> (the variant: in hparams)
+    # a torch model's data go straight to its device; a model that trains itself reads host arrays
+    on_torch = issubclass(model_class(base_model), torch.nn.Module)
+    data = load_run_data(spec, config, resolve_device(config.device) if on_torch else None)
+    seed_everything(spec.seed, config.deterministic)
     model = build_run_model(base_model, data.meta, spec, config, hparams)
     if isinstance(model, torch.nn.Module):
         run = torch_run(spec, config, hparams, data, model, on_step=on_step)
