@@ -196,3 +196,23 @@ def test_on_cuda_the_splits_are_read_onto_the_gpu_or_into_pinned_memory(tmp_path
         assert pinned.splits[split].device.type == "cpu" and pinned.splits[split].x_num.is_pinned()
         _same(on_gpu.splits[split].to("cpu"), cpu.splits[split])
         _same(pinned.splits[split], cpu.splits[split])
+
+
+def test_the_data_files_are_hashed_once_per_process_in_the_background(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run fingerprint's sha256 of the processed files: what `sha256_file` says, each file hashed once
+    (stacked seeds ask for the folder once per member), again when it changes."""
+    from multitab.io import sha256_file
+    from multitab.training import data_hashes as dh
+
+    path = tmp_path / "tiny"
+    write_tiny_processed(path, n={"train": 50, "val": 20, "test": 20})
+    calls: list[str] = []
+    monkeypatch.setattr(dh, "sha256_file", lambda p: calls.append(Path(p).name) or sha256_file(p))
+    dh.hash_in_background(path)
+    first = dh.data_hashes(path)
+    assert first == {p.name: sha256_file(p) for p in sorted(path.iterdir())}
+    assert dh.data_hashes(path) == first and sorted(calls) == sorted(first)
+    write_tiny_processed(path, n={"train": 50, "val": 20, "test": 21})  # rewritten, test.parquet differs
+    changed = dh.data_hashes(path)
+    assert changed["test.parquet"] != first["test.parquet"] and changed["train.parquet"] == first["train.parquet"]
