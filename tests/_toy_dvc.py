@@ -39,6 +39,8 @@ ORCHESTRATION = {
     "timezone": "UTC",
     "summary": "results/pipeline_summary.json",
     "sync_remote": False,
+    "memory_budget_gb": None,
+    "stage_memory": "results/stage_memory.json",
 }
 
 
