@@ -66,6 +66,9 @@ class StagePlan:
     # a stage's checkpoint folder (dvc.yaml `meta: {checkpoints: PATH}`), copied to the DVC remote while it
     # runs when orchestration.sync_remote is on (flows/remote.py)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    # a stage's data: its dependencies that another stage or a .dvc file produces (paths relative to the
+    # root); their size on disk is its first memory estimate (flows/memory.py)
+    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def descendants(self, stage: str) -> set[str]:
         below: dict[str, list[str]] = {s: [] for s in self.order}
@@ -130,10 +133,23 @@ def read_stage_graph(root: str | Path, changed: bool = False) -> StagePlan:
             for s in stages
             if isinstance(s.meta, dict) and s.meta.get("checkpoints")
         }
+        inputs = {name(s): _produced_deps(s, graph, repo.root_dir) for s in stages}
         stale: frozenset[str] | None = None
         if changed:
             stale = frozenset(name(s) for s in _changed_stages(repo, stages))
-    return StagePlan(order=tuple(order), upstream=upstream, changed=stale, checkpoints=checkpoints)
+    return StagePlan(order=tuple(order), upstream=upstream, changed=stale, checkpoints=checkpoints,
+                     inputs={s: i for s, i in inputs.items() if i})
+
+
+def _produced_deps(stage: Any, graph: Any, root: str) -> tuple[str, ...]:
+    """The stage's dependencies that a stage or .dvc file upstream of it produces (its data, not its code)."""
+    produced = [str(o.fs_path) for u in graph.successors(stage) for o in u.outs]
+    found = []
+    for dep in stage.deps:
+        path = str(dep.fs_path)
+        if any(path == o or path.startswith(o + os.sep) or o.startswith(path + os.sep) for o in produced):
+            found.append(os.path.relpath(path, root))
+    return tuple(found)
 
 
 def _changed_stages(repo: Any, stages: list[Any], tries: int = 20) -> list[Any]:
@@ -205,4 +221,5 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
         upstream={s: plan.upstream[s] for s in order},
         changed=changed,
         checkpoints={s: c for s, c in plan.checkpoints.items() if s in closure},
+        inputs={s: i for s, i in plan.inputs.items() if s in closure},
     )

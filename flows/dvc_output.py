@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from flows.memory import wait_peak
 from multitab.process import die_with_parent
 
 # DVC's messages for a stage that did not run its command (dvc/stage/__init__.py, dvc/stage/cache.py).
@@ -71,9 +72,10 @@ class _Lines:
         return logging.INFO
 
 
-def stream_command(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str]]:
+def stream_command(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str], int]:
     """Run `cmd`, sending each output line to the Prefect task log as it arrives, at its level; the
-    command is stopped if this process dies (`die_with_parent`)."""
+    command is stopped if this process dies (`die_with_parent`). Returns its exit status, its lines and
+    the peak resident memory (bytes) of the largest process it and its descendants ran (flows/memory.py)."""
     lines: list[str] = []
     levels = _Lines()
     with subprocess.Popen(
@@ -86,7 +88,8 @@ def stream_command(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> t
             if line:
                 lines.append(line)
                 log.log(levels.level(line), "%s", line)
-        return proc.wait(), lines
+        proc.returncode, peak = wait_peak(proc.pid)
+        return proc.returncode, lines, peak
 
 
 def exit_code(lines: list[str], rc: int) -> int:

@@ -1,7 +1,8 @@
 """The Prefect flow over the DVC DAG: one task per stage that has work to do, retries only where a retry
 can help, task states and artifacts that say what DVC did. The CLI and the overview are in
 flows/pipeline.py; the DVC side (graph, what is stale, config) in flows/dag.py; reading DVC's output in
-flows/dvc_output.py; GPU slots in flows/gpu.py; the run summary and its artifacts in flows/summary.py.
+flows/dvc_output.py; GPU slots in flows/gpu.py; memory (stages admitted by their expected peak, a kill
+named as probably out of memory) in flows/memory.py; the run summary and its artifacts in flows/summary.py.
 
 Task states (the badge on the flow run page): "Ran", "Restored" (from DVC's run cache), "Up to date"
 (DVC found nothing to do once its upstream had run), each with " (attempt N)" when it succeeded on a
@@ -30,6 +31,7 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import Task
 
+from flows import memory
 from flows.dag import load_config, read_stage_graph, select, sync_runs_file
 from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
@@ -212,15 +214,21 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
     # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command
     cmd = [sys.executable, "-m", "multitab.process", *dvc_args]
     attempt = runtime.task_run.run_count
+    budget = memory.ACTIVE
+    if budget is not None and attempt > 1:  # a retry waits until its expected peak (raised by a kill) fits
+        budget.wait_to_fit(stage, STOPPING)
     log.info("attempt %d: dvc %s%s", attempt, " ".join(dvc_args), f" (GPU {gpu})" if gpu is not None else "")
     lock_waits = 0
     while True:
         if STOPPING.is_set():
             raise StageFailed(stage, INTERRUPTED, "the run is being stopped (Ctrl-C / SIGTERM)", attempt,
                               stopped=True)
-        rc, lines = stream_command(cmd, root, env, log)
+        kills_before = memory.oom_kills()
+        rc, lines, peak = stream_command(cmd, root, env, log)
         if rc == 0:
             outcome = dvc_outcome(lines)
+            if budget is not None:
+                budget.measure(stage, peak, ran=outcome == "ran", failed=False)
             info = {"outcome": outcome, "lock_waits": lock_waits, "attempts": attempt}
             name = STATE_NAMES[outcome] + (f" (attempt {attempt})" if attempt > 1 else "")
             return Completed(data=info, name=name, message=f"{STATE_NAMES[outcome]} on attempt {attempt}")
@@ -235,8 +243,12 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
         # out-of-memory killer as a reason
         if stopped and code != INTERRUPTED:
             why = "stopped with the run (Ctrl-C / SIGTERM)"
+        elif memory.killed_by_sigkill(code):
+            why = memory.out_of_memory_line(stage, code, peak, kills_before, budget)
         else:
             why = disk_full(lines, root) or cause(lines, code)
+        if budget is not None:
+            budget.measure(stage, peak, ran=False, failed=True)
         error = StageFailed(stage, code, why, attempt, stopped=stopped)
         _record_failure(str(runtime.task_run.id), str(error))
         log.error("%s", error)
@@ -341,6 +353,8 @@ def pipeline(
     if gpus is not None:
         ensure_gpu_limits(gpus, log)
     n_gpu_slots = sum((gpus or {}).values())
+    budget = memory.start(Path(root), cfg.stage_memory, cfg.memory_budget_gb, plan.inputs, n_workers)
+    log.info("%s", memory.describe(budget))
 
     started_at = time.monotonic()
     futures: dict[str, PrefectFuture[Any]] = {}
@@ -371,6 +385,8 @@ def pipeline(
             # GPU stages beyond the slots would only wait on the limit while holding a worker
             if n_busy >= n_workers or (is_gpu and len(on_gpu) >= n_gpu_slots):
                 continue
+            if not budget.try_reserve(stage):  # its expected peak does not fit beside the running stages'
+                continue
             if is_gpu:
                 on_gpu.add(stage)
             waiting.remove(stage)
@@ -391,7 +407,9 @@ def pipeline(
         done = next(as_completed(list(running)))
         stage = running.pop(done)
         on_gpu.discard(stage)
+        budget.release(stage)
         result = _collect(stage, done, started[stage])
+        result.memory = memory.summary_fields(budget, stage)
         results[stage] = result
         if result.status in ("failed", "not_run"):
             bad.add(stage)

@@ -34,6 +34,8 @@ class StageResult:
     error: str | None = None
     failed_attempts: list[str] = field(default_factory=list)
     exit_code: int | None = None
+    # peak_rss_bytes (this run's, the largest process of the stage) and expected_peak_bytes (flows/memory.py)
+    memory: dict[str, int | None] = field(default_factory=dict)
 
 
 
@@ -67,6 +69,7 @@ def summarise(
                 "exit_code": r.exit_code,
                 "error": r.error,
                 "failed_attempts": r.failed_attempts,
+                **r.memory,
             }
             for r in ordered
         },
@@ -124,15 +127,16 @@ def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
     out += [
         "## Stages",
         "",
-        "| stage | outcome | attempts | time (s) | cause |",
-        "|---|---|---:|---:|---|",
+        "| stage | outcome | attempts | time (s) | peak memory (GB) | cause |",
+        "|---|---|---:|---:|---:|---|",
     ]
     for stage, s in summary["stages"].items():
         outcome = OUTCOME_WORDS[s["status"]] + (" (retried)" if s["attempts"] > 1 else "")
         why = s["error"] or ""
         if s["failed_attempts"] and s["status"] != "failed":
             why = "earlier attempts: " + "; ".join(s["failed_attempts"])
-        out.append(f"| {md_text(stage)} | {outcome} | {s['attempts']} | {s['seconds']:.1f} | {md_text(why)} |")
+        peak = f"{s['peak_rss_bytes'] / 1e9:.2f}" if s.get("peak_rss_bytes") else ""
+        out.append(f"| {md_text(stage)} | {outcome} | {s['attempts']} | {s['seconds']:.1f} | {peak} | {md_text(why)} |")
     return "\n".join(out) + "\n"
 
 
