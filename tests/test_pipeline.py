@@ -315,7 +315,7 @@ def test_a_full_disk_under_dvc_names_the_cache_and_what_to_do(tmp_path, monkeypa
                 f"device: '{root}/out/a' -> '{cache}/files/md5/ec/.li1VKvKvysB-QAbwJakgEQ.tmp'")
     lines = ["Running stage 'a':", "> python scripts/a.py", *([transfer] if copy_named else []),
              "ERROR: failed to reproduce 'a': [Errno 28] No space left on device"]
-    monkeypatch.setattr(orchestrate, "stream_command", lambda *a, **k: (255, lines))
+    monkeypatch.setattr(orchestrate, "stream_command", lambda *a, **k: (255, lines, 0))
     summary = run(root, retries=0)
     error = summary["stages"]["a"]["error"]
     assert error.startswith("stage a exited with code 255 (attempt 1): no space left on device for DVC "), error
