@@ -358,6 +358,32 @@ def test_the_run_page_names_the_targets_commit_protocol_and_changed_params(tmp_p
     assert summary.index("2 ran") < summary.index("## Stages") and str(tmp_path) not in summary
 
 
+def test_the_first_log_line_names_the_run_and_its_stages_know_the_name(tmp_path):
+    """The flow run is named before it starts, so Prefect's first log line ("Beginning flow run ...") names
+    it after its targets and commit, not a random name; the stages' `dvc repro` sees the name
+    (multitab.provenance.FLOW_RUN_ENV), which the entry page quotes."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    script = "import os, pathlib; pathlib.Path('out').mkdir(exist_ok=True); " \
+             "pathlib.Path('out/name').write_text(os.environ.get('MULTITAB_FLOW_RUN', 'unset'))"
+    root = make_project(tmp_path / "p", {"a": {"cmd": f'python -c "{script}"', "outs": ["out/name"]}})
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "toy"], cwd=root, check=True, env=env)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+
+    state = pipeline(root=str(root), return_state=True)
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])),
+                                limit=200, offset=0, sort=LogSort.TIMESTAMP_ASC)
+    first = next(log.message for log in logs if log.message.startswith("Beginning flow run"))
+    assert first == f"Beginning flow run 'all stages @ {commit[:8]}' for flow 'multitab-pipeline'"
+    assert (root / "out" / "name").read_text() == f"all stages @ {commit[:8]}"
+
+
 def test_only_stale_stages_get_a_task_and_states_say_what_dvc_did(tmp_path):
     stages = {
         "a": write_stage("a"),
