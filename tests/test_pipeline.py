@@ -453,14 +453,28 @@ def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_pat
     stage = {"attempts": 1, "seconds": 3.0, "error": None, "failed_attempts": [], "lock_waits": 0, "exit_code": None}
     summary = {"ran": ["aggregate"], "up_to_date": [], "restored": [], "retried": [], "failed": [], "not_run": [],
                "subprocesses": 1, "wall_seconds": 3.0, "stages": {"aggregate": {**stage, "status": "ran"}}}
+    (tmp_path / "results" / "report.md").write_text(
+        "# MultiTab\n\n> **STAND-IN DATA**: inputs higgs come from generated stand-in data.\n\n"
+        "> **REDUCED TRAINING**: run group real, real data (higgs): at most 2 epochs on 2,048 training rows per "
+        "run, 1 seed.\n\n## What ran\n\n> **NOT CONVERGED**: a warning of a later section\n")
     text = summary_markdown(tmp_path, summary)
     assert "| aggregate | ran | 1 | 3.0 |  |" in text
-    assert "| dataset | MMoE | PLE |" in text
-    assert "| higgs (stand-in data) | +1.23 | missing |" in text and "| acs_income | -0.50 | +2.00 |" in text
+    # a row per model, a column per dataset (fits the UI's width however many models)
+    assert "| model | higgs (stand-in data) | acs_income |" in text
+    assert "| MMoE | +1.23 | -0.50 |" in text and "| PLE | missing | +2.00 |" in text
     assert 'MultiTab-Bench verdict (bench_verdict): {"claim": "holds"}' in text
-    # the results lead, the stage table follows; paths are the project's relative ones
+    # the report's caveats lead (its banners, not a later section's warning), the results follow, then the stages
+    assert text.index("**STAND-IN DATA**") < text.index("**REDUCED TRAINING**") < text.index("## Headline results")
+    assert text.index("at most 2 epochs on 2,048 training rows") < text.index("1 ran")
+    assert "NOT CONVERGED" not in text
     assert text.index("## Headline results") < text.index("## Stages")
-    assert "`results/report.md`" in text and str(tmp_path) not in text
+    assert "`results/report.md`" in text and "`results/report.html`" in text and str(tmp_path) not in text
+    # a Δm far from 0 because the baseline's metric is near 0 is marked and explained
+    metrics = json.loads((tmp_path / "results" / "metrics.json").read_text())
+    metrics["delta_m"]["higgs"]["XGB"] = 536.61
+    (tmp_path / "results" / "metrics.json").write_text(json.dumps(metrics))
+    text = summary_markdown(tmp_path, summary)
+    assert "| XGB | +536.61 † |  |" in text and "† |Δm| ≥ 100 %" in text
     # not quoted when aggregate did not run
     summary["stages"]["aggregate"]["status"] = "up_to_date"
     assert "Headline" not in summary_markdown(tmp_path, summary)
