@@ -9,11 +9,11 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from _aggregate_fakes import stamp_params
-from multitab.evaluation.paper.report_html import report_page
 from multitab.markup import md_text
 from multitab.validation.assets import load_manifest
 from test_aggregate_stage import make_inputs, run_stage
@@ -106,6 +106,10 @@ def test_report_page_and_entry_page_work_offline_with_the_caveats_first(tmp_path
     banners = md[: md.index("## What ran")]
     assert "REDUCED TRAINING" in banners and "200" not in banners and "[2" not in banners
     assert md.index("## What ran") < md.index("| Dataset |")
+    # the Convergence paragraph counts the runs of the convergence.csv it links (which the figures' notes split)
+    conv = pd.read_csv(tmp_path / "results" / "tables" / "convergence.csv")
+    assert f"{conv.runs.sum()} runs were ended by early stopping" in md
+    assert f"{conv.not_converged.sum()} flagged not converged" in md and "[tables/convergence.csv]" in md
 
     index = check_offline(tmp_path / "results" / "index.html")
     page = (tmp_path / "results" / "index.html").read_text()
@@ -122,6 +126,8 @@ def test_report_page_and_entry_page_work_offline_with_the_caveats_first(tmp_path
 
 def test_report_page_shows_names_as_text() -> None:
     """A name with markup in the report's Markdown (escaped there by md_text) stays text in the page."""
+    from multitab.evaluation.paper.report_html import report_page
+
     page = report_page(f"# r\n\n| dataset |\n|---|\n| {md_text('<script>x</script> *b*')} |\n")
     assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt; *b*" in page and "<td>" in page
 
@@ -164,3 +170,14 @@ def test_dvc_yaml_plots_are_few_labelled_and_drawn_from_the_declared_datasets() 
         assert spec.get("x_label") and (spec.get("y_label") or spec.get("template") == "delta_m"), target
     curves = [t for e in plots if isinstance(e, dict) for t in e if "learning_curves" in t]
     assert curves and not any(d in json.dumps(curves) for d in ("aliexpress", "acs_income", "higgs"))
+
+
+def test_learning_curve_figure_ticks_whole_epochs() -> None:
+    """Two epochs drawn: the epoch axis ticks 1 and 2, not 1.0, 1.2, ... (matplotlib's default steps)."""
+    from multitab.evaluation import figures
+
+    fig = figures.curves_figure({"higgs": pd.DataFrame({"STL": [0.61, 0.64], "MMoE": [0.6, 0.66]})},
+                                "validation mean metric", "Learning curves", False)
+    fig.canvas.draw()
+    ticks = [t for t in fig.axes[0].get_xticks() if 1 <= t <= 2]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks

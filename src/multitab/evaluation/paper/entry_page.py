@@ -95,7 +95,7 @@ def _href(page: Path, target: Path) -> str:
 
 def _budget_rows(budgets: Sequence[GroupBudget]) -> list[str]:
     esc = html_text
-    rows = ['<table>', "<thead><tr><th>Run group</th><th>Data</th><th>Runs</th><th>Seeds</th><th>Epochs run (cap)</th>"
+    rows = ['<table>', "<thead><tr><th>Run group</th><th>Data</th><th>Runs with a record</th><th>Seeds</th><th>Epochs run (cap)</th>"
             "<th>Training rows per run</th><th>What the numbers can say</th></tr></thead>", "<tbody>"]
     for b in budgets:
         cap = b.epoch_cap or "authors' selection"

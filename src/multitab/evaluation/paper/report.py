@@ -68,8 +68,8 @@ def _convergence_note(conv: pd.DataFrame | None, configs: set[str]) -> str:
     if runs == 0:
         return ""
     if flagged:
-        return f"not converged: {flagged} of {runs} runs flagged (the report's Convergence section)"
-    return f"converged: none of {runs} runs flagged"
+        return f"{flagged} of {runs} runs not converged (Convergence section)"  # short: one panel's width
+    return f"none of {runs} runs flagged not converged"
 
 
 def build_tables(results: PaperResults, complexity_csv: str | Path, icl: pt.IclRecords | None = None) -> list[Table]:

@@ -74,7 +74,7 @@ def what_ran_section(results: PaperResults, prov: Provenance, budgets: Sequence[
              f"{md_text(', '.join(protocols)) or MISSING}; hyperparameters: {md_text(', '.join(selections)) or MISSING} "
              "selections "
              "(params `train.hparams`).", "",
-             "| Dataset | Data | Runs | Seeds | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
+             "| Dataset | Data | Runs | Seed ids | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
              "|---|---|---:|---|---:|---|---:|"]
     for d in [*results.config.datasets, *results.synthetic, *[x for x in results.runs.datasets
                                                           if x not in results.config.datasets and x not in results.synthetic]]:
