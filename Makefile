@@ -30,7 +30,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-.PHONY: repro study study-interim attribution precision-pair sweep test lint ui benchmarks clean-venv assets postgres
+.PHONY: repro study study-interim attribution precision-pair sweep test lint ui benchmarks clean-venv assets postgres compare
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -66,6 +66,11 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
 	  else echo "make postgres: PostgreSQL is not installed; as root: apt-get install postgresql" >&2; fi; }
+
+# DVC experiments side by side (docs/orchestration.md, "Experiments"): the params that differ between them and
+# the headline results (results/metrics.json), a column per experiment; EXPS="name ..." shows only those.
+compare: $(STAMP)
+	$(BIN)/python -m multitab.evaluation.experiments $(EXPS)
 
 ui: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.deploy

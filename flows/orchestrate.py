@@ -35,7 +35,7 @@ from flows import memory
 from flows.dag import load_config, read_stage_graph, select, sync_runs_file
 from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
-from flows.provenance import label_run, run_provenance
+from flows.provenance import label_run, run_name, run_provenance
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
 from multitab.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.io import write_json
@@ -286,7 +286,7 @@ def _collect(stage: str, future: PrefectFuture[Any], started: float) -> StageRes
     )
 
 
-@flow(name="multitab-pipeline", log_prints=True)
+@flow(name="multitab-pipeline", log_prints=True, flow_run_name=run_name)  # named before its first log line
 def pipeline(
     root: str = ".",
     targets: list[str] | None = None,

@@ -5,6 +5,7 @@ the params keys that differ from the commit's params.yaml. Read from the project
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, load_params, parse_yaml
-from multitab.provenance import git_commit
+from multitab.provenance import FLOW_RUN_ENV, git_commit
 
 
 @dataclass(frozen=True)
@@ -95,15 +96,34 @@ def run_provenance(root: str | Path, params: str = "params.yaml") -> RunProvenan
                          params_committed=committed is not None and committed.returncode == 0)
 
 
+def run_name() -> str:
+    """The flow run's name before it starts (Prefect's `flow_run_name`, so that its first log line, "Beginning
+    flow run ...", names it): `prov.name(targets)` from the run's parameters (`root`, `targets`, `params`).
+    A project that cannot be read yet gets its targets only; the flow reports the error itself."""
+    from prefect.runtime import flow_run
+
+    from flows.orchestrate import WORKER_ROOT_ENV  # the module whose flow this names (imported by then)
+
+    parameters = flow_run.parameters or {}
+    targets = parameters.get("targets")
+    root = os.environ.get(WORKER_ROOT_ENV) or parameters.get("root") or "."
+    try:
+        return run_provenance(root, parameters.get("params") or "params.yaml").name(targets)
+    except (OSError, ValueError):
+        return " ".join(targets) if targets else "all stages"
+
+
 def label_run(prov: RunProvenance, targets: Sequence[str] | None, params: str, log: Any) -> None:
     """Name and tag the current flow run after `prov`, and publish the `run-provenance` artifact. A server
-    that refuses the update costs the run its label only (logged)."""
+    that refuses the update costs the run its label only (logged). The name also goes to the environment
+    (multitab.provenance.FLOW_RUN_ENV) that the stages' `dvc repro` inherits: the entry page names it."""
     from prefect.artifacts import create_markdown_artifact
     from prefect.client.orchestration import get_client
     from prefect.runtime import flow_run
 
     run_id = flow_run.id
     if run_id is not None:
+        os.environ[FLOW_RUN_ENV] = prov.name(targets)
         try:
             with get_client(sync_client=True) as client:
                 current = client.read_flow_run(run_id)

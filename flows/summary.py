@@ -19,7 +19,7 @@ from multitab.markup import md_text
 # Where the validation stages keep one record per stage, dataset and split (multitab.validation.report_page).
 VALIDATION_RESULTS = "reports/validation/results"
 # What `aggregate` writes that the summary artifact quotes (dvc.yaml).
-METRICS, REPORT = "results/metrics.json", "results/report.md"
+METRICS, REPORT, REPORT_HTML = "results/metrics.json", "results/report.md", "results/report.html"
 
 Status = Literal["ran", "up_to_date", "restored", "failed", "not_run"]
 
@@ -116,13 +116,15 @@ def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
         for k in ("ran", "restored", "up_to_date", "failed", "not_run")
         if summary[k]
     )
+    aggregated = summary["stages"].get("aggregate", {}).get("status") in ("ran", "restored")
     out = [
         f"# multitab pipeline: {len(summary['stages'])} stages in {summary['wall_seconds']:.1f} s",
         "",
+        *(report_banners(root) if aggregated else []),  # what the numbers below can say, before any of them
         f"{counts}; {len(summary['retried'])} retried; {summary['subprocesses']} `dvc repro` subprocesses.",
         "",
     ]
-    if summary["stages"].get("aggregate", {}).get("status") in ("ran", "restored"):
+    if aggregated:
         out += [*headline_markdown(root), ""]  # the results first, the stage table after
     out += [
         "## Stages",
@@ -140,23 +142,58 @@ def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+# |Δm| from here on is flagged: Δm divides by the single-task baseline's metric, so a baseline near zero (an
+# explained variance after a few epochs) makes it large whatever the model did
+LARGE_DELTA_M = 100.0
+
+
+def report_banners(root: Path) -> list[str]:
+    """The report's banners (stand-in data, reduced training, not tested at this budget ...): its Markdown
+    block quotes ahead of its first section, as the report words them (names already escaped there)."""
+    path = root / REPORT
+    if not path.is_file():
+        return []
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            break
+        if line.startswith("> "):
+            lines += [line, ""]
+    return lines
+
+
 def headline_markdown(root: Path) -> list[str]:
-    """Table 3's Δm row (per dataset and model) and any MultiTab-Bench verdict from results/metrics.json."""
+    """Table 3's Δm (a row per model, a column per dataset) and any MultiTab-Bench verdict from
+    results/metrics.json."""
     path = root / METRICS
     if not path.exists():
         return [f"`aggregate` ran but {METRICS} is missing."]
     metrics = read_json(path)
-    out = ["## Headline results", "", f"Report: `{REPORT}` (metrics: `{METRICS}`; paths in the project folder).", ""]
+    out = ["## Headline results", "",
+           f"Report: `{REPORT}` (as a page: `{REPORT_HTML}`; metrics: `{METRICS}`; paths in the project folder).", ""]
     delta = metrics.get("delta_m") or {}
     models = list(dict.fromkeys(m for per in delta.values() for m in per))
     if delta and models:
+        standin = metrics.get("standin") or {}
+        heads = [md_text(d) + (" (stand-in data)" if standin.get(d) else "") for d in delta]
         out += ["Δm (%) against the single-task baseline (Table 3):", ""]
-        out += ["| dataset | " + " | ".join(md_text(m) for m in models) + " |", "|---|" + "---:|" * len(models)]
-        for dataset, per in delta.items():
-            cells = [per.get(m, "") for m in models]
-            shown = [f"{c:+.2f}" if isinstance(c, int | float) else md_text(c) for c in cells]
-            standin = " (stand-in data)" if (metrics.get("standin") or {}).get(dataset) else ""
-            out.append(f"| {md_text(dataset)}{standin} | " + " | ".join(shown) + " |")
+        out += ["| model | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(delta)]
+        large = False
+        for m in models:
+            cells = []
+            for per in delta.values():
+                c = per.get(m, "")
+                if isinstance(c, int | float) and not isinstance(c, bool):
+                    flag = abs(c) >= LARGE_DELTA_M
+                    large |= flag
+                    cells.append(f"{c:+.2f}" + (" †" if flag else ""))
+                else:
+                    cells.append(md_text(c))
+            out.append(f"| {md_text(m)} | " + " | ".join(cells) + " |")
+        if large:
+            out += ["", f"† |Δm| ≥ {LARGE_DELTA_M:.0f} %: Δm divides by the single-task baseline's metric, which "
+                    "is near zero there (e.g. an explained variance after a few epochs): the ratio is large whatever "
+                    "the model did, and says little."]
     for key, value in metrics.items():
         if "verdict" in key.lower():
             out += ["", f"MultiTab-Bench verdict ({md_text(key)}): {md_text(json.dumps(value))}"]

@@ -17,6 +17,7 @@ from multitab.config.aggregate import synthetic_configs
 from multitab.config.attribution import study_settings
 from multitab.datasets.split import split_sizes
 from multitab.evaluation.bench.numbers import Budget
+from multitab.evaluation.paper.budget import group_budgets
 from multitab.evaluation.paper.entry_page import write_entry_page
 from multitab.evaluation.paper.published import load_published
 from multitab.evaluation.paper.report import Outputs, build_results
@@ -24,7 +25,7 @@ from multitab.evaluation.paper.report_markdown import Provenance
 from multitab.evaluation.paper.runs import RunSet, load_runs, select_declared
 from multitab.io import all_or_nothing, remove_stale_temporaries
 from multitab.profiles import group_train, profiled
-from multitab.provenance import git_commit
+from multitab.provenance import flow_run_name, git_commit
 from multitab.runs import declared_runs
 from stages._common import parser, run
 
@@ -35,19 +36,21 @@ def aggregate(a: argparse.Namespace) -> None:
     synthetic = synthetic_configs(params.bench.configs if "bench" in params.sections else {})
     # exactly the runs params.yaml declares, each trained under the settings it declares now
     runs = RunSet(select_declared(load_runs(a.runs), params), seeds=config.seeds)
-    outputs = Outputs(tables=a.tables, figures=a.figures, plots=a.plots, report=a.report, metrics=a.metrics)
+    outputs = Outputs(tables=a.tables, figures=a.figures, plots=a.plots, report=a.report, metrics=a.metrics,
+                      html=a.html)
     # Debris of a killed earlier run: its temporaries.
     for folder in (a.tables, a.figures):
         remove_stale_temporaries(folder, stems=OWN_STEMS)
     remove_stale_temporaries(a.plots)
-    for path in (a.report, a.metrics, a.index):
+    for path in (a.report, a.metrics, a.index, *([a.html] if a.html else [])):
         remove_stale_temporaries(path.parent, path.name)
     prov = provenance(a.params, params)
     with all_or_nothing():  # every table, figure, the report and the entry page: all new, or all as they were
         written = build_results(runs, config, load_published(), synthetic, a.complexity, outputs,
                                 runs_dir=a.runs, provenance=prov, icl_dir=a.icl)
         write_entry_page(a.index, Path(a.params).resolve().parent, prov, params.protocol, what_ran(params),
-                         written)
+                         written, budgets=group_budgets(runs, list(synthetic), prov.budget, [*config.datasets, *synthetic]),
+                         flow_run=flow_run_name())
 
 
 def what_ran(params: Params) -> list[str]:
@@ -83,7 +86,7 @@ def provenance(params_path: Path, params: Params) -> Provenance:
 
 
 # The names of this stage's files in results/tables and results/figures (dvc.yaml's outs: the folders).
-OWN_STEMS = ("table", "figure5", "figure6", "comparison_with_paper", "learning_curves")
+OWN_STEMS = ("table", "figure5", "figure6", "comparison_with_paper", "learning_curves", "convergence")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,10 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plots", required=True, type=Path, help="results/plots (data series for dvc plots)")
     p.add_argument("--metrics", required=True, type=Path, help="results/metrics.json (for dvc metrics)")
     p.add_argument("--report", required=True, type=Path, help="results/report.md")
+    p.add_argument("--html", type=Path, default=None,
+                   help="results/report.html: the report as a page, in --report's folder (default: not written)")
     p.add_argument("--index", required=True, type=Path, help="results/index.html (the entry page)")
     p.add_argument("--icl", type=Path, default=None,
                    help="results/icl: the pretrained in-context models' records, rows of Table 3 (default: none)")
     a = p.parse_args(argv)
+    if a.html is not None and a.html.resolve().parent != a.report.resolve().parent:
+        p.error(f"--html {a.html} must be in the folder of --report {a.report} (the report's figure paths are "
+                "relative to it)")
     return run("aggregate", lambda: aggregate(a))
 
 

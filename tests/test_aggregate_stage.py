@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,7 +75,7 @@ def run_stage(root: Path, params: Path) -> int:
     return aggregate.main([
         "--params", str(params), "--runs", str(root / "runs"), "--complexity", str(root / "complexity.csv"),
         "--tables", str(out / "tables"), "--figures", str(out / "figures"), "--plots", str(out / "plots"),
-        "--metrics", str(out / "metrics.json"), "--report", str(out / "report.md"),
+        "--metrics", str(out / "metrics.json"), "--report", str(out / "report.md"), "--html", str(out / "report.html"),
         "--index", str(out / "index.html"),
     ])
 
@@ -126,7 +127,7 @@ def test_entry_page_links_every_output_offline_with_the_provenance_block(tmp_pat
     parser = Links()
     parser.feed(text)
     assert "http:" not in text and "https:" not in text and "//" not in "".join(parser.hrefs)
-    assert not parser.tags & {"script", "link", "img", "iframe"}
+    assert not parser.tags & {"script", "link", "iframe"}
     assert parser.hrefs and all((page.parent / h).is_file() for h in parser.hrefs), parser.hrefs
     for expected in ("report.md", "tables/table3_test_results.md", "figures/figure5_delta_m.png",
                      "../reports/validation/index.html", "../data/validated/higgs.json",
@@ -166,6 +167,8 @@ def test_stage_end_to_end(tmp_path: Path) -> None:
     assert "(paper 0.5512" not in report and "The paper's values are left out of this table (stand-in data" in report
     assert "0.5512" in (tmp_path / "results/tables/comparison_with_paper.csv").read_text()
     # The same runs as real data (a local file) under the paper's training: the report compares.
+    _with(params, max_epochs=None, max_train_rows=None)
+    stamp_params(tmp_path / "runs", params)
     for path in (tmp_path / "runs").glob("*/*/seed*/metrics.json"):
         record = json.loads(path.read_text())
         if record["dataset"] in ("aliexpress", "acs_income", "higgs"):
@@ -199,15 +202,20 @@ def test_stage_end_to_end(tmp_path: Path) -> None:
     assert ",missing,missing,0,stand-in data" in stem_t5
     mtn = next(line for line in fig5 if line.startswith("count | t=5 | MultiTab-Net")).split(",")
     assert 2.5 < float(mtn[4]) < 3.5  # the 3% gain written above
-    # Learning curves: seed means over the seeds that reached each step (3, 4 and 5 epochs written).
-    curves = pd.read_csv(tmp_path / "results/plots/learning_curves_aliexpress_val_mean.csv")
-    assert list(curves.columns) == ["step", "STL", "MTL", "MMoE", "PLE", "TabT", "FT-T", "SAINT", "XGB", "STEM",
-                                    "MultiTab-Net", "MAYA"]
-    assert list(curves.step) == [0, 1, 2, 3, 4] and curves["MAYA"].isna().all()
+    # Learning curves: seed means over the seeds that reached each step (3, 4 and 5 epochs written), a row per
+    # dataset, model and epoch (1 = the first); models without a log (MAYA here) and XGBoost (no epochs) absent.
+    curves = pd.read_csv(tmp_path / "results/plots/learning_curves_val_mean.csv")
+    assert list(curves.columns) == ["dataset", "model", "epoch", "value"]
+    assert list(dict.fromkeys(curves.dataset)) == ["aliexpress", "acs_income", "higgs"]
+    assert list(dict.fromkeys(curves.model)) == ["STL", "MTL", "MMoE", "PLE", "TabT", "FT-T", "SAINT", "STEM",
+                                                 "MultiTab-Net"]
+    mmoe = curves[(curves.dataset == "aliexpress") & (curves.model == "MMoE")].set_index("epoch")["value"]
+    assert list(mmoe.index) == [1, 2, 3, 4, 5]
     logs = [pd.read_csv(tmp_path / f"runs/aliexpress/mmoe/seed{s}/dvclive/plots/metrics/val_mean.tsv", sep="\t")
             for s in range(3)]
-    assert curves.loc[0, "MMoE"] == pytest.approx(np.mean([f.val_mean[0] for f in logs]), abs=1e-6)
-    assert curves.loc[4, "MMoE"] == pytest.approx(logs[2].val_mean[4], abs=1e-6)
+    assert mmoe[1] == pytest.approx(np.mean([f.val_mean[0] for f in logs]), abs=1e-6)
+    assert mmoe[5] == pytest.approx(logs[2].val_mean[4], abs=1e-6)
+    assert set(pd.read_csv(tmp_path / "results/plots/learning_curves_train_loss.csv").model) == set(curves.model)
     assert (tmp_path / "results/figures/learning_curves.svg").exists() and "## Learning curves" in report
 
 
@@ -275,31 +283,54 @@ def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
 
     sh("git", "init", "-q")
     sh(str(dvc), "init", "-q")
+    # the project's plot templates and page (.dvc/plots, .dvc/config's plots.html_template)
+    shutil.copytree(ROOT / ".dvc" / "plots", repo / ".dvc" / "plots")
+    with (repo / ".dvc" / "config").open("a") as f:
+        f.write("[plots]" + (ROOT / ".dvc" / "config").read_text().split("[plots]", 1)[1])
     sh(str(dvc), "repro", "aggregate")
     assert (repo / "results/report.md").exists()
     shown = json.loads(sh(str(dvc), "metrics", "show", "--json"))
     assert "results/metrics.json" in json.dumps(shown) and "MultiTab-Net" in json.dumps(shown)
     sh(str(dvc), "plots", "show", "-o", "plots_html")
-    html = (repo / "plots_html/index.html").read_text()
+    html = (repo / "plots_html/index.html").read_text(encoding="utf-8")
     assert "figure5_delta_m.png" in html and "delta_m" in html
+    # the project's page: a charset, the vendored Vega (no CDN script), a plot per top-level entry
+    assert '<meta charset="utf-8">' in html and "cdn.jsdelivr" not in html
+    assert all(src.startswith("../.cache/datadocs/") for src in re.findall(r'<script src="([^"]+)"', html))
+    assert html.count("vegaEmbed('#") + html.count("<img src=") <= 60
     shown_plots = sh(str(dvc), "plots", "show", "--json")
-    assert "Learning curves higgs (validation mean metric, seed mean)" in shown_plots
-    assert "MultiTab-Net" in shown_plots and "errors" not in json.loads(shown_plots)
+    shown = json.loads(shown_plots)
+    assert "errors" not in shown and "MultiTab-Net" in shown_plots
+    curves = shown["data"]["results/plots/learning_curves_val_mean.csv"][0]["content"]
+    assert curves["title"]["text"].startswith("Learning curves: validation mean metric")
+    assert curves["spec"]["encoding"]["color"]["field"] == "model"  # a colour per model, a panel per dataset
+    assert {d["dataset"] for d in curves["data"]["values"]} == {"aliexpress", "acs_income", "higgs"}
+    assert curves["spec"]["encoding"]["y"]["title"] == "validation mean metric (AUC / EV)"
     assert "up to date" in sh(str(dvc), "status", "aggregate") or "unchanged" in sh(str(dvc), "repro", "aggregate")
 
 
 def test_reduced_training_is_marked_in_the_report(tmp_path: Path) -> None:
+    """Runs trained under capped epochs or rows carry the REDUCED TRAINING banner with each run group's
+    caps; runs under the paper's training (no caps) carry none."""
     params = make_inputs(tmp_path)
+    _with(params, max_epochs=None, max_train_rows=None)
+    raw = yaml.safe_load(params.read_text())
+    raw["runs"]["bench"]["train"] = {}
+    params.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    stamp_params(tmp_path / "runs", params)
     assert run_stage(tmp_path, params) == 0
     assert "REDUCED TRAINING" not in (tmp_path / "results/report.md").read_text()
-    # One run trained on capped rows: the report says so, with the caps it found.
-    path = tmp_path / "runs/higgs/mmoe/seed0/metrics.json"
-    record = json.loads(path.read_text())
-    record.update(max_train_rows=2048, max_epochs=2)
-    path.write_text(json.dumps(record))
+    # The default caps: 2 epochs and 2,048 rows for the real groups, 6 epochs for bench's.
+    _with(params, max_epochs=2, max_train_rows=2048)
+    raw = yaml.safe_load(params.read_text())
+    raw["runs"]["bench"]["train"] = {"max_epochs": 6, "max_train_rows": None}
+    params.write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    stamp_params(tmp_path / "runs", params)
     assert run_stage(tmp_path, params) == 0
     report = (tmp_path / "results/report.md").read_text()
-    assert "REDUCED TRAINING" in report and "at most [2048] training rows" in report and "[2] epochs" in report
+    banner = next(line for line in report.splitlines() if line.startswith("> **REDUCED TRAINING**"))
+    assert "run group real, stand-in data (aliexpress, acs_income, higgs): at most 2 epochs" in banner
+    assert "run group ablation" in banner and "at most 6 epochs" not in banner  # bench at its study budget here
 
 
 def test_first_screen_says_what_ran_and_gives_no_verdict_below_the_study_budget(tmp_path: Path) -> None:

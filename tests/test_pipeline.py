@@ -358,6 +358,32 @@ def test_the_run_page_names_the_targets_commit_protocol_and_changed_params(tmp_p
     assert summary.index("2 ran") < summary.index("## Stages") and str(tmp_path) not in summary
 
 
+def test_the_first_log_line_names_the_run_and_its_stages_know_the_name(tmp_path):
+    """The flow run is named before it starts, so Prefect's first log line ("Beginning flow run ...") names
+    it after its targets and commit, not a random name; the stages' `dvc repro` sees the name
+    (multitab.provenance.FLOW_RUN_ENV), which the entry page quotes."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    script = "import os, pathlib; pathlib.Path('out').mkdir(exist_ok=True); " \
+             "pathlib.Path('out/name').write_text(os.environ.get('MULTITAB_FLOW_RUN', 'unset'))"
+    root = make_project(tmp_path / "p", {"a": {"cmd": f'python -c "{script}"', "outs": ["out/name"]}})
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "toy"], cwd=root, check=True, env=env)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+
+    state = pipeline(root=str(root), return_state=True)
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])),
+                                limit=200, offset=0, sort=LogSort.TIMESTAMP_ASC)
+    first = next(log.message for log in logs if log.message.startswith("Beginning flow run"))
+    assert first == f"Beginning flow run 'all stages @ {commit[:8]}' for flow 'multitab-pipeline'"
+    assert (root / "out" / "name").read_text() == f"all stages @ {commit[:8]}"
+
+
 def test_only_stale_stages_get_a_task_and_states_say_what_dvc_did(tmp_path):
     stages = {
         "a": write_stage("a"),
@@ -427,14 +453,28 @@ def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_pat
     stage = {"attempts": 1, "seconds": 3.0, "error": None, "failed_attempts": [], "lock_waits": 0, "exit_code": None}
     summary = {"ran": ["aggregate"], "up_to_date": [], "restored": [], "retried": [], "failed": [], "not_run": [],
                "subprocesses": 1, "wall_seconds": 3.0, "stages": {"aggregate": {**stage, "status": "ran"}}}
+    (tmp_path / "results" / "report.md").write_text(
+        "# MultiTab\n\n> **STAND-IN DATA**: inputs higgs come from generated stand-in data.\n\n"
+        "> **REDUCED TRAINING**: run group real, real data (higgs): at most 2 epochs on 2,048 training rows per "
+        "run, 1 seed.\n\n## What ran\n\n> **NOT CONVERGED**: a warning of a later section\n")
     text = summary_markdown(tmp_path, summary)
     assert "| aggregate | ran | 1 | 3.0 |  |" in text
-    assert "| dataset | MMoE | PLE |" in text
-    assert "| higgs (stand-in data) | +1.23 | missing |" in text and "| acs_income | -0.50 | +2.00 |" in text
+    # a row per model, a column per dataset (fits the UI's width however many models)
+    assert "| model | higgs (stand-in data) | acs_income |" in text
+    assert "| MMoE | +1.23 | -0.50 |" in text and "| PLE | missing | +2.00 |" in text
     assert 'MultiTab-Bench verdict (bench_verdict): {"claim": "holds"}' in text
-    # the results lead, the stage table follows; paths are the project's relative ones
+    # the report's caveats lead (its banners, not a later section's warning), the results follow, then the stages
+    assert text.index("**STAND-IN DATA**") < text.index("**REDUCED TRAINING**") < text.index("## Headline results")
+    assert text.index("at most 2 epochs on 2,048 training rows") < text.index("1 ran")
+    assert "NOT CONVERGED" not in text
     assert text.index("## Headline results") < text.index("## Stages")
-    assert "`results/report.md`" in text and str(tmp_path) not in text
+    assert "`results/report.md`" in text and "`results/report.html`" in text and str(tmp_path) not in text
+    # a Δm far from 0 because the baseline's metric is near 0 is marked and explained
+    metrics = json.loads((tmp_path / "results" / "metrics.json").read_text())
+    metrics["delta_m"]["higgs"]["XGB"] = 536.61
+    (tmp_path / "results" / "metrics.json").write_text(json.dumps(metrics))
+    text = summary_markdown(tmp_path, summary)
+    assert "| XGB | +536.61 † |  |" in text and "† |Δm| ≥ 100 %" in text
     # not quoted when aggregate did not run
     summary["stages"]["aggregate"]["status"] = "up_to_date"
     assert "Headline" not in summary_markdown(tmp_path, summary)

@@ -1,4 +1,4 @@
-"""Where a committed record was made: the git commit and the machine (records under results/)."""
+"""Where a result was made: the git commit and the machine (records under results/), and the Prefect flow run."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ def git_commit(cwd: str | Path) -> str:
     except OSError:  # no git on the machine
         head = ""
     return head or os.environ.get("MULTITAB_COMMIT") or "unknown"
+
+
+# The name of the Prefect flow run that runs the stages (flows.provenance sets it in the flow's environment,
+# which its `dvc repro` subprocesses inherit): the entry page names the run whose logs and artifacts hold it.
+FLOW_RUN_ENV = "MULTITAB_FLOW_RUN"
+
+
+def flow_run_name() -> str | None:
+    """The Prefect flow run this process runs under (None: outside flows.pipeline, e.g. plain `dvc repro`)."""
+    return os.environ.get(FLOW_RUN_ENV) or None

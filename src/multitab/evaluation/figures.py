@@ -23,6 +23,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from multitab.evaluation.tables import STANDIN_MARK  # noqa: E402
 from multitab.io import atomic_path  # noqa: E402
@@ -146,6 +147,7 @@ def curves_figure(curves: dict[str, pd.DataFrame], ylabel: str, title: str, stan
         if not drawn:
             ax.text(0.5, 0.5, "missing: no learning-curve log", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(dataset, fontsize=10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
         ax.set_xlabel("epoch")
         ax.set_ylabel(ylabel)
     handles: dict[str, Artist] = {}

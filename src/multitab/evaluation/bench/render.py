@@ -167,7 +167,10 @@ def _rule(settings: StudySettings) -> str:
 
 
 def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFrame, dm_md: str, claims_md: str,
-                   settings: StudySettings, header: Sequence[str], figure_prefix: str, *, curves: bool = True) -> str:
+                   settings: StudySettings, header: Sequence[str], figure_prefix: str, *, curves: bool = True,
+                   convergence_file: str | None = "convergence.csv") -> str:
+    """The section's Markdown; `convergence_file`: where the flagged runs are listed (a study writes its
+    convergence.csv beside the section; None: nowhere)."""
     verdicts = claim.drop_duplicates("config")[["config", "verdict"]]
     counts = verdicts["verdict"].value_counts()
     n_runs = len(metrics.drop_duplicates(["config", "model", "seed"]))
@@ -198,6 +201,6 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         *([f"![Learning curves]({figure_prefix}learning_curves.png)", ""] if curves else []),
         f"{stopped} of {n_runs} runs were ended by early stopping; {capped} reached their epoch cap with the best "
         "validation EV at the last epoch; " + f"{flagged} flagged not converged ({_rule(settings)})"
-        + (" — listed in convergence.csv." if flagged else "."), "",
+        + (f" — listed in {convergence_file}." if flagged and convergence_file else "."), "",
     ]
     return "\n".join(lines)

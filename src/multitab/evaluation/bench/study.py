@@ -113,16 +113,19 @@ def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
 
 
 def section_only(metrics: pd.DataFrame, settings: StudySettings, models: Sequence[str], *,
-                 header: Sequence[str] = (), figure_prefix: str = "figures/", curves: bool = False) -> str:
+                 header: Sequence[str] = (), figure_prefix: str = "figures/", curves: bool = False,
+                 convergence_file: str | None = None) -> str:
     """The report section of `metrics` without writing any file (the default report, whose Figures 5-6
     are drawn by `aggregate`): `figure_prefix` points at those figures; `curves`: link a
-    learning_curves.png there too."""
+    learning_curves.png there too; `convergence_file`: where the caller writes the convergence flags (None:
+    nowhere, and the section names no file)."""
     configs = configs_from_metrics(metrics)
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
     claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
     return render_section(metrics, claim, convergence(metrics, None, settings), delta_m_markdown(summary, configs, models, settings),
-                          claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves)
+                          claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves,
+                          convergence_file=convergence_file)
 
 
 def regenerate(folder: str | Path, settings: StudySettings | None = None) -> list[Path]:

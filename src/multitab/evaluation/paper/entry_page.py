@@ -1,10 +1,12 @@
-"""results/index.html: one page that links what a run produced, with the report's provenance block.
+"""results/index.html: the page a reader opens first: what the numbers can say at the scale that ran, the
+figures to look at first, the provenance block, and links to everything a run produced.
 
-Written by the aggregate stage after the report (stages/aggregate.py). Plain HTML, no script, no style
-sheet and no address outside the checkout: every link is a relative path to a file that exists when the
-page is written (the report, the paper's tables and figures, Figures 3-4, the complexity table, the
-validation pages and verdicts, the study's and the sweeps' reports when they are there), so the page works offline
-from the file system.
+Written by the aggregate stage after the report (stages/aggregate.py). HTML with an inline style sheet, no
+script and no address outside the checkout: every link and image is a relative path to a file that exists
+when the page is written (the report as a page and as Markdown, the paper's tables and figures, Figures 3-4,
+the complexity table, the validation pages and verdicts, the deviations from the paper, the committed study
+records, the study's and the sweeps' reports when they are there), so the page works offline from the file
+system.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from multitab.evaluation.paper.budget import NOT_TESTED, GroupBudget, not_tested_banner, reduced_banner
+from multitab.evaluation.paper.report_html import html_page
 from multitab.evaluation.paper.report_markdown import Provenance
 from multitab.io import write_text
 from multitab.markup import html_text
@@ -24,7 +28,8 @@ VALIDATION = "Data validation"
 VALIDATION_PAGES = "reports/validation/index.html"
 # (section, glob patterns relative to the project root): what the page links, where it exists
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Report", ("results/report.md", "results/metrics.json")),
+    ("Report", ("results/report.html", "results/report.md", "results/metrics.json")),
+    ("Deviations from the paper (protocol: paper | authors_code)", ("docs/deviations.md",)),
     ("The paper's tables (Tables 2-10, Figures 5-6 data)", ("results/tables/*.md",)),
     ("Figures", ("results/figures/*.png", "results/label_correlations/*.png")),
     ("Complexity (Table 4's counts)", ("results/complexity/*.md",)),
@@ -32,7 +37,17 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (VALIDATION, (VALIDATION_PAGES, "data/validated/*.json", "data/validated/*/*.json")),
     ("MultiTab-Bench study (make study)", ("results/study_report/report.md",)),
     ("Hyperparameter sweeps (make sweep)", ("results/sweeps/report.md",)),
+    # committed records of real runs at a larger scale (each folder's header.md says where and at which commit)
+    ("Study records (committed runs of make study, make attribution, make precision-pair)",
+     ("results/study/README.md", "results/study/*/section.md")),
 )
+# the figures shown on the page (where they exist), with their captions
+FIRST_FIGURES: tuple[tuple[str, str], ...] = (
+    ("results/figures/figure5_delta_m.png", "Figure 5: Δm against STL per MultiTab-Bench configuration"),
+    ("results/figures/figure6_delta_m.png", "Figure 6: Δm with non-uniform task complexities"),
+    ("results/figures/learning_curves.png", "Learning curves: validation mean metric per epoch, seed mean"),
+)
+NO_FLOW_RUN = "none: the aggregate stage ran outside the Prefect flow (e.g. plain dvc repro)"
 
 
 # said where the verdicts are in the workspace and the pages are not (a checkout restored from the DVC cache)
@@ -59,11 +74,13 @@ def entry_links(root: Path, written: Sequence[Path] = ()) -> list[tuple[str, lis
     fresh = [Path(w).resolve() for w in written]
     out = []
     for title, patterns in SECTIONS:
-        files = {p.resolve() for pattern in patterns for p in root.glob(pattern) if p.is_file()}
-        files |= {w for w in fresh for pattern in patterns if w.is_relative_to(root)
-                  and fnmatch.fnmatchcase(w.relative_to(root).as_posix(), pattern)}
+        files: list[Path] = []  # in the patterns' order (the report as a page first), each pattern's sorted
+        for pattern in patterns:
+            found = {p.resolve() for p in root.glob(pattern) if p.is_file()}
+            found |= {w for w in fresh if w.is_relative_to(root) and fnmatch.fnmatchcase(w.relative_to(root).as_posix(), pattern)}
+            files += [f for f in sorted(found, key=_natural) if f not in files]
         if files:
-            out.append((title, sorted(files, key=_natural)))
+            out.append((title, files))
     return out
 
 
@@ -72,20 +89,58 @@ def _natural(path: Path) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.as_posix())]
 
 
+def _href(page: Path, target: Path) -> str:
+    return html_text(os.path.relpath(target, page.parent).replace(os.sep, "/"))
+
+
+def _budget_rows(budgets: Sequence[GroupBudget]) -> list[str]:
+    esc = html_text
+    rows = ['<table>', "<thead><tr><th>Run group</th><th>Data</th><th>Runs with a record</th><th>Seeds</th><th>Epochs run (cap)</th>"
+            "<th>Training rows per run</th><th>What the numbers can say</th></tr></thead>", "<tbody>"]
+    for b in budgets:
+        cap = b.epoch_cap or "authors' selection"
+        rows.append(f"<tr><td>{esc(b.group)}</td><td>{esc(b.what())}</td><td>{b.n_runs}</td><td>{len(b.seeds)}</td>"
+                    f"<td>{esc(b.epochs_run or '-')} ({esc(cap)})</td><td>{esc(b.rows or 'not recorded')}</td>"
+                    f"<td>{esc(b.meaning)}</td></tr>")
+    return [*rows, "</tbody>", "</table>"]
+
+
 def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenance: Provenance, protocol: str,
-           what_ran: Sequence[str] = (), notes: dict[str, str] | None = None) -> str:
-    """The page's HTML; links are relative to the page's folder; `notes`: a line under a section's title."""
+           what_ran: Sequence[str] = (), notes: dict[str, str] | None = None, *,
+           budgets: Sequence[GroupBudget] = (), figures: Sequence[tuple[Path, str]] = (),
+           flow_run: str | None = None, deviations: Path | None = None) -> str:
+    """The page's HTML; links are relative to the page's folder; `notes`: a line under a section's title;
+    `budgets`: the scale each run group ran at; `figures`: (image, caption) shown first; `flow_run`: the
+    Prefect flow run's name (None: none); `deviations`: docs/deviations.md, linked from the protocol."""
     esc = html_text
     notes = notes or {}
-    rows = [
-        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-        "<title>multitab results</title>", "</head>", "<body>", "<h1>multitab results</h1>",
+    rows = ["<h1>multitab results</h1>"]
+    standin = sorted({d for b in budgets if b.standin for d in b.datasets})
+    if standin:
+        rows.append(f"<blockquote><p><strong>STAND-IN DATA</strong>: {esc(', '.join(standin))} are generated stand-in "
+                    "data: every number built from them is a pipeline check, not a result of the study.</p></blockquote>")
+    if reduced := reduced_banner(budgets, esc):
+        rows.append(f"<blockquote><p><strong>REDUCED TRAINING</strong>: {reduced}</p></blockquote>")
+    if below := not_tested_banner(budgets, esc):
+        rows.append(f"<blockquote><p><strong>{NOT_TESTED.upper()}</strong>: {below}</p></blockquote>")
+    if budgets:
+        rows += ["<h2>The scale each run group trained at</h2>", *_budget_rows(budgets)]
+    if figures:
+        rows += ["<h2>Start here</h2>", '<div class="figures">']
+        rows += [f'<figure><a href="{_href(page, f)}"><img src="{_href(page, f)}" alt="{esc(caption)}"></a>'
+                 f"<figcaption>{esc(caption)}</figcaption></figure>" for f, caption in figures]
+        rows.append("</div>")
+    protocol_text = f"<code>{esc(protocol)}</code>"
+    if deviations is not None:
+        protocol_text += f' (<a href="{_href(page, deviations)}">docs/deviations.md</a>: where the two protocols differ)'
+    flow = (f"<code>{esc(flow_run)}</code> in the Prefect UI (<code>make ui</code>): its logs and artifacts"
+            if flow_run else esc(NO_FLOW_RUN))
+    rows += [
         "<h2>Provenance</h2>", "<ul>",
         f"<li>Commit <code>{esc(provenance.commit)}</code></li>",
         f"<li>params.yaml sha256 <code>{esc(provenance.params_sha256)}</code></li>",
-        f"<li>Protocol <code>{esc(protocol)}</code> (docs/deviations.md)</li>",
-        "<li>Prefect: the flow run named <code>&lt;targets&gt; @ " + esc(provenance.commit[:8])
-        + "</code> in the Prefect UI (<code>make ui</code>) holds this run's logs and artifacts</li>",
+        f"<li>Protocol {protocol_text}</li>",
+        f"<li>Prefect flow run: {flow}</li>",
         "</ul>",
     ]
     if what_ran:
@@ -96,17 +151,24 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
             rows.append(f"<p>{esc(notes[title])}</p>")
         rows.append("<ul>")
         for f in files:
-            href = os.path.relpath(f, page.parent).replace(os.sep, "/")
-            rows.append(f'<li><a href="{esc(href)}">{esc(href)}</a></li>')
+            href = _href(page, f)
+            rows.append(f'<li><a href="{href}">{href}</a></li>')
         rows.append("</ul>")
-    rows += ["</body>", "</html>", ""]
-    return "\n".join(rows)
+    return html_page("multitab results", "\n".join(rows))
 
 
 def write_entry_page(page: Path, root: Path, provenance: Provenance, protocol: str,
-                     what_ran: Sequence[str] = (), written: Sequence[Path] = ()) -> Path:
-    """Write `page` (atomically) linking every output under the project `root` (`written`: this run's)."""
+                     what_ran: Sequence[str] = (), written: Sequence[Path] = (), *,
+                     budgets: Sequence[GroupBudget] = (), flow_run: str | None = None) -> Path:
+    """Write `page` (atomically) linking every output under the project `root` (`written`: this run's), with
+    the scale each run group trained at (`budgets`) and the Prefect flow run's name (`flow_run`)."""
+    root = root.resolve()
     sections = entry_links(root, written)
-    write_text(page, render(page.resolve(), sections, provenance, protocol, what_ran,
-                            section_notes(root, sections)))
+    fresh = {Path(w).resolve() for w in written}
+    figures = [(root / rel, caption) for rel, caption in FIRST_FIGURES
+               if (root / rel).is_file() or (root / rel).resolve() in fresh]
+    deviations = root / "docs" / "deviations.md"
+    write_text(page, render(page.resolve(), sections, provenance, protocol, what_ran, section_notes(root, sections),
+                            budgets=budgets, figures=figures, flow_run=flow_run,
+                            deviations=deviations if deviations.is_file() else None))
     return page

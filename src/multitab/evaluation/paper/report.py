@@ -21,20 +21,25 @@ import pandas as pd
 
 from multitab.config.aggregate import AggregateConfig, SyntheticConfig
 from multitab.evaluation import figures
+from multitab.evaluation.bench.numbers import convergence
 from multitab.evaluation.curves import CURVES, seed_mean_curves
 from multitab.evaluation.paper import paper_tables as pt
 from multitab.evaluation.paper.published import Published
-from multitab.evaluation.paper.report_markdown import Provenance, bench_section, render_report
+from multitab.evaluation.paper.report_html import report_page
+from multitab.evaluation.paper.report_markdown import Provenance, bench_inputs, bench_section, render_report
 from multitab.evaluation.paper.results import PaperResults
 from multitab.evaluation.paper.runs import RunSet
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
 from multitab.icl.records import read_records
 from multitab.io import atomic_path, write_json
+from multitab.markup import md_text
 
 log = logging.getLogger(__name__)
 
 FIGURE5_GROUPS = ("correlation", "complexity", "count")
 FIGURE6_GROUPS = ("nonuniform",)
+# models trained without epochs (boosting rounds): no learning curve
+NO_EPOCHS = ("xgboost",)
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class Outputs:
     plots: Path  # results/plots (data series for `dvc plots`)
     report: Path  # results/report.md
     metrics: Path  # results/metrics.json (for `dvc metrics`)
+    # results/report.html: the report as a page, beside report.md (its relative figure paths hold for both)
+    html: Path | None = None
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -51,13 +58,18 @@ def _write_text(path: Path, text: str) -> None:
         tmp.write_text(text)
 
 
-def _convergence_note(results: PaperResults, configs: set[str]) -> str:
-    """The Δm figure's convergence line from the runs of `configs` of the figure's models."""
-    models = [results.config.baseline, *results.config.figures.models]
-    runs = [r for c in configs for m in models for r in results.runs.runs(c, m).values()]
-    capped = [r for r in runs if not r.extra.get("stopped_early") and r.extra.get("best_epoch") is not None
-              and r.extra.get("best_epoch") == r.extra.get("epochs")]
-    return figures.convergence_note(len(runs), len(capped))
+def _convergence_note(conv: pd.DataFrame | None, configs: set[str]) -> str:
+    """The Δm figure's convergence line: the runs of `configs` flagged not converged by the rule of the
+    report's Convergence paragraph (multitab.evaluation.bench.numbers.convergence), of all its runs."""
+    if conv is None or conv.empty:
+        return ""
+    part = conv[conv["config"].isin(configs)]
+    runs, flagged = int(part["runs"].sum()), int(part["not_converged"].sum())
+    if runs == 0:
+        return ""
+    if flagged:
+        return f"{flagged} of {runs} runs not converged (Convergence section)"  # short: one panel's width
+    return f"none of {runs} runs flagged not converged"
 
 
 def build_tables(results: PaperResults, complexity_csv: str | Path, icl: pt.IclRecords | None = None) -> list[Table]:
@@ -117,23 +129,30 @@ def _summary(results: PaperResults, tables: Sequence[Table]) -> dict[str, object
     }
 
 
+def _curve_rows(curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Long-form rows for `dvc plots` (one file per curve, every dataset in it: the plot draws a panel per
+    dataset and a line per model): dataset, model, epoch (1 = the first), value; models without a log left out."""
+    parts = [pd.DataFrame({"dataset": d, "model": label, "epoch": series.index + 1, "value": series.to_numpy()})
+             for d, frame in curves.items() for label in frame.columns if not (series := frame[label].dropna()).empty]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["dataset", "model", "epoch", "value"])
+
+
 def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:
-    """results/plots/learning_curves_<dataset>_<curve>.csv (dvc plots) and results/figures/learning_curves.*;
-    returns the paths and the report section."""
+    """results/plots/learning_curves_<curve>.csv (dvc plots) and results/figures/learning_curves.*;
+    returns the paths and the report section. XGBoost has no epochs (boosting rounds, one log line): no curve."""
     cfg = results.config
-    models = list(cfg.models)
+    models = [m for m in cfg.models if m.split("@")[0] not in NO_EPOCHS]
     labels = [cfg.label(m) for m in models]
     written: list[Path] = []
     val_curves = {}
-    for d in cfg.datasets:
-        for name in CURVES:
-            frame = seed_mean_curves(runs_dir, d, models, labels, results.runs.seeds(d), name)
-            if name == "val_mean":
-                val_curves[d] = frame
-            path = out.plots / f"learning_curves_{d}_{name}.csv"
-            with atomic_path(path) as tmp:
-                frame.reset_index().to_csv(tmp, index=False, float_format="%.6f")
-            written.append(path)
+    for name in CURVES:
+        frames = {d: seed_mean_curves(runs_dir, d, models, labels, results.runs.seeds(d), name) for d in cfg.datasets}
+        if name == "val_mean":
+            val_curves = frames
+        path = out.plots / f"learning_curves_{name}.csv"
+        with atomic_path(path) as tmp:
+            _curve_rows(frames).to_csv(tmp, index=False, float_format="%.6f")
+        written.append(path)
     standin = results.standin(cfg.datasets)
     fig = figures.curves_figure(val_curves, "validation mean metric (AUC / EV)",
                                 "Learning curves: validation mean metric, seed mean", bool(standin))
@@ -141,11 +160,13 @@ def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[l
     written += paths
     have = {d: [c for c in f.columns if f[c].notna().any()] for d, f in val_curves.items()}
     rel = os.path.relpath(paths[0], out.report.parent)
+    no_epochs = [cfg.label(m) for m in cfg.models if m.split("@")[0] in NO_EPOCHS]
     lines = [f"## Learning curves{' [' + STANDIN_MARK + ']' if standin else ''}", "",
              f"![Learning curves]({rel})", "",
              "Seed mean of the per-epoch validation mean metric (the early-stopping criterion) from each run's dvclive "
-             "log; `dvc plots show` draws these and the training loss from results/plots/learning_curves_*.csv.", ""]
-    lines += [f"- {d}: " + (", ".join(have[d]) if have[d] else MISSING)
+             "log; `dvc plots show` draws these and the training loss from results/plots/learning_curves_*.csv."
+             + (f" {', '.join(no_epochs)}: no curve (boosting rounds, not epochs)." if no_epochs else ""), ""]
+    lines += [f"- {md_text(d)}: " + (", ".join(have[d]) if have[d] else MISSING)
               + (f"; {MISSING}: " + ", ".join(lab for lab in labels if lab not in have[d]) if have[d] and
                  len(have[d]) < len(labels) else "") for d in cfg.datasets]
     return written, "\n".join(lines) + "\n"
@@ -179,6 +200,16 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
         comparison.to_csv(tmp, index=False)
     written.append(path)
 
+    bench = bench_inputs(results, Path(runs_dir) if runs_dir is not None else None, provenance.budget)
+    conv = None
+    convergence_csv = None
+    if bench is not None:  # the flags the figures' notes and the report's Convergence paragraph count
+        conv = convergence(bench.metrics, None, bench.settings)
+        convergence_csv = out.tables / "convergence.csv"
+        with atomic_path(convergence_csv) as tmp:
+            conv.to_csv(tmp, index=False)
+        written.append(convergence_csv)
+
     labels = [config.label(m) for m in config.figures.models]
     figure_paths = {}
     figure_notes: dict[str, str] = {}
@@ -187,7 +218,7 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
         ("figure6", FIGURE6_GROUPS, "Figure 6: Δm (STL-relative) with non-uniform task complexities"),
     ):
         part = synth[synth.group.isin(groups)]
-        fig = figures.delta_m_figure(part, groups, labels, title, _convergence_note(results, set(part.config)))
+        fig = figures.delta_m_figure(part, groups, labels, title, _convergence_note(conv, set(part.config)))
         paths = figures.save_figure(fig, out.figures, f"{name}_delta_m", config.figures.dpi)
         figure_paths[name] = paths[0]
         shown = part[~part["missing"].astype(bool)]
@@ -203,10 +234,13 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
         written += paths
     write_json(out.metrics, _summary(results, tables))
     written.append(out.metrics)
-    lead = bench_section(results, Path(runs_dir) if runs_dir is not None else None, figure_paths, out.report,
-                         provenance.budget)
-    _write_text(out.report, render_report(results, tables, figure_tables, figure_paths, out.report, curves_section,
-                                          lead, provenance, figure_notes))
+    lead = bench_section(bench, figure_paths, out.report, convergence_csv)
+    markdown = render_report(results, tables, figure_tables, figure_paths, out.report, curves_section, lead,
+                             provenance, figure_notes)
+    _write_text(out.report, markdown)
     written.append(out.report)
+    if out.html is not None:
+        _write_text(out.html, report_page(markdown))
+        written.append(out.html)
     log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(results, tables)["standin"]))
     return written

@@ -10,8 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from multitab.evaluation.bench.numbers import Budget, StudySettings, collect
 from multitab.evaluation.bench.study import section_only
+from multitab.evaluation.paper.budget import (
+    NOT_TESTED,
+    GroupBudget,
+    group_budgets,
+    no_epochs,
+    not_tested_banner,
+    reduced_banner,
+    span,
+)
 from multitab.evaluation.paper.results import PaperResults
 from multitab.evaluation.paper.runs import Run
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table
@@ -34,14 +45,11 @@ _SOURCES = {"standin": STANDIN_MARK, "local": "real (local file)", "remote": "re
 
 def _span(values: Iterable[Any]) -> str:
     """'5', '2–6' or MISSING for the distinct numbers in `values`."""
-    nums = sorted({int(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))})
-    if not nums:
-        return MISSING
-    return f"{nums[0]:,}" if nums[0] == nums[-1] else f"{nums[0]:,}–{nums[-1]:,}"
+    return span(values) or MISSING
 
 
 def _is_xgboost(run: Run) -> bool:
-    return run.model.split("@")[0] == "xgboost"
+    return no_epochs(run.model)
 
 
 def _steps(run: Run) -> int | None:
@@ -54,7 +62,7 @@ def _steps(run: Run) -> int | None:
     return int(epochs) * math.ceil(int(rows) / int(batch))
 
 
-def what_ran_section(results: PaperResults, prov: Provenance) -> list[str]:
+def what_ran_section(results: PaperResults, prov: Provenance, budgets: Sequence[GroupBudget] = ()) -> list[str]:
     """The report's first screen: the code, params and settings the runs were built from, per dataset the
     data, seeds, rows, epochs and optimiser steps, and what the report can and cannot show at that scale."""
     all_runs = [r for d in results.runs.datasets for m in results.runs.models(d) for r in results.runs.runs(d, m).values()]
@@ -66,7 +74,7 @@ def what_ran_section(results: PaperResults, prov: Provenance) -> list[str]:
              f"{md_text(', '.join(protocols)) or MISSING}; hyperparameters: {md_text(', '.join(selections)) or MISSING} "
              "selections "
              "(params `train.hparams`).", "",
-             "| Dataset | Data | Runs | Seeds | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
+             "| Dataset | Data | Runs | Seed ids | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
              "|---|---|---:|---|---:|---|---:|"]
     for d in [*results.config.datasets, *results.synthetic, *[x for x in results.runs.datasets
                                                           if x not in results.config.datasets and x not in results.synthetic]]:
@@ -83,39 +91,20 @@ def what_ran_section(results: PaperResults, prov: Provenance) -> list[str]:
                      f"| {_span((r.extra.get('n_rows') or {}).get('train') for r in runs)} | {epochs} ({caps}) "
                      f"| {_span(_steps(r) for r in runs)} |")
     lines += ["", "Epochs and steps count the neural models (XGBoost's boosting rounds are not epochs).", "",
-              *_can_show(results, prov), ""]
+              *_can_show(results, budgets), ""]
     return lines
 
 
-def _can_show(results: PaperResults, prov: Provenance) -> list[str]:
-    """What the report can and cannot show at the scale that ran."""
-    cfg = results.config
-    out = []
-    standin = [d for d in cfg.datasets if results.runs.standin(d)]
-    real = [d for d in cfg.datasets if results.runs.standin(d) is False]
-    caps = results.runs.training_caps()
+def _can_show(results: PaperResults, budgets: Sequence[GroupBudget]) -> list[str]:
+    """What the numbers of each run group can show at the scale it ran."""
+    out = [f"- Run group {md_text(b.group)}, {md_text(b.what())}: {b.scale()}: {b.meaning}." for b in budgets]
+    standin = [d for d in results.config.datasets if results.runs.standin(d)]
     if standin:
-        out.append(f"- {md_text(', '.join(standin))}: generated stand-in data. Their tables check the pipeline; they are "
-                   "not results of the study, and the paper's values are not set beside them.")
-    if real and caps:
-        out.append(f"- {md_text(', '.join(real))}: real data, but training capped (at most {caps['max_train_rows']} rows, "
-                   f"{caps['max_epochs']} epochs): no paper value is set beside ours; the comparison needs the "
-                   "paper's training (`train.max_train_rows: null`, `train.max_epochs: null`).")
-    elif real:
-        out.append(f"- {md_text(', '.join(real))}: real data under the configured training; the tables compare with the paper.")
-    if results.synthetic and prov.budget is not None:
-        frames = [results.runs.runs(c, m) for c in results.synthetic for m in results.runs.models(c)]
-        seeds = {s for f in frames for s in f}
-        rows = [(r.extra.get("n_rows") or {}).get("train") for f in frames for r in f.values()]
-        rows_known = [int(x) for x in rows if x]
-        below = prov.budget.shortfall(len(seeds), min(rows_known) if rows_known else None)
-        if frames and below:
-            out.append(f"- MultiTab-Bench: {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, {_span(rows_known)} "
-                       "training rows per run, below "
-                       f"the study's budget ({prov.budget.describe()}): the paper's claim is **not tested at this "
-                       "budget**; `make study` tests it (docs/study.md).")
-        elif frames:
-            out.append("- MultiTab-Bench: runs at the study's budget; the claim's verdicts below stand as stated.")
+        out.append(f"- {md_text(', '.join(standin))}: generated stand-in data; the paper's values are not set beside "
+                   "their numbers.")
+    elif any(b.reduced for b in budgets if not b.synthetic):
+        out.append("- No paper value is set beside the real datasets' numbers: the comparison needs the paper's "
+                   "training (`train.max_train_rows: null`, `train.max_epochs: null`).")
     return out or ["- Nothing ran: every table below reads `missing`."]
 
 
@@ -180,22 +169,39 @@ def validation_banner(results: PaperResults) -> list[str]:
     return out
 
 
-def bench_section(results: PaperResults, runs_dir: Path | None, figure_paths: dict[str, Path], report_path: Path,
-                  budget: Budget | None = None) -> str:
-    """The MultiTab-Bench section the report leads with: Δm (mean ± σ) per configuration and model and the
-    paper's claim checked per configuration (multitab.evaluation.bench.study), from the bench runs of
-    `runs_dir`; empty when there are none. Points at a `make study` report when one exists beside it."""
+@dataclass(frozen=True)
+class BenchInputs:
+    """The MultiTab-Bench runs of the default report (run group `bench`) as the study's code reads them."""
+
+    metrics: pd.DataFrame  # multitab.evaluation.bench.numbers.collect's rows
+    settings: StudySettings
+    models: list[str]  # the baseline first, then the figures' models
+
+
+def bench_inputs(results: PaperResults, runs_dir: Path | None, budget: Budget | None = None) -> BenchInputs | None:
+    """The bench runs under `runs_dir` of the MultiTab-Bench configurations (None: no such run)."""
     if runs_dir is None or not results.synthetic:
-        return ""
+        return None
     cfg = results.config
     models = [cfg.baseline, *[m for m in cfg.figures.models if m != cfg.baseline]]
     metrics, _ = collect(runs_dir, results.synthetic, models)
     if metrics.empty:
-        return ""
+        return None
     settings = StudySettings(baseline=cfg.baseline, labels={**cfg.models},
                              model=cfg.significance.model,
                              rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model),
                              budget=budget)
+    return BenchInputs(metrics, settings, models)
+
+
+def bench_section(bench: BenchInputs | None, figure_paths: dict[str, Path], report_path: Path,
+                  convergence_csv: Path | None = None) -> str:
+    """The MultiTab-Bench section the report leads with: Δm (mean ± σ) per configuration and model and the
+    paper's claim checked per configuration (multitab.evaluation.bench.study); empty without bench runs.
+    Points at a `make study` report when one exists beside it; `convergence_csv`: where the runs' convergence
+    flags are written (the section lists them there)."""
+    if bench is None:
+        return ""
     prefix = os.path.relpath(figure_paths["figure5"].parent, report_path.parent) + "/"
     header = ["From the run group `bench` (params `runs.bench`; the default is one seed for a few epochs, and "
               "with one seed no t-test is run). `make study` trains Figures 5-6 to convergence over several seeds "
@@ -204,7 +210,28 @@ def bench_section(results: PaperResults, runs_dir: Path | None, figure_paths: di
     if study_report.is_file():
         header += [f"A `make study` report exists: [{os.path.relpath(study_report, report_path.parent)}]"
                    f"({os.path.relpath(study_report, report_path.parent)}).", ""]
-    return section_only(metrics, settings, models, header=header, figure_prefix=prefix)
+    listed = None
+    if convergence_csv is not None:
+        rel = os.path.relpath(convergence_csv, report_path.parent).replace(os.sep, "/")
+        listed = f"[{rel}]({rel})"
+    return section_only(bench.metrics, bench.settings, bench.models, header=header, figure_prefix=prefix,
+                        convergence_file=listed)
+
+
+def banners(results: PaperResults, tables: Sequence[Table], figure_tables: Sequence[Table],
+            budgets: Sequence[GroupBudget]) -> list[str]:
+    """The report's first lines: stand-in data, validation warnings, reduced training, the claim not tested."""
+    standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
+    lines = []
+    if standin:
+        lines += [f"> **{STANDIN_MARK.upper()}**: inputs {md_text(', '.join(standin))} come from generated stand-in data. "
+                  "Every number built from them is a pipeline check, not a result of the study.", ""]
+    lines += validation_banner(results)
+    if reduced := reduced_banner(budgets, md_text):
+        lines += [f"> **REDUCED TRAINING**: {reduced}", ""]
+    if below := not_tested_banner(budgets, md_text):
+        lines += [f"> **{NOT_TESTED.upper()}**: {below}", ""]
+    return lines
 
 
 def render_report(results: PaperResults, tables: Sequence[Table], figure_tables: Sequence[Table],
@@ -212,19 +239,12 @@ def render_report(results: PaperResults, tables: Sequence[Table], figure_tables:
                   lead_section: str = "", provenance: Provenance | None = None,
                   figure_notes: dict[str, str] | None = None) -> str:
     cfg = results.config
-    standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
-    lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
-    lines += what_ran_section(results, provenance or Provenance())
-    if standin:
-        lines += [f"> **{STANDIN_MARK.upper()}**: inputs {md_text(', '.join(standin))} come from generated stand-in data. "
-                  "Every number built from them is a pipeline check, not a result of the study.", ""]
-    lines += validation_banner(results)
-    caps = results.runs.training_caps()
-    if caps:
-        lines += [f"> **REDUCED TRAINING**: runs were trained on at most {caps['max_train_rows']} training rows for at "
-                  f"most {caps['max_epochs']} epochs (params `train.max_train_rows`, `train.max_epochs`), not the "
-                  "paper's full protocol (all rows, early stopping within 100 epochs, 50 for AliExpress). Their "
-                  "metrics check the pipeline; they do not reproduce the study.", ""]
+    prov = provenance or Provenance()
+    budgets = group_budgets(results.runs, list(results.synthetic), prov.budget, [*cfg.datasets, *results.synthetic])
+    lines = ["# MultiTab: the study's tables and figures, regenerated", "", *banners(results, tables, figure_tables, budgets)]
+    lines += what_ran_section(results, prov, budgets)
+    # the paper's values beside ours only for real data trained as the paper trains
+    caps = any(b.reduced for b in budgets if not b.synthetic)
     if lead_section:
         lines += [lead_section, ""]
     lines += [
