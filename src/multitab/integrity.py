@@ -1,12 +1,12 @@
 """The files a stage reads are the files their producer recorded: outputs checked against dvc.lock.
 
-DVC trusts the name of an object in its cache. `dvc checkout` and a restore from its run cache (`dvc repro`
-saying "Restored") copy the object into the workspace and record dvc.lock's hash for the new file in DVC's
-state database without hashing it; so a corrupted object (a flipped bit on disk, a bad copy) becomes a
-workspace file that `dvc status` calls up to date, every later stage reads it, and a metric comes out wrong
-without a word. Here the files are hashed (md5, as DVC 3 records them) and compared with what dvc.lock
-records: a file output's `md5`, or, for a folder, each file's md5 in the folder's `.dir` object in DVC's
-cache, which is itself checked against its own name.
+DVC trusts the name of an object in its cache. `dvc checkout` and a restore from its run cache copy the
+object into the workspace and record dvc.lock's hash for the new file in DVC's state database without
+hashing it; DVC hashes an object again only when its size, mtime or inode changed. An object corrupted with
+its stat unchanged (a bit gone bad on disk, a copy that keeps file times) thus becomes a workspace file that
+`dvc status` calls up to date, the stages after it read it, and a metric comes out wrong without a word.
+Here the files are hashed (md5, as DVC 3 records them) and compared with dvc.lock: a file output's `md5`, or
+each file's md5 in a folder output's `.dir` object in DVC's cache, itself checked against its name.
 
 - `verify_stage_inputs`: every stage script (stages/_common.py) checks the outputs of other stages that
   its dependencies name, when DVC runs it (DVC names the stage in DVC_STAGE). Sources, params and local
@@ -26,12 +26,14 @@ when its mtime was restored. dvc.lock is read as plain YAML with a safe loader; 
 
 from __future__ import annotations
 
+import argparse
 import configparser
 import contextlib
 import hashlib
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from multitab.exit_codes import BAD_INPUT
 from multitab.io import write_json
 from multitab.stage_deps import declared_deps, locked_deps, normalise
 
@@ -94,14 +97,14 @@ class VerifiedState:
         files = data.get("files") if isinstance(data, dict) else None
         return files if isinstance(files, dict) else {}
 
-    def md5(self, root: Path, rel: str) -> str:
-        st = (root / rel).stat()
+    def md5(self, rel: str) -> str:
+        st = (self.root / rel).stat()
         key: list[int | str] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         self.tally.files += 1
         known = self.entries.get(rel)
         if known is not None and known[:4] == key:
             return str(known[4])
-        digest = md5_file(root / rel)
+        digest = md5_file(self.root / rel)
         self.tally.hashed += 1
         self.tally.hashed_bytes += st.st_size
         self.entries[rel] = self.new[rel] = [*key, digest]
@@ -114,10 +117,8 @@ class VerifiedState:
             return
         entries = {**self._read(), **self.new}
         entries = {p: e for p, e in entries.items() if (self.root / p).exists()}
-        try:
+        with contextlib.suppress(OSError):  # a read-only .dvc/tmp: the next check hashes again
             write_json(self.path, {"version": 1, "files": entries})
-        except OSError:  # a read-only .dvc/tmp: the next check hashes again
-            pass
 
 
 def read_lock(root: Path, tries: int = 20) -> dict[str, Any] | None:
@@ -185,10 +186,7 @@ def _object(root: Path, md5: str) -> Path:
 
 
 def _shown(root: Path, path: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def _rerun(stage: str) -> str:
@@ -226,11 +224,8 @@ def _manifest(root: Path, stage: str, out: str, md5: str) -> list[dict[str, Any]
 
 def _tree_md5(root: Path, out: str, state: VerifiedState) -> str:
     """A folder's md5 as DVC computes it: of the sorted list of its files' md5s and paths."""
-    folder = root / out
-    listing = sorted(
-        (p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file() or p.is_symlink()
-    )
-    tree = [{"md5": state.md5(root, f"{out}/{rel}"), "relpath": rel} for rel, _ in listing]
+    listing = sorted(p.relative_to(root / out).as_posix() for p in (root / out).rglob("*") if p.is_file())
+    tree = [{"md5": state.md5(f"{out}/{rel}"), "relpath": rel} for rel in listing]
     return hashlib.md5(json.dumps(tree, sort_keys=True).encode(), usedforsecurity=False).hexdigest() + ".dir"
 
 
@@ -242,7 +237,7 @@ def check_out(root: Path, stage: str, entry: Mapping[str, Any], state: VerifiedS
     if entry.get("hash") != "md5" or not md5 or not (root / out).exists():
         return
     if not md5.endswith(".dir"):
-        found = state.md5(root, out)
+        found = state.md5(out)
         if found != md5:
             raise _differs(root, stage, out, md5, found)
         return
@@ -262,7 +257,7 @@ def check_out(root: Path, stage: str, entry: Mapping[str, Any], state: VerifiedS
         if not (root / rel).exists():
             raise IntegrityError(rel, f"{rel}: missing from {out} ({stage}'s output in dvc.lock): restore it with "
                                       f"`dvc checkout {out}`")
-        found = state.md5(root, rel)
+        found = state.md5(rel)
         if found != item["md5"]:
             raise _differs(root, stage, rel, str(item["md5"]), found)
 
@@ -275,14 +270,13 @@ def _confirmed(root: Path, check: Callable[[dict[str, Any], VerifiedState], None
         return Tally()
     state = VerifiedState(root)
     try:
-        try:
-            check(lock, state)
-        except IntegrityError:
-            time.sleep(0.5)
-            again = read_lock(root)
-            if again is None or again == lock:
-                raise
-            check(again, state)
+        check(lock, state)
+    except IntegrityError:
+        time.sleep(0.5)
+        again = read_lock(root)
+        if again is None or again == lock:
+            raise
+        check(again, state)
     finally:
         state.save()
     return state.tally
@@ -338,11 +332,6 @@ def verify_stage_inputs(environ: Mapping[str, str] = os.environ) -> Tally:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m multitab.integrity [ROOT]`: every output dvc.lock records, checked; a summary line."""
-    import argparse
-    import sys
-
-    from multitab.exit_codes import BAD_INPUT
-
     p = argparse.ArgumentParser(description="check the workspace's DVC outputs against dvc.lock")
     p.add_argument("root", nargs="?", default=".", help="the DVC project (default: the current folder)")
     a = p.parse_args(argv)

@@ -3,11 +3,12 @@
 them) and the stage's entry in dvc.lock (what it depended on when it last ran).
 
 DVC names the stage it runs in the command's environment (DVC_STAGE, e.g. `preprocess@acs_income`; DVC_ROOT
-is the project), so a stage script can find its own definition. Importing DVC for this would cost seconds per
-stage and DVC on every machine that runs a stage; a reference this resolver cannot follow (a `vars` entry of
-another form, a nested expression) leaves that path out, and dvc.lock's entry still names it once the stage
-has run. A wrong path here can only leave a file unchecked: it is then nobody's output, or an output that is
-checked against its own record.
+is the project), so a stage script can find its own definition. Importing DVC for this would cost seconds
+per stage, and DVC on every machine that runs a stage. params.yaml is read here as DVC reads it, as the
+context of dvc.yaml's `${...}`; no setting is taken from it (stages read theirs through multitab.config). A
+reference this resolver cannot follow (a `vars` entry of another form, a nested expression) leaves that path
+out, and dvc.lock's entry still names it once the stage has run. A wrong path here can only leave a file
+unchecked: it is then nobody's output, or an output that is checked against its own record.
 """
 
 from __future__ import annotations
