@@ -394,3 +394,18 @@ def test_local_source_feeds_the_split_step(name: str, tmp_path: Path) -> None:
     info = split(schema, cfg, tmp_path / "raw", tmp_path / "splits")
     assert info["source"] == "local" and info["standin"] is False
     assert sum(info["n_rows"].values()) == total
+
+
+def test_a_directory_where_a_raw_file_belongs_is_named_as_one(tmp_path: Path) -> None:
+    """`remote.url` naming a local path that is a directory, and a raw file's name in a `local.path` folder
+    taken by a directory: each message says it is a directory (they said "no such file", or listed the
+    folder's files without it)."""
+    folder = tmp_path / "HIGGS.csv.gz"
+    folder.mkdir()
+    with pytest.raises(SourceError, match=r"HIGGS\.csv\.gz: is a directory, not a file \(datasets\.higgs\.remote\.url\)"):
+        acquire_remote(HIGGS, _remote(str(folder), "csv.gz"), tmp_path / "raw", tmp_path / "cache")
+    (tmp_path / "ali").mkdir()
+    raw_frame(ALI, 5).to_csv(tmp_path / "ali" / "train.csv", index=False)
+    (tmp_path / "ali" / "test.csv").mkdir()
+    with pytest.raises(SourceError, match=r"found no file\(s\) \(test\.csv: a directory, not a file\) for 'aliexpress'"):
+        acquire_local(ALI, LocalConfig(path=str(tmp_path / "ali")), tmp_path / "raw")
