@@ -104,36 +104,53 @@ def _items(definition: Mapping[str, Any], context: Mapping[str, Any]) -> dict[st
 def declared_deps(root: Path, stage: str) -> list[str]:
     """The `deps` dvc.yaml declares for `stage` (`name` or `name@key`), resolved; [] where dvc.yaml or the
     stage is not there. References it cannot resolve leave their path out."""
-    path = root / "dvc.yaml"
-    if not path.is_file():
-        return []
-    dvc_yaml = load_safe(path) or {}
-    name, at, key = stage.partition("@")
-    definition = (dvc_yaml.get("stages") or {}).get(name)
-    if not isinstance(definition, Mapping):
-        return []
-    context = _context(root, dvc_yaml)
-    if at:
-        if "foreach" not in definition and "matrix" not in definition:
+    return Declarations.load(root).deps(stage)
+
+
+class Declarations:
+    """dvc.yaml's stage definitions with the context of their `${...}`, read once (a stage reads it once;
+    a check of every stage would otherwise parse params.yaml and runs.yaml per stage)."""
+
+    def __init__(self, stages: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+        self.stages, self.context = stages, context
+
+    @classmethod
+    def load(cls, root: Path) -> Declarations:
+        path = root / "dvc.yaml"
+        if not path.is_file():
+            return cls({}, {})
+        dvc_yaml = load_safe(path)
+        stages = dvc_yaml.get("stages") if isinstance(dvc_yaml, Mapping) else None
+        if not isinstance(stages, Mapping):
+            return cls({}, {})
+        return cls(stages, _context(root, dvc_yaml))
+
+    def deps(self, stage: str) -> list[str]:
+        """`declared_deps` of one stage."""
+        name, at, key = stage.partition("@")
+        definition = self.stages.get(name)
+        if not isinstance(definition, Mapping):
             return []
-        members = _items(definition, context)
-        if key not in members:
-            return []
-        local = {**context, "key": key, "item": members[key]}
-        definition = definition.get("do", definition)
-    else:
-        local = context
-    wdir = str(definition.get("wdir", "."))
-    found = []
-    for dep in definition.get("deps") or []:
-        if not isinstance(dep, str):
-            continue
-        try:
-            value = interpolate(dep, local)
-        except Unresolved:
-            continue
-        found.append(normalise(f"{wdir}/{_to_str(value)}"))
-    return found
+        local: Mapping[str, Any] = self.context
+        if at:
+            if "foreach" not in definition and "matrix" not in definition:
+                return []
+            members = _items(definition, self.context)
+            if key not in members:
+                return []
+            local = {**self.context, "key": key, "item": members[key]}
+            definition = definition.get("do", definition)
+        wdir = str(definition.get("wdir", "."))
+        found = []
+        for dep in definition.get("deps") or []:
+            if not isinstance(dep, str):
+                continue
+            try:
+                value = interpolate(dep, local)
+            except Unresolved:
+                continue
+            found.append(normalise(f"{wdir}/{_to_str(value)}"))
+        return found
 
 
 def locked_deps(lock: Mapping[str, Any], stage: str) -> list[str]:
