@@ -35,9 +35,11 @@ from flows import memory
 from flows.dag import load_config, read_stage_graph, select, sync_runs_file
 from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
+from flows.integrity import check_restored, preflight
 from flows.provenance import label_run, run_name, run_provenance
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
 from multitab.exit_codes import BAD_INPUT, INTERRUPTED
+from multitab.integrity import IntegrityError
 from multitab.io import write_json
 
 # Set by flows.deploy for the runs of a deployment: the project folders a run's `root` may name
@@ -229,6 +231,14 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
             outcome = dvc_outcome(lines)
             if budget is not None:
                 budget.measure(stage, peak, ran=outcome == "ran", failed=False)
+            if outcome == "restored":  # copied from cache objects DVC does not hash: before any stage reads them
+                try:
+                    check_restored(root, stage)
+                except IntegrityError as e:
+                    error = StageFailed(stage, BAD_INPUT, str(e), attempt)
+                    _record_failure(str(runtime.task_run.id), str(error))
+                    log.error("%s", error)
+                    raise error from None
             info = {"outcome": outcome, "lock_waits": lock_waits, "attempts": attempt}
             name = STATE_NAMES[outcome] + (f" (attempt {attempt})" if attempt > 1 else "")
             return Completed(data=info, name=name, message=f"{STATE_NAMES[outcome]} on attempt {attempt}")
@@ -333,6 +343,11 @@ def pipeline(
     n_retries = cfg.retries if retries is None else retries
     delay = cfg.retry_delay_seconds if retry_delay is None else retry_delay
     plan = select(read_stage_graph(root, changed=True), targets)
+    try:  # after the remote's pull; a deployment's run has no pre-flight of the CLI's before it
+        preflight(root, plan)
+    except IntegrityError as e:
+        log.error("%s", e)
+        return Failed(message=str(e), data=PipelineFailed(str(e), exit_code=BAD_INPUT))  # type: ignore[return-value]
     label_run(run_provenance(root, params), targets, params, log)
     to_run = plan.to_run()
     gpus = gpu_slots_of(plan, cfg, gpu_concurrency)
@@ -449,11 +464,13 @@ def exit_status(summary: dict[str, Any]) -> int:
 
 
 class PipelineFailed(RuntimeError):
-    """At least one stage kept failing; the summary names it and why."""
+    """At least one stage kept failing (the summary names it and why), or the pre-flight found a corrupted
+    output (flows/integrity.py)."""
 
-    def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, summary: dict[str, Any] | None = None, exit_code: int | None = None) -> None:
         super().__init__(message)
         self.summary = summary or {}
+        self.exit_code = exit_code  # the run's exit status where no stage decided it (the pre-flight)
 
 
 class RootRefused(ValueError):

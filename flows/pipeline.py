@@ -55,6 +55,7 @@ from flows.dag import (
     select,
     sync_runs_file,
 )
+from flows.integrity import preflight
 from multitab.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.io import os_error_line
 from multitab.process import raise_deferred_ctrl_c
@@ -155,6 +156,7 @@ def _main(argv: Sequence[str] | None) -> int:
         check_local_paths(args.root, args.params)  # before DVC hashes them (a named pipe would hang it)
         sync_runs_file(args.root, args.params, args.groups)
         plan = select(read_stage_graph(args.root, changed=True), args.targets)
+        preflight(args.root, plan)  # no corrupted output passes as up to date (flows/integrity.py)
     except UnknownTarget as e:
         print(f"flows.pipeline: {e}", file=sys.stderr)
         return 2
@@ -186,6 +188,9 @@ def _main(argv: Sequence[str] | None) -> int:
         )
     if state.is_completed():
         return 0
+    if isinstance(state.data, PipelineFailed) and state.data.exit_code is not None:  # no stage ran
+        print(f"flows.pipeline: {state.message}", file=sys.stderr)
+        return state.data.exit_code
     # The run's summary: in the Failed state (when Prefect kept the object) or in the file the flow wrote.
     summary = state.data.summary if isinstance(state.data, PipelineFailed) else {}
     if not summary:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from multitab.config import ConfigError, Params, load_params
 from multitab.exit_codes import BAD_INPUT, INTERRUPTED
+from multitab.integrity import verify_stage_inputs
 from multitab.io import os_error_line, remove_stale_temporaries, write_json
 from multitab.process import ctrl_c_raises, stop_with_parent
 
@@ -31,6 +32,9 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
     First the debris of a killed earlier attempt goes: the temporaries beside each of `outputs` (files or
     folders written with multitab.io's atomic writers), and in each folder of `stems` (`folder/stem`) those
     of the stage's files whose names start with the stem (its files in a folder other stages write to).
+    Then, when DVC runs the stage, the outputs of other stages that it depends on are checked against the
+    hashes their producer recorded in dvc.lock (multitab.integrity): a corrupted one is bad input, named
+    with what to do.
 
     Exit status: `BAD_INPUT` for what a retry cannot fix (ValueError, including ConfigError; KeyError; a
     missing file, a file it may not read, a path that is a folder or loops), 1 for the rest (other OS
@@ -47,6 +51,7 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
                 logging.getLogger(__name__).info("removed %s (left by a killed earlier run)", p)
         for path in stems:
             remove_stale_temporaries(path.parent, stems=(path.name,))
+        verify_stage_inputs()
         body()
     except (ValueError, KeyError) as e:
         print(f"[{stage}] error: {e}", file=sys.stderr)
@@ -100,6 +105,7 @@ def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn
     try:
         ctrl_c_raises()
         remove_stale_temporaries(Path(out).parent, Path(out).name)  # of a verdict write that was killed
+        verify_stage_inputs()
         params = load_params(params_path)
         outcome = body(params)
     except (ConfigError, ValueError, KeyError, FileNotFoundError) as e:

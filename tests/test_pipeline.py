@@ -796,3 +796,27 @@ def test_a_corrupted_dvc_lock_table_is_named_with_what_to_do(tmp_path: Path) -> 
     line = project_error(caught.value)
     assert line is not None and line.startswith(".dvc/tmp/rwlock: DVC's table of stage locks is unreadable"), line
     assert "rm .dvc/tmp/rwlock" in line
+
+
+def test_a_stage_restored_corrupted_during_the_flow_fails_before_any_stage_reads_it(tmp_path, capsys):
+    """A byte flipped in a workspace output and in its DVC cache object (its stat unchanged): DVC sees the
+    workspace file changed, so the pre-flight leaves it to DVC, which restores the corrupted object during the
+    flow; the stage fails there (flows/integrity.py), not a stage after it."""
+    from _corrupt_dvc import DATA, cache_object, dvc, flip_byte, flow, ok, toy_project
+
+    root = toy_project(tmp_path)
+    ok(dvc(root, "repro", "prepare"))  # the stages that read its output have not run yet
+    obj = cache_object(root, DATA)
+    flip_byte(root / DATA)
+    flip_byte(obj, keep_mtime=True)
+    code, line = flow(root, capsys, "--retries", "0")
+    assert code == BAD_INPUT, line
+    assert line.startswith("flows.pipeline: 1 stage(s) failed; prepare: stage prepare exited with code 3 (bad "
+                           f"input, not retried): {DATA}: differs from what prepare recorded in dvc.lock"), line
+    assert f"rm -f {obj.relative_to(root)}" in line
+    summary = json.loads((root / "results" / "pipeline_summary.json").read_text())
+    assert summary["stages"]["train@toy"]["status"] == "not_run"
+
+    # DVC now calls the file up to date; a deployment's run (the flow without the CLI around it) checks too
+    state = pipeline(root=str(root), return_state=True)
+    assert state.is_failed() and (state.message or "").startswith(f"{DATA}: differs from what prepare"), state

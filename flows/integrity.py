@@ -1,0 +1,32 @@
+"""The flow's checks that no corrupted DVC output is used (multitab.integrity): a pre-flight before any
+stage runs, and a check of each stage DVC restores from its run cache before any stage after it starts.
+
+The pre-flight hashes the outputs of the stages DVC finds up to date: DVC vouches for those from its state
+database, which records dvc.lock's hash for a file it checked out of its cache without hashing it, so a
+corrupted cache object (or a file edited with its size and mtime put back) passes as up to date and the
+flow would skip every stage after it. The outputs of the stages DVC finds changed are left to DVC: it has
+seen them change (an edit, a stage stopped before DVC recorded it, a dvc.lock from another commit) and
+runs or restores the stage, and what it restores is checked here after the stage. An output that a later
+stage reads is also checked by that stage itself (stages/_common.py). Only files changed since their last
+check are hashed (the verified state, .dvc/tmp/multitab-verified.json), so a second run costs stat calls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flows.dag import StagePlan
+from multitab.integrity import Tally, verify_outputs
+
+
+def preflight(root: str | Path, plan: StagePlan) -> Tally:
+    """The outputs dvc.lock records for the plan's stages that DVC found up to date (all of them when it was
+    not asked); raises multitab.integrity.IntegrityError (a ValueError) naming the first file that differs."""
+    changed = plan.changed or frozenset()
+    return verify_outputs(root, [s for s in plan.order if s not in changed])
+
+
+def check_restored(root: str | Path, stage: str) -> Tally:
+    """The outputs of `stage` that DVC has just restored from its run cache (copied from cache objects it
+    does not hash); raises IntegrityError as `preflight`."""
+    return verify_outputs(root, [stage])
