@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from multitab.process import die_with_parent
@@ -34,6 +35,7 @@ _STAGE_LOG_WARNING = re.compile(r"^\[[^\]]+\] WARNING ")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?\s*(.*)")
 _VALIDATION_HEAD = re.compile(r"expectations? failed")
 _DVC_CHATTER = re.compile(r"^(Running stage|> |Stage '|Updating lock|Generating lock|To track|To enable|Use `dvc|\s*git add|\s*dvc config)")
+_RUNNING = re.compile(r"^Running stage '([^']+)'")
 _CAUSE_CHARS = 300
 
 
@@ -96,9 +98,12 @@ def exit_code(lines: list[str], rc: int) -> int:
 
 
 def cause(lines: list[str], code: int = 1) -> str:
-    """One line saying why a stage failed: the stage's own error line (`[stage] error: ...`; for a failed
-    validation, its first failed expectation), else an exception's last line, else the stage's last
-    output line, else the signal that killed it, else DVC's error."""
+    """One line saying why a stage failed: for a SIGKILL, that it was probably memory (`killed_line`); the
+    stage's own error line (`[stage] error: ...`; for a failed validation, its first failed expectation),
+    else an exception's last line, else the stage's last output line, else the signal that killed it,
+    else DVC's error."""
+    if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        return killed_line(lines)
     found = [m.group(1) for line in lines if (m := _STAGE_ERROR.match(line))]
     if not found:
         found = [line for line in lines if _EXCEPTION.match(line)]
@@ -113,6 +118,37 @@ def cause(lines: list[str], code: int = 1) -> str:
         found = [m.group(1) for line in lines if (m := _DVC_ERROR.match(line))]
     text = found[-1].strip() if found else "no output"
     return text if len(text) <= _CAUSE_CHARS else text[: _CAUSE_CHARS - 3] + "..."
+
+
+def killed_line(lines: list[str]) -> str:
+    """Why a stage was SIGKILLed, most likely: the kernel's out-of-memory killer (it prints nothing, so the
+    stage's last output line says nothing about it). Its peak as the stage last logged it
+    (multitab.memwatch), the machine's memory, what to change, and where its previous outputs are: DVC
+    removed them before running the command (dvc/stage/__init__.py, Stage.run), and its cache still holds
+    the version dvc.lock records, which a failed run leaves unchanged."""
+    from multitab.memwatch import PEAK_LINE
+
+    peaks = [float(m.group(1)) for line in lines if (m := PEAK_LINE.search(line))]
+    stages = [m.group(1) for line in lines if (m := _RUNNING.match(line))]
+    stage = stages[-1] if stages else "<stage>"
+    total = _mem_total_gb()
+    where = f" of this machine's {total:.1f} GB" if total else ""
+    reached = f"it had reached {peaks[-1]:.1f} GB{where}" if peaks else f"its peak is unknown{where}"
+    return (
+        f"killed by SIGKILL: probably out of memory (the kernel's OOM killer; {reached}); run fewer stages "
+        "at once (orchestration.workers: 1 in params.yaml, or --workers 1) or free memory, then run again; "
+        f"its previous outputs are in DVC's cache: `dvc checkout {stage}` restores them"
+    )
+
+
+def _mem_total_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024**2
+    except OSError:
+        return None
+    return None
 
 
 def dvc_outcome(lines: list[str]) -> str:

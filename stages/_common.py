@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from multitab.config import ConfigError, Params, load_params
 from multitab.exit_codes import BAD_INPUT
 from multitab.io import os_error_line, remove_stale_temporaries, write_json
+from multitab.memwatch import watch_memory
 from multitab.process import stop_with_parent
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
     """
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     stop_with_parent()  # a stage never outlives the `dvc repro` that started it (multitab.process)
+    watch_memory()  # its peak, logged as it grows: the flow's line if the kernel kills it for memory
     try:
         for path in outputs:
             for p in remove_stale_temporaries(path.parent, path.name):
@@ -90,6 +92,7 @@ def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     stop_with_parent()
+    watch_memory()
     try:
         remove_stale_temporaries(Path(out).parent, Path(out).name)  # of a verdict write that was killed
         params = load_params(params_path)
