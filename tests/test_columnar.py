@@ -54,3 +54,29 @@ def test_parked_columns_come_back_in_row_ranges(tmp_path: Path) -> None:
     np.testing.assert_array_equal(store.get("a"), a[:2])
     with pytest.raises(TypeError, match="parked as int64"):
         store.append("a", a.astype(np.float64))
+
+
+def test_standin_chunks_go_to_parquet_without_a_dataframe(tmp_path: Path, monkeypatch) -> None:
+    """The stand-in writer turns each chunk's arrays into Arrow directly (a pandas frame of a chunk cost two
+    copies of it) and writes the file that a frame of each chunk gives."""
+    import types
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from multitab.datasets import standin
+    from multitab.datasets.schema import get_schema
+
+    schema = get_schema("higgs")
+    monkeypatch.setattr(standin, "CHUNK_ROWS", 1000)
+    monkeypatch.setattr(standin, "pd", types.SimpleNamespace(DataFrame=None), raising=False)  # no frame
+    standin.write_standin(schema, {"data": 2500}, 5, tmp_path)
+    monkeypatch.setattr(standin, "pd", pd, raising=False)
+    writer = None
+    for chunk in standin._chunks(schema, standin._draw_params(schema, 5), 2500, 5, 0):
+        table = pa.Table.from_pandas(pd.DataFrame(chunk), preserve_index=False)
+        writer = writer or pq.ParquetWriter(tmp_path / "reference.parquet", table.schema)
+        writer.write_table(table)
+    assert writer is not None
+    writer.close()
+    assert (tmp_path / "data.parquet").read_bytes() == (tmp_path / "reference.parquet").read_bytes()
