@@ -103,3 +103,27 @@ def test_batches_hold_a_few_columns_and_row_hashes_are_pandas(tmp_path: Path) ->
     assert all(table_frame[c].to_numpy().strides == (0,) for c in frame.columns)  # no memory per row
     assert all(1 <= len(f.columns) <= 3 for f, _ in batches[1:])
     assert [c for f, _ in batches[1:] for c in f.columns] == list(frame.columns)
+
+
+def test_metrics_of_earlier_batches_are_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GX caches every resolved metric (full-length condition Series) in the datasource's execution engine:
+    each batch must start with that cache empty, or memory grows with every batch validated."""
+    from multitab.validation import batched
+
+    cached: list[int] = []
+
+    class Spy(batched.Validator):  # type: ignore[misc]
+        def __init__(self, *, batch_definition: object, **kw: object) -> None:
+            engine = batch_definition.data_asset.datasource.get_execution_engine()  # type: ignore[attr-defined]
+            cached.append(len(engine._metric_cache))
+            super().__init__(batch_definition=batch_definition, **kw)
+
+    monkeypatch.setattr(batched, "Validator", Spy)
+    params = vf.write_params(tmp_path / "params.yaml", REPO / "params.yaml")
+    frames, meta = vf.processed_frames("higgs", params)
+    vf.write_processed(tmp_path / "processed", frames, meta)
+    cfg = load_params(tmp_path / "params.yaml")
+    outcome = validate_processed(tmp_path / "processed", cfg.validation, context_dir=tmp_path / "gx",
+                                 report_dir=tmp_path / "report", batch_bytes=64_000)
+    assert outcome.success and len(cached) > 6
+    assert cached == [0] * len(cached)

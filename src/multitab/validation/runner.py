@@ -52,7 +52,7 @@ from great_expectations.validator.validation_statistics import calc_validation_s
 from multitab.config.validation import ReportConfig
 from multitab.io import write_bytes, write_json
 from multitab.validation.assets import make_offline
-from multitab.validation.batched import run_in_batches
+from multitab.validation.batched import forget_metrics, run_in_batches
 from multitab.validation.columns import SplitData
 from multitab.validation.expectations import OwnCheck
 from multitab.validation.failures import Failure, Outcome, SplitResult, failure_from_result
@@ -264,6 +264,7 @@ def _validate(
         else:
             vr = vd.run(batch_parameters={"dataframe": frame}, result_format=dict(result_format), run_id=run_id)
             failures = [failure_from_result(split, r, frame, offending_rows) for r in vr.results if not r.success]
+            forget_metrics(batch)
     finally:
         _remove(context.validation_definition_store, name)
         ds.delete_asset(asset)
