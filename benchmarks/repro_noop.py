@@ -36,6 +36,9 @@ ORCHESTRATION = {
     "schedule": "0 3 * * *",
     "timezone": "UTC",
     "summary": "results/pipeline_summary.json",
+    "sync_remote": False,
+    "memory_budget_gb": None,
+    "stage_memory": "results/stage_memory.json",
 }
 
 

@@ -3,12 +3,23 @@
 Importing this package sets offline defaults before Prefect is imported anywhere: no telemetry, no
 update checks, and a project-local PREFECT_HOME (git-ignored `.prefect/`) so ephemeral runs keep their
 history beside the checkout instead of in ~/.prefect. Values already in the environment win.
+
+Run as `python -m flows.pipeline` (`make repro`), Ctrl-C while it is still importing and reading the DAG
+(DVC, pandas, Prefect: seconds) is acted on by its `main` between those steps: one line and exit 130,
+instead of a traceback from inside an import.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+# Python sets argv[0] to "-m" while it imports the package of a `-m` module
+if sys.argv[:1] == ["-m"] and sys.orig_argv[sys.orig_argv.index("-m") + 1:][:1] == ["flows.pipeline"]:
+    from multitab.process import defer_ctrl_c_while_starting
+
+    defer_ctrl_c_while_starting()
 
 _OFFLINE_DEFAULTS = {
     "DO_NOT_TRACK": "1",

@@ -17,6 +17,7 @@ from typing import Any
 
 from multitab.config import ConfigError, load_params
 from multitab.config.orchestration import OrchestrationConfig
+from multitab.io import local_path_not_regular, not_regular
 from multitab.runs import RUNS_FILE
 from multitab.runs import write as write_runs
 
@@ -37,6 +38,23 @@ def sync_runs_file(root: str | Path, params: str | Path = "params.yaml", groups:
         raise ConfigError(f"{loaded.source}: --groups {list(groups)}: the params declare no run groups (`runs:`)")
 
 
+def check_local_paths(root: str | Path, params: str | Path = "params.yaml") -> None:
+    """ConfigError for a dataset's `local.path` that is, or holds, a named pipe, a socket or a device:
+    dvc.yaml makes the path a dependency of acquire@D whatever the source, and DVC, hashing it to see
+    whether the stage changed, would wait on a pipe forever."""
+    loaded = load_params(Path(root) / params)
+    for name, ds in (loaded.sections.get("datasets") or {}).items():
+        if ds.local.path is None:
+            continue
+        given = Path(ds.local.path)
+        odd = not_regular(given if given.is_absolute() else Path(root) / given)
+        if odd is not None:
+            entry = odd[0] if given.is_absolute() else given / odd[0].relative_to(Path(root) / given)
+            raise ConfigError(
+                f"{loaded.source}: {local_path_not_regular(f'datasets.{name}.local.path', given, entry, odd[1])}"
+            )
+
+
 @dataclass(frozen=True)
 class StagePlan:
     """The stages to run in a topological order, each stage's upstream stages within the plan, and the
@@ -48,6 +66,9 @@ class StagePlan:
     # a stage's checkpoint folder (dvc.yaml `meta: {checkpoints: PATH}`), copied to the DVC remote while it
     # runs when orchestration.sync_remote is on (flows/remote.py)
     checkpoints: dict[str, str] = field(default_factory=dict)
+    # a stage's data: its dependencies that another stage or a .dvc file produces (paths relative to the
+    # root); their size on disk is its first memory estimate (flows/memory.py)
+    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def descendants(self, stage: str) -> set[str]:
         below: dict[str, list[str]] = {s: [] for s in self.order}
@@ -112,10 +133,23 @@ def read_stage_graph(root: str | Path, changed: bool = False) -> StagePlan:
             for s in stages
             if isinstance(s.meta, dict) and s.meta.get("checkpoints")
         }
+        inputs = {name(s): _produced_deps(s, graph, repo.root_dir) for s in stages}
         stale: frozenset[str] | None = None
         if changed:
             stale = frozenset(name(s) for s in _changed_stages(repo, stages))
-    return StagePlan(order=tuple(order), upstream=upstream, changed=stale, checkpoints=checkpoints)
+    return StagePlan(order=tuple(order), upstream=upstream, changed=stale, checkpoints=checkpoints,
+                     inputs={s: i for s, i in inputs.items() if i})
+
+
+def _produced_deps(stage: Any, graph: Any, root: str) -> tuple[str, ...]:
+    """The stage's dependencies that a stage or .dvc file upstream of it produces (its data, not its code)."""
+    produced = [str(o.fs_path) for u in graph.successors(stage) for o in u.outs]
+    found = []
+    for dep in stage.deps:
+        path = str(dep.fs_path)
+        if any(path == o or path.startswith(o + os.sep) or o.startswith(path + os.sep) for o in produced):
+            found.append(os.path.relpath(path, root))
+    return tuple(found)
 
 
 def _changed_stages(repo: Any, stages: list[Any], tries: int = 20) -> list[Any]:
@@ -187,4 +221,5 @@ def select(plan: StagePlan, targets: Sequence[str] | None) -> StagePlan:
         upstream={s: plan.upstream[s] for s in order},
         changed=changed,
         checkpoints={s: c for s, c in plan.checkpoints.items() if s in closure},
+        inputs={s: i for s, i in plan.inputs.items() if s in closure},
     )

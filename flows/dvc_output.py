@@ -4,12 +4,16 @@ DVC's messages (dvc/stage/__init__.py, dvc/stage/cache.py, dvc/lock.py); no Pref
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from flows.memory import wait_peak
 from multitab.process import die_with_parent
 
 # DVC's messages for a stage that did not run its command (dvc/stage/__init__.py, dvc/stage/cache.py).
@@ -35,8 +39,11 @@ _STAGE_LOG_WARNING = re.compile(r"^\[[^\]]+\] WARNING ")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?\s*(.*)")
 _VALIDATION_HEAD = re.compile(r"expectations? failed")
 _DVC_CHATTER = re.compile(r"^(Running stage|> |Stage '|Updating lock|Generating lock|To track|To enable|Use `dvc|\s*git add|\s*dvc config)")
-_RUNNING = re.compile(r"^Running stage '([^']+)'")
 _CAUSE_CHARS = 300
+# DVC's errors for a full disk name no path ("[Errno 28] No space left on device"), or, for a file it copied
+# into its cache with shutil, the copy's source and target ("...: '<src>' -> '<target>'").
+_NO_SPACE = re.compile(r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded")
+_NO_SPACE_AT = re.compile(r"(?:No space left on device|Disk quota exceeded): '([^']+)'(?: -> '([^']+)')?")
 
 
 class _Lines:
@@ -65,9 +72,10 @@ class _Lines:
         return logging.INFO
 
 
-def stream_command(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str]]:
+def stream_command(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> tuple[int, list[str], int]:
     """Run `cmd`, sending each output line to the Prefect task log as it arrives, at its level; the
-    command is stopped if this process dies (`die_with_parent`)."""
+    command is stopped if this process dies (`die_with_parent`). Returns its exit status, its lines and
+    the peak resident memory (bytes) of the largest process it and its descendants ran (flows/memory.py)."""
     lines: list[str] = []
     levels = _Lines()
     with subprocess.Popen(
@@ -80,7 +88,8 @@ def stream_command(cmd: list[str], cwd: str, env: dict[str, str], log: Any) -> t
             if line:
                 lines.append(line)
                 log.log(levels.level(line), "%s", line)
-        return proc.wait(), lines
+        proc.returncode, peak = wait_peak(proc.pid)
+        return proc.returncode, lines, peak
 
 
 def exit_code(lines: list[str], rc: int) -> int:
@@ -98,12 +107,9 @@ def exit_code(lines: list[str], rc: int) -> int:
 
 
 def cause(lines: list[str], code: int = 1) -> str:
-    """One line saying why a stage failed: for a SIGKILL, that it was probably memory (`killed_line`); the
-    stage's own error line (`[stage] error: ...`; for a failed validation, its first failed expectation),
-    else an exception's last line, else the stage's last output line, else the signal that killed it,
-    else DVC's error."""
-    if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
-        return killed_line(lines)
+    """One line saying why a stage failed: the stage's own error line (`[stage] error: ...`; for a failed
+    validation, its first failed expectation), else an exception's last line, else the stage's last
+    output line, else the signal that killed it, else DVC's error."""
     found = [m.group(1) for line in lines if (m := _STAGE_ERROR.match(line))]
     if not found:
         found = [line for line in lines if _EXCEPTION.match(line)]
@@ -120,35 +126,37 @@ def cause(lines: list[str], code: int = 1) -> str:
     return text if len(text) <= _CAUSE_CHARS else text[: _CAUSE_CHARS - 3] + "..."
 
 
-def killed_line(lines: list[str]) -> str:
-    """Why a stage was SIGKILLed, most likely: the kernel's out-of-memory killer (it prints nothing, so the
-    stage's last output line says nothing about it). Its peak as the stage last logged it
-    (multitab.memwatch), the machine's memory, what to change, and where its previous outputs are: DVC
-    removed them before running the command (dvc/stage/__init__.py, Stage.run), and its cache still holds
-    the version dvc.lock records, which a failed run leaves unchanged."""
-    from multitab.memwatch import PEAK_LINE
-
-    peaks = [float(m.group(1)) for line in lines if (m := PEAK_LINE.search(line))]
-    stages = [m.group(1) for line in lines if (m := _RUNNING.match(line))]
-    stage = stages[-1] if stages else "<stage>"
-    total = _mem_total_gb()
-    where = f" of this machine's {total:.1f} GB" if total else ""
-    reached = f"it had reached {peaks[-1]:.1f} GB{where}" if peaks else f"its peak is unknown{where}"
-    return (
-        f"killed by SIGKILL: probably out of memory (the kernel's OOM killer; {reached}); run fewer stages "
-        "at once (orchestration.workers: 1 in params.yaml, or --workers 1) or free memory, then run again; "
-        f"its previous outputs are in DVC's cache: `dvc checkout {stage}` restores them"
-    )
-
-
-def _mem_total_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 1024**2
-    except OSError:
+def disk_full(lines: list[str], root: str | Path) -> str | None:
+    """One line for a `dvc repro` whose own writes (the outputs into its cache, dvc.lock) found the disk
+    full: what DVC was writing when its message names it, DVC's cache folder and the project with the space
+    left on each, and what to do; None when DVC reported no full disk. (A stage's own full disk is its own
+    line: multitab.io.DiskFullError.)"""
+    errors = [m.group(1) for line in lines if (m := _DVC_ERROR.match(line))]
+    if not any(_NO_SPACE.search(e) for e in errors):
         return None
-    return None
+    named = [m.groups() for e in errors if (m := _NO_SPACE_AT.search(e))]
+    root = Path(root)
+    cache = root / ".dvc" / "cache"
+    with contextlib.suppress(Exception):  # DVC's own answer (`dvc cache dir`), else its default
+        from dvc.repo import Repo
+
+        with Repo(str(root)) as repo:
+            cache = Path(repo.cache.local_cache_dir or cache)
+    free, devices = [], set()
+    for name, path in (("DVC's cache", cache), ("the project", root)):
+        on = next((p for p in (path, *path.parents) if p.exists()), path)  # a cache not made yet: its disk
+        with contextlib.suppress(OSError):
+            if os.stat(on).st_dev not in devices:
+                devices.add(os.stat(on).st_dev)
+                free.append(f"{name} {path}: {shutil.disk_usage(on).free / 1e6:.1f} MB free")
+    if not named:
+        what = "saving the stage's outputs into its cache or writing dvc.lock"
+    elif named[-1][1] is None:
+        what = f"writing {named[-1][0]}"
+    else:  # a copy into the cache: its target is a temporary name there, its source the output
+        what = f"copying {named[-1][0]} to {Path(named[-1][1]).parent}"
+    return (f"no space left on device for DVC {what} ({'; '.join(free) or cache}); free some space, or move "
+            "DVC's cache to a larger disk (`dvc cache dir <folder>`), and run again")
 
 
 def dvc_outcome(lines: list[str]) -> str:

@@ -1,7 +1,8 @@
 """The Prefect flow over the DVC DAG: one task per stage that has work to do, retries only where a retry
 can help, task states and artifacts that say what DVC did. The CLI and the overview are in
 flows/pipeline.py; the DVC side (graph, what is stale, config) in flows/dag.py; reading DVC's output in
-flows/dvc_output.py; GPU slots in flows/gpu.py; the run summary and its artifacts in flows/summary.py.
+flows/dvc_output.py; GPU slots in flows/gpu.py; memory (stages admitted by their expected peak, a kill
+named as probably out of memory) in flows/memory.py; the run summary and its artifacts in flows/summary.py.
 
 Task states (the badge on the flow run page): "Ran", "Restored" (from DVC's run cache), "Up to date"
 (DVC found nothing to do once its upstream had run), each with " (attempt N)" when it succeeded on a
@@ -30,12 +31,13 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import Task
 
+from flows import memory
 from flows.dag import load_config, read_stage_graph, select, sync_runs_file
-from flows.dvc_output import LOCK_ERROR, cause, dvc_outcome, exit_code, stream_command
+from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
 from flows.provenance import label_run, run_provenance
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
-from multitab.exit_codes import BAD_INPUT
+from multitab.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.io import write_json
 
 # Set by flows.deploy for the runs of a deployment: the project folders a run's `root` may name
@@ -70,17 +72,38 @@ def _pop_failures(task_run_id: str) -> list[str]:
         return _FAILED_ATTEMPTS.pop(task_run_id, [])
 
 
+# How many stage attempts are under way (_repro), so that a stop lets each log how it ended before the exit.
+_ATTEMPTS = threading.Condition()
+_ATTEMPTS_RUNNING = [0]
+
+
+def _count_attempt(step: int) -> None:
+    with _ATTEMPTS:
+        _ATTEMPTS_RUNNING[0] += step
+        _ATTEMPTS.notify_all()
+
+
+def wait_for_attempts(timeout: float) -> None:
+    """Until no stage attempt is under way (their commands were stopped: each logs that it was interrupted),
+    at most `timeout` seconds."""
+    with _ATTEMPTS:
+        _ATTEMPTS.wait_for(lambda: _ATTEMPTS_RUNNING[0] == 0, timeout)
+
+
 # -------------------------------------------------------------------------------------------- task
 
 
 class StageFailed(RuntimeError):
     """One stage's `dvc repro` failed: the stage, the stage's exit code, the cause in one line, and
-    whether a retry can help (not for multitab.exit_codes.BAD_INPUT)."""
+    whether a retry can help: not for multitab.exit_codes.BAD_INPUT, nor for a stage that was interrupted
+    (exit INTERRUPTED or killed by SIGINT: Ctrl-C) or stopped with the run (`stopped`)."""
 
-    def __init__(self, stage: str, code: int, cause: str, attempt: int) -> None:
+    def __init__(self, stage: str, code: int, cause: str, attempt: int, stopped: bool = False) -> None:
         self.stage, self.code, self.cause, self.attempt = stage, code, cause, attempt
-        self.retryable = code != BAD_INPUT
-        kind = "bad input, not retried" if not self.retryable else f"attempt {attempt}"
+        interrupted = stopped or code in (INTERRUPTED, -signal.SIGINT)
+        self.retryable = code != BAD_INPUT and not interrupted
+        kind = ("interrupted, not retried" if interrupted else "bad input, not retried" if code == BAD_INPUT
+                else f"attempt {attempt}")
         super().__init__(f"stage {stage} exited with code {code} ({kind}): {cause}")
 
 
@@ -172,6 +195,15 @@ def _synced_repro(
 def _repro(
     stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool = False
 ) -> State[dict[str, Any]]:
+    _count_attempt(1)
+    try:
+        return _repro_attempt(stage, root, gpu, lock_retries, log, pull)
+    finally:
+        _count_attempt(-1)
+
+
+def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool
+                   ) -> State[dict[str, Any]]:
     env = dict(os.environ)
     # The stages' `python -m stages...` must mean the interpreter running this flow (the project's venv).
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -182,14 +214,21 @@ def _repro(
     # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command
     cmd = [sys.executable, "-m", "multitab.process", *dvc_args]
     attempt = runtime.task_run.run_count
+    budget = memory.ACTIVE
+    if budget is not None and attempt > 1:  # a retry waits until its expected peak (raised by a kill) fits
+        budget.wait_to_fit(stage, STOPPING)
     log.info("attempt %d: dvc %s%s", attempt, " ".join(dvc_args), f" (GPU {gpu})" if gpu is not None else "")
     lock_waits = 0
     while True:
         if STOPPING.is_set():
-            raise StageFailed(stage, 130, "the run is being stopped (Ctrl-C / SIGTERM)", attempt)
-        rc, lines = stream_command(cmd, root, env, log)
+            raise StageFailed(stage, INTERRUPTED, "the run is being stopped (Ctrl-C / SIGTERM)", attempt,
+                              stopped=True)
+        kills_before = memory.oom_kills()
+        rc, lines, peak = stream_command(cmd, root, env, log)
         if rc == 0:
             outcome = dvc_outcome(lines)
+            if budget is not None:
+                budget.measure(stage, peak, ran=outcome == "ran", failed=False)
             info = {"outcome": outcome, "lock_waits": lock_waits, "attempts": attempt}
             name = STATE_NAMES[outcome] + (f" (attempt {attempt})" if attempt > 1 else "")
             return Completed(data=info, name=name, message=f"{STATE_NAMES[outcome]} on attempt {attempt}")
@@ -199,8 +238,18 @@ def _repro(
             log.warning("DVC lock busy; trying again in %.1f s (%d/%d)", delay, lock_waits, lock_retries)
             time.sleep(delay)
             continue
-        code = exit_code(lines, rc)
-        error = StageFailed(stage, code, cause(lines, code), attempt)
+        code, stopped = exit_code(lines, rc), STOPPING.is_set()
+        # killed by the flow's stop (SIGTERM), a stage has no line of its own, and `cause` would offer the
+        # out-of-memory killer as a reason
+        if stopped and code != INTERRUPTED:
+            why = "stopped with the run (Ctrl-C / SIGTERM)"
+        elif memory.killed_by_sigkill(code):
+            why = memory.out_of_memory_line(stage, code, peak, kills_before, budget)
+        else:
+            why = disk_full(lines, root) or cause(lines, code)
+        if budget is not None:
+            budget.measure(stage, peak, ran=False, failed=True)
+        error = StageFailed(stage, code, why, attempt, stopped=stopped)
         _record_failure(str(runtime.task_run.id), str(error))
         log.error("%s", error)
         raise error
@@ -304,6 +353,8 @@ def pipeline(
     if gpus is not None:
         ensure_gpu_limits(gpus, log)
     n_gpu_slots = sum((gpus or {}).values())
+    budget = memory.start(Path(root), cfg.stage_memory, cfg.memory_budget_gb, plan.inputs, n_workers)
+    log.info("%s", memory.describe(budget))
 
     started_at = time.monotonic()
     futures: dict[str, PrefectFuture[Any]] = {}
@@ -334,6 +385,8 @@ def pipeline(
             # GPU stages beyond the slots would only wait on the limit while holding a worker
             if n_busy >= n_workers or (is_gpu and len(on_gpu) >= n_gpu_slots):
                 continue
+            if not budget.try_reserve(stage):  # its expected peak does not fit beside the running stages'
+                continue
             if is_gpu:
                 on_gpu.add(stage)
             waiting.remove(stage)
@@ -354,7 +407,9 @@ def pipeline(
         done = next(as_completed(list(running)))
         stage = running.pop(done)
         on_gpu.discard(stage)
+        budget.release(stage)
         result = _collect(stage, done, started[stage])
+        result.memory = memory.summary_fields(budget, stage)
         results[stage] = result
         if result.status in ("failed", "not_run"):
             bad.add(stage)

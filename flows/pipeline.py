@@ -20,13 +20,14 @@ What can still fail under contention is DVC's short lock around its rwlock file 
 option): such failures are recognised by their message and retried here without spending a retry.
 
 Failure semantics: a stage that exits with multitab.exit_codes.BAD_INPUT (a failed validation, a schema or
-config error, a malformed file) fails at once; any other failure (a crash, a kill, an out-of-memory error)
-is retried `retries` times after `retry_delay` seconds. A stage that keeps failing stops only its
-descendants ("Not run", naming the stage), and every independent stage still runs. The summary (ran / up
-to date / restored from DVC's run cache / retried / failed and why / not run) is printed, written to
-`orchestration.summary` and published as the flow run's `pipeline-summary` artifact; the exit status is
-non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC side flows/dag.py; with
-`orchestration.sync_remote` the DVC remote shared by several machines, flows/remote.py (and flows/fleet.py).
+config error, a malformed file) fails at once, as does one interrupted by Ctrl-C (INTERRUPTED, 130); any other
+failure (a crash, a kill, an out-of-memory error) is retried `retries` times after `retry_delay` seconds. A
+stage that keeps failing stops only its descendants ("Not run", naming the stage), and every independent stage
+still runs. The summary (ran / up to date / restored from DVC's run cache / retried / failed and why / not
+run) is printed, written to `orchestration.summary` and published as the flow run's `pipeline-summary`
+artifact; the exit status is non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC
+side flows/dag.py; with `orchestration.sync_remote` the DVC remote shared by several machines, flows/remote.py
+(and flows/fleet.py).
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ from flows.dag import (
     OrchestrationConfig,
     StagePlan,
     UnknownTarget,
+    check_local_paths,
     closest,
     load_config,
     read_stage_graph,
     select,
     sync_runs_file,
 )
-from multitab.exit_codes import BAD_INPUT
+from multitab.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.io import os_error_line
+from multitab.process import raise_deferred_ctrl_c
 
 if TYPE_CHECKING:
     from flows.orchestrate import PipelineFailed, StageFailed, pipeline, run_stage
@@ -121,6 +124,19 @@ def _nothing_to_do(root: Path, plan: StagePlan, summary_path: Path, seconds: flo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line. Ctrl-C before the run starts (the imports, DVC reading the DAG, Prefect's import:
+    seconds) is one line and exit 130; run as `python -m flows.pipeline`, it is acted on between those
+    steps (flows/__init__.py defers it), never as a KeyboardInterrupt inside them. Once the run starts,
+    `stop_everything_on_signals` stops it."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("flows.pipeline: stopped by SIGINT (Ctrl-C) before any stage started; run the same command again",
+              file=sys.stderr)
+        return INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", default=".", help="DVC project root (default: the current folder)")
     parser.add_argument("--targets", nargs="+", help="stages, foreach groups or patterns (default: all)")
@@ -132,9 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml", help="params file with `orchestration:`")
     parser.add_argument("--record", action="store_true", help="start a flow run even with nothing to do")
     args = parser.parse_args(argv)
+    raise_deferred_ctrl_c()
     t0 = time.monotonic()
     try:  # fail fast, before Prefect starts; one look at the project
         cfg = load_config(args.root, args.params)
+        check_local_paths(args.root, args.params)  # before DVC hashes them (a named pipe would hang it)
         sync_runs_file(args.root, args.params, args.groups)
         plan = select(read_stage_graph(args.root, changed=True), args.targets)
     except UnknownTarget as e:
@@ -146,12 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"flows.pipeline: {line}", file=sys.stderr)
         return BAD_INPUT
+    raise_deferred_ctrl_c()
     if not plan.to_run() and not args.record:
         _nothing_to_do(Path(args.root), plan, Path(args.root) / cfg.summary, time.monotonic() - t0)
         return 0
     from flows.orchestrate import PipelineFailed, exit_status, pipeline
 
     stop_everything_on_signals()
+    raise_deferred_ctrl_c()  # one that came before the line above; nothing has started
     with temporary_server_that_dies_with_us():
         state = pipeline(
             root=args.root,
@@ -183,7 +203,7 @@ def stop_everything_on_signals() -> None:
     and training resumes from its last checkpoint, so the same command continues the run."""
 
     def stop(signum: int, frame: Any) -> None:
-        from flows.orchestrate import STOPPING
+        from flows.orchestrate import STOPPING, wait_for_attempts
 
         STOPPING.set()  # no stage starts or is retried from now on
         for s in (signal.SIGINT, signal.SIGTERM):
@@ -191,6 +211,7 @@ def stop_everything_on_signals() -> None:
         from multitab.process import terminate_descendants
 
         terminate_descendants()
+        wait_for_attempts(5.0)  # each stopped stage logs that it was interrupted (and why) before we exit
         name = signal.Signals(signum).name
         line = (f"flows.pipeline: stopped by {name}; the stages that completed are recorded in dvc.lock: run "
                 "the same command again to continue\n")

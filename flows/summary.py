@@ -14,6 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.dag import StagePlan
 from multitab.io import read_json
+from multitab.markup import md_text
 
 # Where the validation stages keep one record per stage, dataset and split (multitab.validation.report_page).
 VALIDATION_RESULTS = "reports/validation/results"
@@ -33,6 +34,8 @@ class StageResult:
     error: str | None = None
     failed_attempts: list[str] = field(default_factory=list)
     exit_code: int | None = None
+    # peak_rss_bytes (this run's, the largest process of the stage) and expected_peak_bytes (flows/memory.py)
+    memory: dict[str, int | None] = field(default_factory=dict)
 
 
 
@@ -66,6 +69,7 @@ def summarise(
                 "exit_code": r.exit_code,
                 "error": r.error,
                 "failed_attempts": r.failed_attempts,
+                **r.memory,
             }
             for r in ordered
         },
@@ -104,10 +108,6 @@ OUTCOME_WORDS = {
 }
 
 
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
     """The `pipeline-summary` artifact: counts, one row per stage, and the headline results when
     `aggregate` ran."""
@@ -127,15 +127,16 @@ def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
     out += [
         "## Stages",
         "",
-        "| stage | outcome | attempts | time (s) | cause |",
-        "|---|---|---:|---:|---|",
+        "| stage | outcome | attempts | time (s) | peak memory (GB) | cause |",
+        "|---|---|---:|---:|---:|---|",
     ]
     for stage, s in summary["stages"].items():
         outcome = OUTCOME_WORDS[s["status"]] + (" (retried)" if s["attempts"] > 1 else "")
         why = s["error"] or ""
         if s["failed_attempts"] and s["status"] != "failed":
             why = "earlier attempts: " + "; ".join(s["failed_attempts"])
-        out.append(f"| {_cell(stage)} | {outcome} | {s['attempts']} | {s['seconds']:.1f} | {_cell(why)} |")
+        peak = f"{s['peak_rss_bytes'] / 1e9:.2f}" if s.get("peak_rss_bytes") else ""
+        out.append(f"| {md_text(stage)} | {outcome} | {s['attempts']} | {s['seconds']:.1f} | {peak} | {md_text(why)} |")
     return "\n".join(out) + "\n"
 
 
@@ -150,15 +151,15 @@ def headline_markdown(root: Path) -> list[str]:
     models = list(dict.fromkeys(m for per in delta.values() for m in per))
     if delta and models:
         out += ["Δm (%) against the single-task baseline (Table 3):", ""]
-        out += ["| dataset | " + " | ".join(models) + " |", "|---|" + "---:|" * len(models)]
+        out += ["| dataset | " + " | ".join(md_text(m) for m in models) + " |", "|---|" + "---:|" * len(models)]
         for dataset, per in delta.items():
             cells = [per.get(m, "") for m in models]
-            shown = [f"{c:+.2f}" if isinstance(c, int | float) else str(c) for c in cells]
+            shown = [f"{c:+.2f}" if isinstance(c, int | float) else md_text(c) for c in cells]
             standin = " (stand-in data)" if (metrics.get("standin") or {}).get(dataset) else ""
-            out.append(f"| {_cell(dataset)}{standin} | " + " | ".join(shown) + " |")
+            out.append(f"| {md_text(dataset)}{standin} | " + " | ".join(shown) + " |")
     for key, value in metrics.items():
         if "verdict" in key.lower():
-            out += ["", f"MultiTab-Bench verdict ({key}): {_cell(json.dumps(value))}"]
+            out += ["", f"MultiTab-Bench verdict ({md_text(key)}): {md_text(json.dumps(value))}"]
     return out
 
 
@@ -225,5 +226,5 @@ def publish_artifacts(root: Path, summary: dict[str, Any]) -> None:
             create_table_artifact(
                 table=rows,
                 key=_key(f"validation-failures-{stage}"),
-                description=f"{stage}: {len(rows)} failed expectation(s); Data Docs in reports/validation/",
+                description=f"{md_text(stage)}: {len(rows)} failed expectation(s); Data Docs in reports/validation/",
             )

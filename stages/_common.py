@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from multitab.config import ConfigError, Params, load_params
-from multitab.exit_codes import BAD_INPUT
+from multitab.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.io import os_error_line, remove_stale_temporaries, write_json
-from multitab.memwatch import watch_memory
-from multitab.process import stop_with_parent
+from multitab.process import ctrl_c_raises, stop_with_parent
 
 if TYPE_CHECKING:
     from multitab.validation import Outcome
@@ -36,12 +35,13 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
     Exit status: `BAD_INPUT` for what a retry cannot fix (ValueError, including ConfigError; KeyError; a
     missing file, a file it may not read, a path that is a folder or loops), 1 for the rest (other OS
     errors, RuntimeError such as an out-of-memory error), which flows.pipeline retries; 130 after Ctrl-C
-    (one line, no traceback; the stage's outputs are written atomically, so nothing half-written stays).
+    (one line, no traceback; the stage's outputs are written atomically, so nothing half-written stays;
+    flows.pipeline does not retry it), also for a Ctrl-C during the stage's imports (stages/__init__.py).
     """
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     stop_with_parent()  # a stage never outlives the `dvc repro` that started it (multitab.process)
-    watch_memory()  # its peak, logged as it grows: the flow's line if the kernel kills it for memory
     try:
+        ctrl_c_raises()
         for path in outputs:
             for p in remove_stale_temporaries(path.parent, path.name):
                 logging.getLogger(__name__).info("removed %s (left by a killed earlier run)", p)
@@ -58,9 +58,14 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
         print(f"[{stage}] error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"[{stage}] interrupted (Ctrl-C); run again to continue", file=sys.stderr)
-        return 130
+        return interrupted(stage)
     return 0
+
+
+def interrupted(stage: str) -> int:
+    """Ctrl-C in a stage: one line, exit status INTERRUPTED (130), which flows.pipeline does not retry."""
+    print(f"[{stage}] interrupted (Ctrl-C); run again to continue", file=sys.stderr)
+    return INTERRUPTED
 
 
 # OS errors that a retry cannot change: the path is not there, may not be read or written, is a folder
@@ -92,8 +97,8 @@ def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     stop_with_parent()
-    watch_memory()
     try:
+        ctrl_c_raises()
         remove_stale_temporaries(Path(out).parent, Path(out).name)  # of a verdict write that was killed
         params = load_params(params_path)
         outcome = body(params)
@@ -103,6 +108,8 @@ def run_validation(stage: str, body: Callable[[Params], Outcome], out: str, warn
     except OSError as e:  # may be transient (a full disk, a network folder): retried, unless it cannot change
         print(f"[{stage}] error: {os_error_line(e)}", file=sys.stderr)
         return os_error_status(e)
+    except KeyboardInterrupt:
+        return interrupted(stage)
     max_failures = params.validation.report.max_failures
     print(outcome.summary(max_failures), file=sys.stdout if outcome.success else sys.stderr)
     if outcome.success or warn_only:

@@ -39,6 +39,9 @@ ORCHESTRATION = {
     "timezone": "UTC",
     "summary": "results/pipeline_summary.json",
     "sync_remote": False,
+    "max_train_stages": 2000,
+    "memory_budget_gb": None,
+    "stage_memory": "results/stage_memory.json",
 }
 
 

@@ -97,10 +97,11 @@ def schema_meta(schema: Any) -> dict[str, Any]:
             "tasks": [{"name": t.name, "n_classes": t.n_classes} for t in schema.tasks]}
 
 
-# The tiny model's hyperparameters: its constructor's defaults and this optimiser (hparams/authors/tiny/tiny.yaml
+# The tiny model's hyperparameters: its one constructor keyword and this optimiser (hparams/authors/tiny/tiny.yaml
 # in a tiny project, write_tiny_hparams).
+TINY_MODEL = {"d": 8}
 TINY_OPTIM = {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5, "max_epochs": 100}
-TINY_HPARAMS = Hparams(model={}, optim=TINY_OPTIM, file="hparams/authors/tiny/tiny.yaml")
+TINY_HPARAMS = Hparams(model=TINY_MODEL, optim=TINY_OPTIM, file="hparams/authors/tiny/tiny.yaml")
 
 
 def write_tiny_hparams(root: Path, models: list[str], dataset: str = "tiny") -> None:
@@ -118,7 +119,7 @@ def write_tiny_hparams(root: Path, models: list[str], dataset: str = "tiny") -> 
         if source.is_file():
             shutil.copy(source, folder / f"{model}.yaml")
         else:
-            (folder / f"{model}.yaml").write_text(yaml.safe_dump({"model": {}, "optim": TINY_OPTIM}))
+            (folder / f"{model}.yaml").write_text(yaml.safe_dump({"model": TINY_MODEL, "optim": TINY_OPTIM}))
     shutil.copytree(ROOT / "hparams" / "protocol", root / "hparams" / "protocol", dirs_exist_ok=True)
 
 

@@ -96,6 +96,26 @@ def test_malicious_checkpoint_is_refused_and_nothing_runs(
     assert marker.read_text() == "ran"
 
 
+def test_a_file_that_is_no_checkpoint_is_one_warning_line_naming_it(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A checkpoint of random bytes, cut short, whose pickle would run code, or a directory where the file
+    belongs (it used to pass as "missing", silently): one warning line naming the file and why the run
+    starts from scratch, never PyTorch's advice to load it with `weights_only=False`; nothing in it runs.
+    The same reader as the pretrained models' checkpoints (multitab.checkpoint_file)."""
+    from _bad_checkpoints import WHY, bad_checkpoints
+
+    marker = tmp_path / "marker"
+    good = {**ckpt.identity("f" * 64, None), "epoch": 1, "model": {"w": torch.ones(2)}}
+    for kind, path in bad_checkpoints(tmp_path / "bad", good, marker).items():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert ckpt.load(path, "f" * 64) is None
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line.startswith(f"{path}: checkpoint ") and WHY[kind] in line, (kind, line)
+        assert "\n" not in line and "weights_only" not in line, (kind, line)
+    assert not marker.exists()
+
+
 def test_save_stores_plain_data_only(tmp_path: Path) -> None:
     payload = {"a": np.float64(0.25), "b": [np.int64(3), (1.5, None)], "c": np.arange(3), "t": torch.ones(2)}
     ckpt.save(tmp_path / "x.pt", payload)

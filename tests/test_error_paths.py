@@ -6,13 +6,18 @@ changes no output."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from _slow_import import slow_import_env
 from multitab.exit_codes import BAD_INPUT
 from multitab.io import all_or_nothing, write_text
-from stages._common import run
+from stages._common import run, run_validation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +54,48 @@ def test_ctrl_c_is_one_line_without_traceback(capsys: pytest.CaptureFixture) -> 
 
     assert run("train@toy", body) == 130
     assert capsys.readouterr().err.strip() == "[train@toy] interrupted (Ctrl-C); run again to continue"
+
+
+def test_ctrl_c_in_a_validation_stage_is_one_line_without_traceback(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    def body(params: object) -> None:
+        raise KeyboardInterrupt
+
+    params = tmp_path / "params.yaml"
+    params.write_text("{}\n")
+    try:
+        code = run_validation("validate_raw@toy", body, str(tmp_path / "verdict.json"), False, str(params))
+    except KeyboardInterrupt:
+        code = None  # it escaped: a traceback
+    assert code == 130
+    assert capsys.readouterr().err.strip() == "[validate_raw@toy] interrupted (Ctrl-C); run again to continue"
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_while_a_stage_imports_is_one_line_and_130(tmp_path: Path, presses: int) -> None:
+    """Ctrl-C (to the whole process group, as a terminal sends it) while `python -m stages.<name>` still
+    imports pandas and torch: no KeyboardInterrupt traceback from inside an import. The stage acts on it
+    when it starts, with its own line; a second Ctrl-C ends it at once."""
+    env, importing = slow_import_env(tmp_path / "site", "stages.icl", "pandas",
+                                     {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])})
+    proc = subprocess.Popen([sys.executable, "-m", "stages.icl"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not importing.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert importing.exists(), proc.communicate()
+        for _ in range(presses):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    line = ("[icl] interrupted (Ctrl-C); run again to continue" if presses == 1 else
+            "stages.icl: stopped by SIGINT (Ctrl-C) while starting; run the same command again")
+    assert err.strip() == line
 
 
 def test_temporaries_of_a_killed_run_are_removed_at_the_next_start(tmp_path: Path) -> None:

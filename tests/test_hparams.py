@@ -84,6 +84,12 @@ def test_a_malformed_file_names_itself_and_what_is_wrong(tmp_path: Path) -> None
         protocol_overlay(tmp_path, "paper")
 
 
+def test_a_directory_where_a_hyperparameter_file_belongs_is_named_as_one(tmp_path: Path) -> None:
+    (tmp_path / "mmoe.yaml").mkdir()
+    with pytest.raises(IsADirectoryError, match=r"mmoe\.yaml: is a directory, not a hyperparameter file"):
+        read(tmp_path / "mmoe.yaml")
+
+
 def test_the_protocol_overlays_are_the_documented_ones() -> None:
     paper = protocol_overlay(ROOT, "paper")
     assert paper["optim"] == {"optimizer": "adam", "weight_decay": 1e-5}
@@ -106,12 +112,19 @@ def test_a_run_without_its_file_fails_with_exit_3_naming_it(tmp_path: Path, caps
     err = capsys.readouterr().err
     assert "hparams/authors/tiny/stl_mlp.yaml: hyperparameter file not found" in err and "Traceback" not in err
     assert not (tmp_path / "results" / "runs").exists()
-    # a keyword the model does not take: exit 3, naming the file and the keyword
-    content = yaml.safe_load(text)
-    content["model"]["n_expertz"] = 2
-    file.write_text(yaml.safe_dump(content))
-    assert stage.main(args) == BAD_INPUT
-    err = capsys.readouterr().err
-    assert "hparams/authors/tiny/stl_mlp.yaml: model 'stl_mlp' has no hyperparameter(s) ['n_expertz']" in err
+    # a keyword the model does not take, one missing, one of the wrong type (a file edited after runs.yaml was
+    # written, e.g. before a plain `dvc repro`): exit 3, naming the file and the keyword
+    cases = {"n_expertz": (2, "model.n_expertz: not a keyword of stl_mlp"),
+             "dropout": (None, "model.dropout: missing"),
+             "d_embedding": ("fast", "model.d_embedding: expected an integer, got 'fast'")}
+    for keyword, (value, message) in cases.items():
+        content = yaml.safe_load(text)
+        content["model"][keyword] = value
+        if value is None:
+            del content["model"][keyword]
+        file.write_text(yaml.safe_dump(content))
+        assert stage.main(args) == BAD_INPUT
+        err = capsys.readouterr().err
+        assert f"hparams/authors/tiny/stl_mlp.yaml: {message}" in err and "Traceback" not in err, err
     file.write_text(text)
     assert stage.main(args) == 0

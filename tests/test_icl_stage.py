@@ -127,3 +127,40 @@ def test_table3_rows_say_pretrained_and_not_run_without_a_checkpoint(tmp_path):
     text = table.to_markdown()
     assert "ab" * 32 in text and "TabICL: pretrained, no training on this dataset; not run: no checkpoint" in text
     assert len(table.rows) == len(table3(results).rows) + 2
+
+
+@pytest.mark.parametrize("model", ["orion_msp", "tabicl"])
+def test_a_file_that_is_no_checkpoint_is_one_line_naming_it_and_bad_input(tmp_path, capsys, model):
+    """Random bytes, a checkpoint cut short, one whose pickle would run code, and a directory, each pinned by
+    its own sha256 (any, for the directory): the stage ends with BAD_INPUT and one line naming the file
+    and why, never PyTorch's advice to load it with `weights_only=False` (which would run the code); nothing
+    in the file runs. TabICL's checkpoints used to go through the package's own loader: an unpickling error
+    with a traceback (exit 1, retried) or an assertion."""
+    import hashlib
+
+    from _bad_checkpoints import WHY, bad_checkpoints
+    from multitab.exit_codes import BAD_INPUT
+
+    write_tiny_processed(tmp_path / "processed" / "tiny", n={"train": 40, "val": 10, "test": 10})
+    good = torch.load(orion_file(tmp_path)[0] if model == "orion_msp" else tabicl_file(tmp_path, False)[0],
+                      weights_only=True)
+    marker = tmp_path / "marker"
+    none = {"path": None, "sha256": None}
+    for kind, path in bad_checkpoints(tmp_path / "bad", good, marker).items():
+        sha = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "0" * 64
+        entry = {"path": str(path), "sha256": sha}
+        params = _params(tmp_path, {"orion_msp": entry if model == "orion_msp" else none,
+                                    "tabicl": entry if model == "tabicl" else none})
+        raw = yaml.safe_load(params.read_text())
+        raw["icl"]["models"] = [model]
+        params.write_text(yaml.safe_dump(raw, sort_keys=False))
+        try:
+            code = stage.main(["--params", str(params), "--data", str(tmp_path / "processed"),
+                               "--out", str(tmp_path / "out")])
+        except Exception as e:  # noqa: BLE001 - a traceback: the failure this test is about
+            code = f"raised {type(e).__name__}: {e}"
+        err = capsys.readouterr().err.strip()
+        assert code == BAD_INPUT, (kind, code, err)
+        assert len(err.splitlines()) == 1 and str(path) in err and WHY[kind] in err, (kind, err)
+        assert "weights_only" not in err, (kind, err)
+    assert not marker.exists()

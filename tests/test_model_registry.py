@@ -10,7 +10,7 @@ import pytest
 from _models_tiny import SCHEMA, TINY
 from multitab.datasets.schema import get_schema
 from multitab.hparams import load
-from multitab.models import MODELS, build_model, hyperparameters
+from multitab.models import MODELS, RUN_KEYWORDS, build_model, hyperparameters
 from multitab.names import MODEL_CLASSES, MODEL_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,14 +37,23 @@ def test_registry_and_build_model_from_meta() -> None:
     # the authors' MultiTab-Bench example configuration, verbatim
     model = build_model("multitab_net", meta, authors("multitab_bench", "multitab_net"))
     assert model.inter_sample == "per_sample_mixing" and model.mask is None
-    assert build_model("multitab_net", meta, {"mask": "f_t"}).mask is not None
-    assert build_model("multitab_net", meta, {}).inter_sample == "attention"  # {}: the constructor's defaults
+    bench = authors("multitab_bench", "multitab_net")
+    assert build_model("multitab_net", meta, {**bench, "mask": "f_t"}).mask is not None
     with pytest.raises(ValueError, match="no hyperparameter"):
-        build_model("multitab_net", meta, {"learning_rat": 1e-3})
+        build_model("multitab_net", meta, {**bench, "learning_rat": 1e-3})
     with pytest.raises(KeyError, match="unknown model"):
         build_model("nope", meta, {})
     with pytest.raises(ValueError, match="inter_sample"):
-        build_model("multitab_net", meta, {"inter_sample": "rope"})
+        build_model("multitab_net", meta, {**bench, "inter_sample": "rope"})
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_build_model_uses_no_constructor_default(name: str) -> None:
+    every = authors("multitab_bench", name)
+    assert set(every) == set(hyperparameters(name)) - set(RUN_KEYWORDS)  # XGBoost's come from the run
+    for keyword in every:
+        with pytest.raises(ValueError, match=rf"\['{keyword}'\] not given"):
+            build_model(name, SCHEMA, {k: v for k, v in every.items() if k != keyword})
 
 
 def test_higgs_files_reproduce_the_published_configuration() -> None:
@@ -59,15 +68,18 @@ def test_config_fields_are_constructor_keywords() -> None:
         assert set(TINY.get(name, {})) <= set(hyperparameters(name))
         with pytest.raises(ValueError):
             build_model(name, SCHEMA, {"not_a_field": 1})
+    def bench(name: str, **kw: object) -> dict:
+        return {**authors("multitab_bench", name), **kw}
+
     with pytest.raises(ValueError, match="n_experts"):
-        build_model("mmoe", SCHEMA, {"n_experts": 0})
+        build_model("mmoe", SCHEMA, bench("mmoe", n_experts=0))
     with pytest.raises(ValueError, match="dropout"):
-        build_model("ple", SCHEMA, {"dropout": 1.5})
+        build_model("ple", SCHEMA, bench("ple", dropout=1.5))
     with pytest.raises(ValueError, match="expert_d_hidden"):
-        build_model("stem", SCHEMA, {"expert_d_hidden": ()})
+        build_model("stem", SCHEMA, bench("stem", expert_d_hidden=()))
     with pytest.raises(ValueError, match="n_task_experts"):
-        build_model("stem", SCHEMA, {"n_task_experts": 0})  # PLE accepts 0 (shared experts only), STEM not
-    assert build_model("ple", SCHEMA, {"n_task_experts": 0}).layers[0].k == 0
+        build_model("stem", SCHEMA, bench("stem", n_task_experts=0))  # PLE accepts 0 (shared experts only), STEM not
+    assert build_model("ple", SCHEMA, bench("ple", n_task_experts=0)).layers[0].k == 0
 
 
 def test_models_follow_the_selected_configuration() -> None:

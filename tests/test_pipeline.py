@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from _slow_import import slow_import_env
 from _toy_dvc import PY, dvc_status, make_project, write_stage
 from flows.pipeline import PipelineFailed, StagePlan, pipeline, read_stage_graph, select
 from multitab.exit_codes import BAD_INPUT
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -279,6 +282,48 @@ def test_bad_input_fails_at_once_and_a_killed_stage_is_retried(tmp_path):
     assert "| after_bad | not run | 0 |" in table and "upstream stage bad did not complete" in table
 
 
+def test_a_stage_stopped_by_ctrl_c_is_called_interrupted_and_not_retried(tmp_path, monkeypatch):
+    """A stage that exits 130 after Ctrl-C (stages/_common.run's line) was stopped by someone: attempted
+    once, labelled interrupted (not bad input, no attempt count), and the stages beside it still run."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the toy stage uses the stages' own `run`
+    stopped = write_stage("stopped", extra="""
+        from stages._common import run
+        def body():
+            raise KeyboardInterrupt
+        raise SystemExit(run("stopped", body))""")
+    root = make_project(tmp_path / "p", {"stopped": stopped, "ok": write_stage("ok")})
+    summary = run(root, retries=2, retry_delay=0)
+    assert summary["failed"] == ["stopped"] and summary["ran"] == ["ok"] and summary["retried"] == []
+    stage = summary["stages"]["stopped"]
+    assert stage["attempts"] == 1 and stage["exit_code"] == 130
+    assert stage["error"] == ("stage stopped exited with code 130 (interrupted, not retried): [stopped] interrupted "
+                              "(Ctrl-C); run again to continue")
+
+
+@pytest.mark.parametrize("copy_named", [True, False])
+def test_a_full_disk_under_dvc_names_the_cache_and_what_to_do(tmp_path, monkeypatch, copy_named):
+    """DVC's own writes on a full disk (copying a stage's outputs into its cache) end with `[Errno 28] No space
+    left on device` and no path. The stage's line names DVC's cache (`dvc cache dir`), what DVC was copying
+    when its message says, the space left, and what to do. DVC's lines as DVC 3.67 printed them with its cache
+    on a full 256 kB tmpfs (a small file: shutil names the copy; a file over 1 GB goes through copyfileobj,
+    whose error names nothing)."""
+    from flows import orchestrate
+
+    root = make_project(tmp_path / "p", {"a": write_stage("a")})
+    cache = root / ".dvc" / "cache"
+    transfer = (f"ERROR: failed to transfer 'ec78dbd963d2fc01e51176ed4dec299e' - [Errno 28] No space left on "
+                f"device: '{root}/out/a' -> '{cache}/files/md5/ec/.li1VKvKvysB-QAbwJakgEQ.tmp'")
+    lines = ["Running stage 'a':", "> python scripts/a.py", *([transfer] if copy_named else []),
+             "ERROR: failed to reproduce 'a': [Errno 28] No space left on device"]
+    monkeypatch.setattr(orchestrate, "stream_command", lambda *a, **k: (255, lines, 0))
+    summary = run(root, retries=0)
+    error = summary["stages"]["a"]["error"]
+    assert error.startswith("stage a exited with code 255 (attempt 1): no space left on device for DVC "), error
+    what = f"copying {root}/out/a to {cache}/files/md5/ec" if copy_named else "saving the stage's outputs"
+    assert what in error and f"DVC's cache {cache}: " in error and " MB free" in error, error
+    assert "`dvc cache dir <folder>`" in error and "Errno" not in error, error
+
+
 def test_the_run_page_names_the_targets_commit_protocol_and_changed_params(tmp_path):
     """The flow run is named after its targets and commit, tagged with the protocol, and its
     `run-provenance` artifact holds the commit, params.yaml's sha256 and the keys edited since the commit;
@@ -464,37 +509,51 @@ def test_deterministic_failures_end_with_the_stage_line_and_exit_3_without_trace
     assert line == f"flows.pipeline: {root / 'loop1'}: too many levels of symbolic links"
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL", "SIGINT to the group"])
 def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, sig):
-    """A signal to the flow while a stage trains: every process of the run (the stage's dvc, shell and
+    """A signal to the flow while a stage runs: every process of the run (the stage's dvc, shell and
     command, Prefect's temporary server) is gone within seconds, nothing is retried, one line says how to
     continue, exit 128 + the signal; the same command then completes the run. A SIGKILL runs no handler:
     the kernel stops the server and dvc, and dvc the stage's shell and command. DVC runs the command
     through $SHELL: /bin/sh here, which on Debian is dash, a shell that does not exec its command (the
-    command's own PR_SET_PDEATHSIG then names the shell, not dvc) - the case CI met with SHELL unset."""
+    command's own PR_SET_PDEATHSIG then names the shell, not dvc) - the case CI met with SHELL unset.
+    Ctrl-C in a terminal reaches every process of the foreground group at once: the flow, dvc and the
+    stage, which says it was interrupted; the stage's log must say so, not call it bad input (DVC used to
+    lose the command's exit status and blame the missing output), and print no traceback."""
     import signal
 
     import psutil
 
     slow = write_stage("slow", extra="""
         import os, time
-        from multitab.process import stop_with_parent
-        stop_with_parent()
-        time.sleep(float(os.environ.get("TOY_SLEEP", "0")))""")
+        from stages._common import run
+        def body():
+            pathlib.Path(os.environ["TOY_STARTED"]).touch()
+            time.sleep(float(os.environ.get("TOY_SLEEP", "0")))
+        code = run("slow", body)
+        if code:
+            raise SystemExit(code)""")
     root = make_project(tmp_path / "p", {"slow": slow, "after": write_stage("after", ["out/slow"])})
+    started = tmp_path / "started"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # its own temporary server
-    env |= {"PYTHONPATH": os.pathsep.join(sys.path), "TOY_SLEEP": "300", "SHELL": "/bin/sh"}
+    env |= {"PYTHONPATH": os.pathsep.join(sys.path), "TOY_SLEEP": "300", "SHELL": "/bin/sh",
+            "TOY_STARTED": str(started)}
     proc = subprocess.Popen([PY, "-m", "flows.pipeline", "--root", str(root)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     seen: list[psutil.Process] = []
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any("slow.py" in " ".join(p.cmdline()) for p in seen):
+    while time.monotonic() < deadline and not (started.exists() and any("slow.py" in " ".join(p.cmdline())
+                                                                         for p in seen)):
         time.sleep(0.3)
         with pytest.raises(Exception) if proc.poll() is not None else _nothing():
             seen = psutil.Process(proc.pid).children(recursive=True)
     assert any("uvicorn" in " ".join(p.cmdline()) for p in seen), "no temporary server seen"
     t0 = time.monotonic()
-    proc.send_signal(getattr(signal, sig))
+    if sig == "SIGINT to the group":
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C (the flow leads its own group here)
+        sig = "SIGINT"
+    else:
+        proc.send_signal(getattr(signal, sig))
     try:
         out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
@@ -506,7 +565,9 @@ def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, 
         assert proc.returncode == -signal.SIGKILL
     else:
         assert proc.returncode == 128 + getattr(signal, sig), out + err
-        assert "Traceback" not in err and "Retry" not in err
+        assert "Traceback" not in err and "Retry" not in err and "bad input" not in err, err
+        failed = [line for line in err.splitlines() if "stage slow exited with code" in line]
+        assert failed and all("(interrupted, not retried)" in line for line in failed), err  # logged before the end
         assert err.strip().splitlines()[-1] == (f"flows.pipeline: stopped by {sig}; the stages that completed "
                                                 "are recorded in dvc.lock: run the same command again to continue")
     # Every process of the run's session (the flow's start_new_session), also one orphaned on the way
@@ -524,6 +585,41 @@ def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, 
                           env={**env, "TOY_SLEEP": "0"}, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (root / "out" / "after").exists()
+
+
+@pytest.mark.parametrize(("module", "presses"), [("pandas", 1), ("dvc.repo", 1), ("prefect", 1), ("prefect", 2)])
+def test_ctrl_c_while_the_flow_imports_or_reads_the_dag_is_one_line_and_130(tmp_path, module, presses):
+    """Ctrl-C right after `make repro`, while the flow still imports (pandas, before its main; Prefect,
+    before the run starts) or DVC reads the DAG: one line, exit 130, no traceback (a KeyboardInterrupt
+    inside an import used to print one; inside Prefect's import, pydantic even wraps it in its own error).
+    The first Ctrl-C is acted on once the step ends; a second one ends the program at once. Here the
+    import is made slow, and the signal goes to the whole process group, as a terminal sends it."""
+    import signal
+
+    root = make_project(tmp_path / "p", {"a": write_stage("a")})  # a stage to run: Prefect is imported
+    env, importing = slow_import_env(tmp_path / "site", "flows.pipeline", module,
+                                     {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.Popen([PY, "-m", "flows.pipeline", "--root", str(root)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not importing.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert importing.exists(), proc.communicate()
+        for _ in range(presses):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("flows.pipeline: stopped by SIGINT (Ctrl-C) ") and "run the same command again" in err
+    if presses == 2:
+        assert time.monotonic() - t0 < 1.5, "a second Ctrl-C did not end it at once"
+    assert not (root / "dvc.lock").exists() and not (root / "out").exists()
 
 
 def test_the_dvc_wrapper_adopts_and_stops_what_a_stage_orphans(tmp_path):
@@ -547,11 +643,32 @@ def test_the_dvc_wrapper_adopts_and_stops_what_a_stage_orphans(tmp_path):
     assert r.stdout.split() == ["True", "True"], r.stdout + r.stderr
 
 
-def test_a_stop_while_dvc_rewrites_its_lock_table_leaves_the_table_whole(tmp_path):
+def test_stopping_what_runs_below_keeps_its_exit_status_for_whoever_started_it():
+    """multitab.process.terminate_descendants waits for the processes it stops without collecting their exit
+    status: the DVC wrapper's own handler runs it while DVC waits for its command, and a status collected
+    there is lost to DVC's subprocess.Popen, which then reads 0: DVC took a stage stopped by Ctrl-C for one
+    that succeeded, and failed on its missing outputs instead."""
+    code = textwrap.dedent("""
+        import subprocess, sys
+        from multitab.process import terminate_descendants
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        terminate_descendants(grace_seconds=10)
+        print(child.wait(timeout=10))
+    """)
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["-15"], r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_stop_while_dvc_rewrites_its_lock_table_leaves_the_table_whole(tmp_path, sig):
     """SIGTERM reaching the DVC wrapper (multitab.process.run_dvc) while DVC writes `.dvc/tmp/rwlock` (here:
     as it releases the stage's locks; in a real stop, when the flow signals DVC and the stage command at
     once) must not leave the file truncated: DVC refuses every later command on a corrupted lock table. The
-    wrapper exits 128 + 15 after DVC has finished the write, and DVC works in the project afterwards."""
+    wrapper exits 128 + the signal after DVC has finished the write, and DVC works in the project
+    afterwards. SIGINT too: a terminal's Ctrl-C reaches DVC as well, and DVC's own KeyboardInterrupt
+    stopped it inside the write."""
     root = make_project(tmp_path / "p", {"a": {"cmd": "echo a > a.txt", "outs": ["a.txt"]}})
     code = textwrap.dedent("""
         import json, os, signal, sys, types
@@ -562,16 +679,17 @@ def test_a_stop_while_dvc_rewrites_its_lock_table_leaves_the_table_whole(tmp_pat
             if not any(obj.get("read", {}).values()) and not obj.get("write") and not fired:
                 fired.append(1)
                 print("fired", flush=True)
-                os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, before the table is written
+                os.kill(os.getpid(), getattr(signal, os.environ["TOY_SIGNAL"]))  # handled here, before the write
             json.dump(obj, fobj, **kw)
 
         fired = []
         dvc.rwlock.json = types.SimpleNamespace(**{**vars(json), "dump": dump})  # rwlock's json only
         sys.exit(process.run_dvc(["repro", "--single-item", "a"]))
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DVC_NO_ANALYTICS": "1", "SHELL": "/bin/sh"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DVC_NO_ANALYTICS": "1", "SHELL": "/bin/sh",
+           "TOY_SIGNAL": sig}
     r = subprocess.run([PY, "-c", code], cwd=root, capture_output=True, text=True, timeout=120, env=env)
-    assert r.returncode == 128 + 15, r.stdout + r.stderr
+    assert r.returncode == 128 + {"SIGTERM": 15, "SIGINT": 2}[sig], r.stdout + r.stderr
     assert "fired" in r.stdout.split(), r.stdout + r.stderr
     text = (root / ".dvc" / "tmp" / "rwlock").read_text()
     assert text, "the lock table was left empty"

@@ -415,3 +415,18 @@ def test_acquire_writes_row_group_by_row_group_the_file_of_the_whole_table(tmp_p
     assert pq.ParquetFile(tmp_path / "streamed.parquet").metadata.num_row_groups == 6
     info = acquire_local(HIGGS, LocalConfig(path=str(tmp_path / "HIGGS.parquet")), tmp_path / "raw")
     assert info["files"]["data"]["rows"] == 40
+
+
+def test_a_directory_where_a_raw_file_belongs_is_named_as_one(tmp_path: Path) -> None:
+    """`remote.url` naming a local path that is a directory, and a raw file's name in a `local.path` folder
+    taken by a directory: each message says it is a directory (they said "no such file", or listed the
+    folder's files without it)."""
+    folder = tmp_path / "HIGGS.csv.gz"
+    folder.mkdir()
+    with pytest.raises(SourceError, match=r"HIGGS\.csv\.gz: is a directory, not a file \(datasets\.higgs\.remote\.url\)"):
+        acquire_remote(HIGGS, _remote(str(folder), "csv.gz"), tmp_path / "raw", tmp_path / "cache")
+    (tmp_path / "ali").mkdir()
+    raw_frame(ALI, 5).to_csv(tmp_path / "ali" / "train.csv", index=False)
+    (tmp_path / "ali" / "test.csv").mkdir()
+    with pytest.raises(SourceError, match=r"found no file\(s\) \(test\.csv: a directory, not a file\) for 'aliexpress'"):
+        acquire_local(ALI, LocalConfig(path=str(tmp_path / "ali")), tmp_path / "raw")

@@ -528,7 +528,7 @@ def test_variant_runs_build_the_base_model_with_the_variant_keywords(
     write_tiny_hparams(tmp_path, ["tiny"])
     hparams = for_run(tmp_path, "hparams/authors/tiny/tiny.yaml", model="tiny@wide", dataset="tiny", point=None,
                       config=config)
-    assert hparams.model == {"d": 16}  # the file's (none), then model_overrides, then the variant's
+    assert hparams.model == {"d": 16}  # the file's (8), then model_overrides (4), then the variant's
     spec = RunSpec(dataset="tiny", model="tiny@wide", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
     record, _ = run_training(spec, config, hparams)
     assert seen == [("tiny", {"d": 16})] and record["model"] == "tiny@wide"

@@ -22,7 +22,9 @@ TINY = DatasetSchema(
         Task("reg", "regression", column="reg"),
     ),
 )
-FAST = {"n_rounds": 15, "early_stopping_rounds": 5, "n_threads": 1, "device": "cpu"}
+# every keyword (build_model uses no constructor default): few rounds, one thread, the CPU
+FAST = {"max_depth": 6, "learning_rate": 0.1, "binary_learning_rate": 0.2, "n_rounds": 15, "early_stopping_rounds": 5,
+        "multi_strategy": "multi_output_tree", "device": "cpu", "seed": 0, "n_threads": 1}
 
 
 def data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -127,4 +129,23 @@ def test_bad_inputs_raise_clear_errors() -> None:
     with pytest.raises(KeyError, match="bin2"):
         model.fit(x_num, x_cat, {"bin": y["bin"]}, x_num_val=x_num, x_cat_val=x_cat, targets_val=y)
     with pytest.raises(ValueError, match="max_depth"):
-        build_model("xgboost", TINY, {"max_depth": 0})
+        build_model("xgboost", TINY, {**FAST, "max_depth": 0})
+
+
+def test_one_dmatrix_per_split_trains_the_boosters_of_one_dmatrix_per_task_group() -> None:
+    """The features go into one DMatrix per split, each task group setting its labels on it: the boosters
+    are byte for byte those trained on a DMatrix built per group from concatenated features."""
+    xgb = pytest.importorskip("xgboost")
+    model = fit(TINY)
+    x_num, x_cat, y = data(400, 0)
+    xv, cv, yv = data(200, 1)
+    x, x_val = np.concatenate([x_num, x_cat.astype(np.float32)], 1), np.concatenate([xv, cv.astype(np.float32)], 1)
+    for group, booster in zip(model.groups, model.boosters):
+        def label(values: dict[str, np.ndarray], group: tuple[Task, ...] = group) -> np.ndarray:
+            cols = [np.asarray(values[t.name], np.float32) for t in group]
+            return np.stack(cols, 1) if len(cols) > 1 else cols[0]
+
+        reference = xgb.train(model._params(group), xgb.DMatrix(x, label=label(y)), num_boost_round=FAST["n_rounds"],
+                              evals=[(xgb.DMatrix(x_val, label=label(yv)), "val")],
+                              early_stopping_rounds=FAST["early_stopping_rounds"], verbose_eval=False)
+        assert booster.save_raw("json") == reference.save_raw("json"), [t.name for t in group]

@@ -8,8 +8,9 @@ DVC runs a stage's command as `$SHELL -c CMD` (/bin/sh when SHELL is unset). bas
 themselves with the command; dash (Debian's /bin/sh) and fish do not, so the command's parent is the shell,
 which has no such request and outlives DVC, and the command with it. The flow therefore runs DVC through
 `python -m multitab.process DVC-ARGS` (`run_dvc`): that DVC adopts what its commands orphan (it is a
-child subreaper, PR_SET_CHILD_SUBREAPER) and, on SIGTERM, stops every process below it before it exits.
-It stays in the flow's process group, so Ctrl-C in a terminal still reaches the stage's command.
+child subreaper, PR_SET_CHILD_SUBREAPER) and, on SIGTERM or SIGINT, stops every process below it before it
+exits. It stays in the flow's process group, so Ctrl-C in a terminal still reaches the stage's command,
+which says it was interrupted and exits 130 (stages/_common.py), also while it is still importing.
 
 It exits by letting DVC finish what it is doing, never from inside the signal handler: a stop that lands
 while DVC rewrites its lock table (its rwlock file) or dvc.lock would otherwise leave the file truncated,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -49,7 +51,12 @@ def stop_with_parent() -> None:
 
 
 def terminate_descendants(grace_seconds: float = 5.0) -> None:
-    """SIGTERM every descendant process, then SIGKILL those still alive after `grace_seconds`."""
+    """SIGTERM every descendant process, then SIGKILL those still alive after `grace_seconds`.
+
+    It waits without reaping: a child's exit status stays for whoever started it (DVC's or the flow's
+    subprocess.Popen). Reaped here, it would be lost, and Popen reads a status it cannot collect as 0: DVC
+    then took a stage stopped by Ctrl-C for one that succeeded and failed on its missing outputs ("does not
+    exist"), which the flow reported as bad input."""
     import contextlib
 
     import psutil
@@ -59,11 +66,73 @@ def terminate_descendants(grace_seconds: float = 5.0) -> None:
     for child in children:
         with contextlib.suppress(psutil.Error):
             child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=grace_seconds)
+    alive = _wait_ended(children, grace_seconds)
     # and whatever was started meanwhile (a subprocess already being spawned when the signal came)
     for child in [*alive, *me.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
             child.kill()
+
+
+def _wait_ended(procs: list[Any], timeout: float) -> list[Any]:
+    """The psutil processes of `procs` still running after at most `timeout` seconds; a zombie (ended, its
+    status not yet collected by its parent) has ended."""
+    import time
+
+    import psutil
+
+    def running(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if running(p)]
+    return alive
+
+
+# Whether a Ctrl-C came while starting (defer_ctrl_c_while_starting)
+_ctrl_c_pending = False
+
+
+def _defer_ctrl_c(signum: int, _frame: object) -> None:
+    global _ctrl_c_pending
+    if not _ctrl_c_pending:
+        _ctrl_c_pending = True
+        return
+    argv = sys.orig_argv  # a second Ctrl-C: at once
+    program = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else "python"
+    os.write(2, f"{program}: stopped by SIGINT (Ctrl-C) while starting; run the same command again\n".encode())
+    os._exit(128 + signum)
+
+
+def defer_ctrl_c_while_starting() -> None:
+    """Ctrl-C while a program still imports and reads what it needs (seconds: torch, pandas, DVC, Prefect)
+    is remembered, not raised there: a KeyboardInterrupt raised inside some library's import prints a
+    traceback, or comes out as another exception (pydantic's serialiser wraps it in its own). The program
+    calls `raise_deferred_ctrl_c` where it can stop cleanly and `ctrl_c_raises` when its own handling
+    begins; a second Ctrl-C ends it at once (one line, exit 130). An ignored SIGINT stays ignored."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _defer_ctrl_c)
+
+
+def raise_deferred_ctrl_c() -> None:
+    """KeyboardInterrupt now if a Ctrl-C came while starting (`defer_ctrl_c_while_starting`)."""
+    global _ctrl_c_pending
+    if _ctrl_c_pending:
+        _ctrl_c_pending = False
+        raise KeyboardInterrupt
+
+
+def ctrl_c_raises() -> None:
+    """Ctrl-C raises KeyboardInterrupt again (Python's default), and one that came while starting is raised
+    now."""
+    if signal.getsignal(signal.SIGINT) is _defer_ctrl_c:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    raise_deferred_ctrl_c()
 
 
 # the signal that stopped run_dvc (None: none yet); how long DVC may take to finish after it
@@ -72,16 +141,20 @@ STOP_GRACE_SECONDS = 20.0
 
 
 def _stop_below(signum: int, _frame: object) -> None:
-    """SIGTERM in run_dvc: stop every process below, then return to DVC, which sees its command fail,
-    releases its locks and returns (run_dvc then exits 128 + signum). A watchdog ends the process after
+    """SIGTERM or SIGINT in run_dvc: stop every process below, then return to DVC, which sees its command
+    fail, releases its locks and returns (run_dvc then exits 128 + signum). A watchdog ends the process after
     STOP_GRACE_SECONDS in case DVC does not return (it was waiting for the repository lock, or it started a
-    command after the signal)."""
+    command after the signal). A second signal (the flow's SIGTERM after a terminal's Ctrl-C reached the
+    whole process group) stops what runs below again; the first one's watchdog stays."""
     global _stopped_by
     import threading
 
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _stopped_by = signum
+    first = _stopped_by is None
+    if first:
+        _stopped_by = signum
     terminate_descendants()
+    if not first:
+        return
 
     def watchdog() -> None:
         import time
@@ -105,12 +178,14 @@ def become_subreaper() -> None:
 
 def run_dvc(argv: list[str]) -> int:
     """DVC's command line (`dvc ARGV`) in this process, which adopts what its commands orphan and on SIGTERM
-    first stops every process below it (the stage's shell and command), then lets DVC return (it releases
-    its locks; a file it was writing is finished) and exits 128 + 15. DVC itself
-    has no SIGTERM handler: killed, it would leave a command that a non-exec'ing shell keeps out of reach
-    of its own PR_SET_PDEATHSIG. SIGINT is left to DVC (it ignores it while a command runs)."""
+    or SIGINT first stops every process below it (the stage's shell and command), then lets DVC return (it
+    releases its locks; a file it was writing is finished) and exits 128 + the signal. DVC itself has no
+    SIGTERM handler: killed, it would leave a command that a non-exec'ing shell keeps out of reach of its
+    own PR_SET_PDEATHSIG. Left to DVC, SIGINT raises KeyboardInterrupt wherever DVC is, which may be inside
+    the rewrite of its lock table; while a command runs DVC ignores SIGINT (the command gets its own)."""
     become_subreaper()
     signal.signal(signal.SIGTERM, _stop_below)
+    signal.signal(signal.SIGINT, _stop_below)
     from dvc.cli import main
 
     rc = int(main(argv) or 0)

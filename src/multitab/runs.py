@@ -4,6 +4,8 @@
     python -m multitab.runs --groups study   # ... with opt-in group `study` in it (`make study`)
     python -m multitab.runs --check          # exit 3 when runs.yaml is not what params.yaml declares
 
+A matrix DVC could not run as declared is refused before the file is written (exit 3, one line): multitab.runs_check.
+
 Opt-in groups (`opt_in: true`: the study, the sweeps) are in runs.yaml, and therefore in dvc.yaml's DAG,
 only when asked for: plain `dvc repro`, `dvc status` and `dvc exp run` see exactly what `make repro` runs,
 and the study's and the sweeps' stages (their data, runs, aggregate_study@study, sweep_select@sweeps)
@@ -363,8 +365,12 @@ def entry(params: Params, key: str, path: str | Path = RUNS_FILE) -> Run:
 
 
 def write(params: Params, path: str | Path = RUNS_FILE, groups: Iterable[str] = ()) -> None:
-    """Rewrite `path` when it is not runs.yaml with the opt-in `groups` (unchanged files keep their time)."""
+    """Rewrite `path` when it is not runs.yaml with the opt-in `groups` (unchanged files keep their time), after
+    the checks of multitab.runs_check (ConfigError: what DVC could not run as declared)."""
+    from multitab.runs_check import check
+
     path = Path(path)
+    check(params, active_groups(params, groups), Path(params.source).parent)
     text = render(params, groups)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         write_text(path, text)  # atomic

@@ -1,12 +1,19 @@
 """Every name params.yaml uses as a key or a list item must name something: a model of the registry, a
 dataset (a `datasets:` entry or a MultiTab-Bench configuration), a train variant. A misspelt name in a
 per-model or per-dataset map (`train.optim: {stl_mpl: ...}`, `train.patience: {acs_incme: 1}`,
-`validation.policy`) would otherwise be ignored without a word; here it fails at load, naming the key and
-the names it could be."""
+`validation.policy`) or a list (`runs.<group>.data.datasets`, `icl.datasets`) would otherwise be ignored
+without a word, or fail later as a missing file; here it fails at load, naming the key and the names it could be.
+
+A name that goes into a DVC stage name (a run group, a dataset, a MultiTab-Bench configuration, a train variant)
+is letters, digits and `_` (STAGE_NAME_PART): DVC refuses other punctuation in a stage name (and `@` separates a
+foreach stage from its key), `.` makes a params path of `runs.<group>.train`, `-` joins a run key's parts
+(`<group>-<dataset>-<model>-<seed>`, multitab.runs: a `-` in a name would let two runs spell one key), `+` spells
+a variant there, and a space or a shell character would split or change the stage's command."""
 
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -14,6 +21,8 @@ from typing import Any
 from multitab.config._build import ConfigError
 from multitab.datasets.schema import SCHEMAS
 from multitab.names import MODEL_NAMES
+
+STAGE_NAME_PART = re.compile(r"[A-Za-z0-9_]+")
 
 
 def _unknown(source: str, key: str, names: Iterable[str], known: Iterable[str], what: str) -> None:
@@ -25,16 +34,43 @@ def _unknown(source: str, key: str, names: Iterable[str], known: Iterable[str], 
             raise ConfigError(f"{source}: {key}: {name!r} is not {what}{hint} (known: {known})")
 
 
+def _unsafe(source: str, key: str, names: Iterable[str]) -> None:
+    for name in names:
+        if not STAGE_NAME_PART.fullmatch(name):
+            raise ConfigError(f"{source}: {key}: {name!r} goes into DVC stage names: use letters, digits and `_` only "
+                              "(`-` joins a run key's parts, `@`, `+` and `.` mean something there, DVC refuses other "
+                              "punctuation, a space splits the stage's command)")
+
+
+def check_stage_names(sections: dict[str, Any], source: str) -> None:
+    """Raise ConfigError at the first name that goes into a stage name and cannot (STAGE_NAME_PART)."""
+    _unsafe(source, "datasets", sections.get("datasets", {}))
+    if "bench" in sections:
+        _unsafe(source, "bench.configs", sections["bench"].configs)
+    if "train" in sections:
+        _unsafe(source, "train.variants", sections["train"].variants)
+    _unsafe(source, "runs", sections.get("runs", {}))
+    for name, group in sections.get("runs", {}).items():
+        _unsafe(source, f"runs.{name}.train.variants", group.train.get("variants", {}))
+        if isinstance(group.data, dict):
+            _unsafe(source, f"runs.{name}.data.datasets", group.data.get("datasets", ()))
+
+
 def check_names(sections: dict[str, Any], source: str) -> None:
     """Raise ConfigError at the first name that names nothing (sections a project leaves out are skipped)."""
+    check_stage_names(sections, source)
     # the registry's names, and any a program registered at run time (the tests' tiny models)
     registry = sys.modules.get("multitab.models")
     models = sorted(set(MODEL_NAMES) | set(getattr(registry, "MODELS", {})))
-    real = sorted(set(SCHEMAS) | set(sections.get("datasets", {})))
     configs = sorted(sections["bench"].configs) if "bench" in sections else []
-    # a run group may also name a processed folder given directly (data/processed/<name>, no datasets: entry)
-    declared = [name for group in sections.get("runs", {}).values() if isinstance(group.data, dict)
-                for name in group.data.get("datasets", ())]
+    # The datasets are the `datasets:` entries. A project without that section (the tests' small ones) has no
+    # stage that makes processed data: its run groups name processed folders given directly (data/processed/<name>).
+    if "datasets" in sections:
+        real, declared = sorted(sections["datasets"]), []
+    else:
+        real = sorted(SCHEMAS)
+        declared = [name for group in sections.get("runs", {}).values() if isinstance(group.data, dict)
+                    for name in group.data.get("datasets", ())]
     any_dataset = sorted({*real, *configs, *declared})
     a_model, a_dataset = "a registered model", "a dataset (datasets:) or a MultiTab-Bench config (bench.configs)"
     _unknown(source, "datasets", sections.get("datasets", {}), SCHEMAS, "a dataset with a schema")
@@ -62,6 +98,8 @@ def check_names(sections: dict[str, Any], source: str) -> None:
             known = {"datasets": [*real, *declared], "bench": configs, "study": configs, "attribution": configs}
             for kind, names in group.data.items():
                 _unknown(source, f"runs.{name}.data.{kind}", names, known[kind], a_dataset)
+    if "icl" in sections and "datasets" in sections:
+        _unknown(source, "icl.datasets", sections["icl"].datasets, real, "a dataset (datasets:)")
     if "study" in sections:
         study = sections["study"]
         groups = sections.get("runs", {})

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from multitab.config._build import ConfigError
+from multitab.config._build import ConfigError, bounded
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,15 @@ class OrchestrationConfig:
     # Share results through DVC's default remote: pull (with the run cache) before planning, push each
     # completed stage's outputs and run-cache entry after it (flows/remote.py; several machines)
     sync_remote: bool
+    # The most training stages (train@, train_stack@) runs.yaml may hold: `python -m multitab.runs` refuses a
+    # larger run matrix (multitab.runs_check), since DVC reads every stage on each `dvc status` / `dvc repro`
+    # (docs/orchestration.md, "How large a run matrix")
+    max_train_stages: int = field(metadata=bounded(ge=1))
+    # Stages at once also by memory (flows/memory.py): the expected peaks of the stages running together stay
+    # within this many GB (null: the memory available when the run starts); each stage's peak on this
+    # machine is kept in `stage_memory`
+    memory_budget_gb: float | None
+    stage_memory: str
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -31,5 +40,7 @@ class OrchestrationConfig:
             raise ConfigError("orchestration.retries and lock_retries must be >= 0")
         if self.retry_delay_seconds < 0:
             raise ConfigError(f"orchestration.retry_delay_seconds={self.retry_delay_seconds} must be >= 0")
+        if self.memory_budget_gb is not None and self.memory_budget_gb <= 0:
+            raise ConfigError(f"orchestration.memory_budget_gb={self.memory_budget_gb} must be > 0 or null")
         if self.gpu_concurrency is not None and self.gpu_concurrency < 1:
             raise ConfigError(f"orchestration.gpu_concurrency={self.gpu_concurrency} must be >= 1 or null")

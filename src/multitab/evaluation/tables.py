@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from multitab.io import atomic_path
+from multitab.markup import md_text
 
 STANDIN_MARK = "stand-in data"
 MISSING = "missing"
@@ -89,7 +90,7 @@ class Table:
     def banner(self) -> str | None:
         if not self.standin:
             return None
-        return (f"**{STANDIN_MARK.upper()}**: built from {STANDIN_MARK} ({', '.join(self.standin)}); "
+        return (f"**{STANDIN_MARK.upper()}**: built from {STANDIN_MARK} ({', '.join(map(md_text, self.standin))}); "
                 "these numbers are not the study's results.")
 
     def cells(self) -> list[tuple[str, str, Cell]]:
@@ -107,17 +108,17 @@ class Table:
 
     # ---------------------------------------------------------------------------------------- renderers
     def to_markdown(self, *, compare: bool = False, heading: str = "###") -> str:
-        lines = [f"{heading} {self.title}" + (f" [{STANDIN_MARK}]" if self.standin else ""), ""]
+        # names in the title, header and label cells come from params and data: quoted as text (markup)
+        lines = [f"{heading} {md_text(self.title)}" + (f" [{STANDIN_MARK}]" if self.standin else ""), ""]
         if self.banner:
             lines += [f"> {self.banner}", ""]
         if compare and self.has_paper():
             lines += ["Cells: ours (paper value; Δ = ours − paper).", ""]
 
         def fmt(v: Value) -> str:
-            text = v if isinstance(v, str) else (v.compared() if compare else v.text())
-            return text.replace("|", "\\|")
+            return md_text(v if isinstance(v, str) else (v.compared() if compare else v.text()))
 
-        lines.append("| " + " | ".join(h.replace("|", "\\|") for h in self.header) + " |")
+        lines.append("| " + " | ".join(md_text(h) for h in self.header) + " |")
         first = self.rows[0] if self.rows else ["" for _ in self.header]
         lines.append("|" + "|".join("---" if isinstance(v, str) else "---:" for v in first) + "|")
         for row in self.rows:

@@ -22,7 +22,9 @@ A run reads exactly one file (multitab.runs decides which: its `hparams_file` in
 over it, in this order: a sweep's grid point (`POINT_KEYS`), what params.yaml's `protocol` changes
 (hparams/protocol/<protocol>.yaml, data too) and its run group's overlay (`train.optim.<model>`,
 `train.model_overrides`, the variant's keywords). A missing file is an error that names it. The resolved
-values are what the run's metrics.json records under `hparams`.
+values are what the run's metrics.json records under `hparams`. `python -m multitab.runs` refuses, before it
+writes runs.yaml, a file that lacks a keyword of the model's constructor, gives one it does not take or one of
+the wrong type, and overlays that do (multitab.runs_check, multitab.hparams.keywords).
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ def selection_file(selection: str, dataset: str, model: str) -> str:
 def read(path: Path, shown: str | None = None) -> Hparams:
     """The hyperparameters of one file (yaml.safe_load: data, never code). `shown`: the name errors use."""
     name = shown or str(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{name}: is a directory, not a hyperparameter file (a YAML file)")
     if not path.is_file():
         raise FileNotFoundError(
             f"{name}: hyperparameter file not found; write it (the keys of the model's constructor under `model:`, "
@@ -189,11 +193,17 @@ def for_run(root: Path, file: str, *, model: str, dataset: str, point: Mapping[s
     """The hyperparameters one run trains with: `file` (relative to `root`), its grid point, the protocol's
     overlay and the run group's (`config`, its TrainConfig: `optim.<model>`, `model_overrides`, the variant
     of a run model `<model>@<variant>`)."""
+    return resolve(read(root / file, file), protocol_overlay(root, config.protocol), model=model, dataset=dataset,
+                   point=point, config=config)
+
+
+def resolve(h: Hparams, overlay: Mapping[str, Any], *, model: str, dataset: str, point: Mapping[str, Any] | None,
+            config: TrainConfig) -> Hparams:
+    """`for_run` of a file already read (`h`), with the protocol's overlay already read (protocol_overlay)."""
     base, _ = config.resolve(model)
-    h = read(root / file, file)
     if point:
         h = h.with_point(point)
-    h = apply_protocol(h, base, protocol_overlay(root, config.protocol))
+    h = apply_protocol(h, base, overlay)
     values = {**h.model, **_tuples(config.overrides_for(model, dataset))}
     optim = h.optim
     override = config.optim.get(base)

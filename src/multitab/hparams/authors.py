@@ -130,8 +130,8 @@ TRANSLATORS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 def constructor_defaults(model: str) -> dict[str, Any]:
     """The keyword defaults of a registered model's constructor (its hyperparameters; not the run's keywords of
     a model that trains itself)."""
-    from multitab.models import model_class
-    from multitab.training.run import RUN_KEYWORDS  # a model that trains itself takes these from the run
+    # a model that trains itself takes RUN_KEYWORDS from the run
+    from multitab.models import RUN_KEYWORDS, model_class
 
     cls = model_class(model)
     out: dict[str, Any] = {}

@@ -1,6 +1,7 @@
 """Pretrained checkpoints: a local file, or a model hub file fetched into a cache, each checked against the
-sha256 pinned in params before anything reads it; loaded with `torch.load(weights_only=True)` (nothing in
-the file can run code)."""
+sha256 pinned in params before anything reads it; loaded as tensors and plain data only
+(multitab.checkpoint_file: nothing in the file can run code, and a file that cannot be read so is one line
+naming it)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from multitab.checkpoint_file import CheckpointError, load_plain
+from multitab.io import file_problem
+
+__all__ = ["CheckpointError", "fetch", "load", "sha256_of", "verify"]
+
 log = logging.getLogger(__name__)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, is not the pinned file, or is not in the expected format."""
 
 
 def sha256_of(path: Path) -> str:
@@ -27,8 +29,12 @@ def sha256_of(path: Path) -> str:
 
 def verify(path: Path, sha256: str | None) -> str:
     """The file's sha256; a CheckpointError naming both hashes when `sha256` is given and differs."""
-    if not path.is_file():
+    problem = file_problem(path)
+    if problem == "does not exist":
         raise CheckpointError(f"checkpoint {path} does not exist (docs/icl.md says how to get one)")
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {path} {problem}; point its `path` in params.yaml (icl.checkpoints) "
+                              "at the checkpoint file")
     found = sha256_of(path)
     if sha256 is not None and found != sha256.lower():
         raise CheckpointError(f"checkpoint {path} is not the pinned file: expected sha256 {sha256.lower()}, "
@@ -38,14 +44,9 @@ def verify(path: Path, sha256: str | None) -> str:
 
 def load(path: str | Path, sha256: str | None) -> tuple[dict[str, Any], str]:
     """The checkpoint dict in `path` (checked against `sha256` when given) and the file's sha256."""
-    import torch
-
     path = Path(path)
     found = verify(path, sha256)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # an unreadable file or one that holds more than tensors and plain data
-        raise CheckpointError(f"checkpoint {path} cannot be read as tensors and plain data: {e}") from e
+    checkpoint = load_plain(path)
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"checkpoint {path} holds a {type(checkpoint).__name__}, not a dict")
     return checkpoint, found

@@ -105,8 +105,12 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
             if model == "orion_msp":
                 if net is None:  # one load for all of the dataset's tasks
                     loaded, checkpoints[name] = ckpt.load(path, entry.sha256)
-                    net = from_checkpoint(loaded, window=config.orion.window, memory=config.orion.memory,
-                                          links=config.orion.links, link_seed=config.orion.link_seed).to(device)
+                    try:
+                        net = from_checkpoint(loaded, window=config.orion.window, memory=config.orion.memory,
+                                              links=config.orion.links, link_seed=config.orion.link_seed)
+                    except (ValueError, RuntimeError) as e:  # its config or weights are not Orion-MSP's
+                        raise ckpt.CheckpointError(f"checkpoint {path}: {' '.join(str(e).split())[:300]}") from e
+                    net = net.to(device)
                 ensemble = context.OrionMSPEnsemble(_on_device(net, device),
                                                     n_estimators=config.n_estimators, seed=seed,
                                                     chunk_size=config.chunk_size)

@@ -14,9 +14,10 @@ early stays stopped, as it would have under the new cap.
 
 Safety: checkpoints travel between machines (DVC remotes), so a checkpoint is untrusted input. Only
 tensors, numbers, strings, lists, tuples and dicts are stored (`save` checks), and `torch.load` runs with
-`weights_only=True`: a file that needs any other Python object (a pickled callable) is refused before
-anything in it runs. An unreadable `best.pt` (truncated, corrupt, refused) is rebuilt from `last.pt` when
-the last epoch was the best one, otherwise the run retrains from scratch; `resume` says which.
+`weights_only=True` (multitab.checkpoint_file, shared with the pretrained models' checkpoints): a file that
+needs any other Python object (a pickled callable) is refused before anything in it runs. An unreadable
+`best.pt` (truncated, corrupt, refused, a directory) is rebuilt from `last.pt` when the last epoch was the
+best one, otherwise the run retrains from scratch; `resume` says which.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import hashlib
 import io
 import json
 import logging
-import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from multitab.checkpoint_file import CheckpointError, load_plain
 from multitab.io import remove_stale_temporaries, write_bytes
 
 log = logging.getLogger(__name__)
@@ -126,22 +127,6 @@ def save(path: Path, payload: dict[str, Any]) -> None:
     write_bytes(path, buffer.getbuffer())
 
 
-def _why_unreadable(e: Exception) -> str:
-    text = str(e)
-    # PyTorch's message advises loading the file again with its unsafe option: never repeated here.
-    lines = [ln.strip() for ln in text.splitlines()
-             if ln.strip() and "weights_only" not in ln and not ln.strip().startswith("Check the documentation")]
-    detail = text.partition("WeightsUnpickler error:")[2].strip()
-    detail = detail.splitlines()[0].strip() if detail else (lines[0] if lines else "")
-    # the weights-only unpickler met something other than plain data (a global, a reduce call): refused.
-    # "Unsupported operand" is a byte that is no pickle opcode at all: a corrupt file.
-    if isinstance(e, pickle.UnpicklingError) and detail and not detail.startswith("Unsupported operand"):
-        what = detail.split(" was not an allowed global")[0]
-        return (f"refused: it holds pickled Python code or objects ({what}); loading it could run code, "
-                "so it is never loaded")
-    return f"unreadable (truncated or corrupt: {detail or type(e).__name__})"
-
-
 def _diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
     out = []
     for key in sorted(set(old) | set(new)):
@@ -170,12 +155,12 @@ def read(path: Path, expected_fingerprint: str, settings: dict[str, Any] | None 
          ) -> tuple[dict[str, Any] | None, str]:
     """(payload, "") when the checkpoint at `path` exists, loads as plain data and belongs to this run's
     settings (or differs from them in the epoch budget alone, see `budget_only`); else (None, why not)."""
-    if not path.is_file():
+    if not path.exists():
         return None, "missing"
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a foreign, corrupt or unsafe file: never crash on it, never run it
-        return None, _why_unreadable(e)
+        payload = load_plain(path)  # a foreign, corrupt or unsafe file: never crash on it, never run it
+    except CheckpointError as e:
+        return None, e.why
     if not isinstance(payload, dict):
         return None, f"unreadable (a {type(payload).__name__}, not a checkpoint)"
     if payload.get("fingerprint") != expected_fingerprint:

@@ -4,7 +4,8 @@ No per-sample Python and no DataLoader: each split is held as three tensors (num
 categorical codes, and the targets stacked by dtype), and a batch is one `index_select` per tensor with a
 slice of a shuffled permutation. On CUDA the whole split lives on the GPU when it fits (`place`), so a
 batch never crosses the bus; otherwise it stays in pinned host memory and each batch is copied
-asynchronously.
+asynchronously. `load_processed` reads each split straight into its tensors, in their place
+(training/reader.py: the split is never held twice, on the host or on the way to the GPU).
 
 Batch composition. With batch size 2048 (the paper's), models with inter-sample attention (SAINT,
 MultiTab-Net with true inter-sample attention) see the other samples of the batch, so batch composition
@@ -23,18 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
+from multitab.training.reader import DataError, gpu_has_room, read_split
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 
-
-class DataError(ValueError):
-    """Processed data that does not match its meta.json."""
+__all__ = ["SPLITS", "Batch", "DataError", "ProcessedData", "TensorSplit", "iterate_batches", "load_processed", "place",
+           "split_from_frame_arrays"]
 
 
 @dataclass
@@ -154,8 +154,13 @@ def split_from_frame_arrays(
                        torch.from_numpy(y_long), float_tasks, long_tasks)
 
 
-def load_processed(path: str | Path, splits: tuple[str, ...] = SPLITS) -> ProcessedData:
-    """Read data/processed/<dataset> (or data/synthetic/<config>): meta.json and {split}.parquet."""
+def load_processed(
+    path: str | Path, splits: tuple[str, ...] = SPLITS, *, device: torch.device | None = None,
+    max_rows: Mapping[str, int | None] | None = None,
+) -> ProcessedData:
+    """Read data/processed/<dataset> (or data/synthetic/<config>): meta.json and {split}.parquet, each split
+    read into its tensors on `device` (default CPU; CUDA: on the GPU when it fits, else pinned host memory,
+    as `place` decides), only the first `max_rows[split]` rows where given."""
     path = Path(path)
     meta_path = path / "meta.json"
     if not meta_path.is_file():
@@ -165,26 +170,34 @@ def load_processed(path: str | Path, splits: tuple[str, ...] = SPLITS) -> Proces
         if key not in meta:
             raise DataError(f"{meta_path}: key {key!r} missing")
     schema = schema_from_meta(meta)
+    float_tasks = tuple(t.name for t in schema.tasks if t.type != "multiclass")
+    long_tasks = tuple(t.name for t in schema.tasks if t.type == "multiclass")
     out = {}
     for split in splits:
         file = path / f"{split}.parquet"
         if not file.is_file():
             raise DataError(f"{file}: not found; re-run the stage that writes {path}")
-        table = pq.read_table(file, columns=[c for c in schema.canonical_columns])
-        columns = {name: table.column(name).to_numpy() for name in table.column_names}
-        out[split] = split_from_frame_arrays(schema, columns, where=str(file))
-        log.info("%s: %d rows", file, len(out[split]))
+        limit = (max_rows or {}).get(split)
+        t, n_file = read_split(file, schema, device=device, max_rows=limit)
+        out[split] = TensorSplit(t["x_num"], t["x_cat"], t["y_float"], t["y_long"], float_tasks, long_tasks)
+        if len(out[split]) < n_file:
+            log.info("%s: the first %d of %d rows", file, len(out[split]), n_file)
+        else:
+            log.info("%s: %d rows", file, n_file)
     return ProcessedData(meta=meta, schema=schema, splits=out, path=path)
 
 
 def place(split: TensorSplit, device: torch.device, *, max_fraction: float = 0.5) -> TensorSplit:
     """Move a split to `device`. On CUDA: onto the GPU when it takes at most `max_fraction` of the free
-    memory, else pinned host memory (batches are then copied one by one, asynchronously)."""
+    memory, else pinned host memory (batches are then copied one by one, asynchronously). A split already
+    there (`load_processed` with the device) stays as it is."""
     if device.type != "cuda":
         return split.to(device)
-    free, _ = torch.cuda.mem_get_info(device)
-    if split.nbytes() <= max_fraction * free:
+    if split.device.type == "cuda" or split.x_num.is_pinned():
+        return split
+    if gpu_has_room(split.nbytes(), device, max_fraction):
         return split.to(device)
+    free, _ = torch.cuda.mem_get_info(device)
     log.info("split of %.1f GB does not fit on the GPU (%.1f GB free): pinned host memory", split.nbytes() / 1e9, free / 1e9)
     return split.to(device, pin=True)
 

@@ -28,14 +28,22 @@ def predict(
     precision: str = "fp32",
 ) -> dict[str, np.ndarray]:
     """Predictions for `split` in its stored order (consecutive batches of `batch_size`): binary and
-    regression (n,), multiclass (n, n_classes) logits, as float32 numpy arrays."""
-    parts: dict[str, list[torch.Tensor]] = {t.name: [] for t in tasks}
+    regression (n,), multiclass (n, n_classes) logits, as float32 numpy arrays. Each task's predictions
+    are written into one array of the split's length (no list of batches joined at the end: at full size
+    that held them twice); on CUDA it lives on the GPU and crosses to the host once."""
+    n = len(split)
+    preds: dict[str, torch.Tensor] = {}
+    start = 0
     for batch in iterate_batches(split, batch_size, device=device):
         with autocast(device, precision):
             out = model(batch.x_num, batch.x_cat)
         for t in tasks:
-            parts[t.name].append(out[t.name].float())
-    return {name: torch.cat(p).cpu().numpy() if p else np.empty(0, np.float32) for name, p in parts.items()}
+            o = out[t.name]
+            if t.name not in preds:
+                preds[t.name] = torch.empty((n, *o.shape[1:]), dtype=torch.float32, device=o.device)
+            preds[t.name][start : start + len(batch)] = o
+        start += len(batch)
+    return {t.name: preds[t.name].cpu().numpy() if t.name in preds else np.empty(0, np.float32) for t in tasks}
 
 
 def _labels(split: TensorSplit) -> dict[str, np.ndarray]:

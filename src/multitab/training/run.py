@@ -24,10 +24,12 @@ import torch
 from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.hparams import Hparams
-from multitab.io import remove_stale_temporaries, sha256_file
-from multitab.models import build_model, model_class
+from multitab.hparams.keywords import problems
+from multitab.io import remove_stale_temporaries
+from multitab.models import RUN_KEYWORDS, build_model, model_class
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, load_processed
+from multitab.training.data_hashes import data_hashes, hash_in_background
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.evaluate import regression_mse
 from multitab.training.loop import RunResult, RunSettings, train
@@ -88,10 +90,6 @@ class RunSpec:
     checkpoint_dir: Path
 
 
-# Keywords a model that trains itself (XGBoost) takes from the run, not from its hyperparameters.
-RUN_KEYWORDS = ("seed", "early_stopping_rounds", "device", "n_threads")
-
-
 def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: TrainConfig, hparams: Hparams) -> Any:
     """`build_model(name, meta, hparams.model)` of the model registry (multitab.models.MODELS: tests register
     their tiny models there). Models that are not torch modules (XGBoost) do their own training and take the
@@ -103,6 +101,10 @@ def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: Trai
             raise ValueError(f"{hparams.file}: {taken} are the run's settings (train:), not hyperparameters; remove them")
         kwargs |= {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
                    "device": config.device, "n_threads": config.num_threads}
+    # what `python -m multitab.runs` checks, again for a stage DVC runs on a file edited since
+    wrong = problems(name, hparams.model)
+    if wrong:
+        raise ValueError(f"{hparams.file or 'hyperparameters'}: model.{wrong[0][0]}: {wrong[0][1]}")
     try:
         return build_model(name, meta, kwargs)
     except (ValueError, TypeError) as e:
@@ -133,7 +135,8 @@ def resume_settings(
 ) -> dict[str, Any]:
     """Every setting that changes a run's numbers; a checkpoint is resumed only when all are equal (its
     fingerprint is their hash). Threads, determinism, device and dtype change float results in the last
-    bits; the data are identified by the sha256 of the processed files, the code by `model_code_version`.
+    bits; the data are identified by the sha256 of the processed files (`data_hashes`), the code by
+    `model_code_version`.
     `early_stopping_smoothing` is there only when set (train.early_stopping_smoothing): off, the settings
     are those of runs from before the option, and a checkpoint trained without it is never resumed with it."""
     device = resolve_device(config.device)
@@ -145,7 +148,7 @@ def resume_settings(
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
         "dtype": str(next((p.dtype for p in model.parameters()), torch.get_default_dtype())),
         "compile": config.compile, "torch": torch.__version__, "protocol": config.protocol,
-        "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()},
+        "data": data_hashes(data.path),
         "code": model_code_version(model),
     }
     if config.early_stopping_smoothing is not None:
@@ -153,13 +156,16 @@ def resume_settings(
     return settings
 
 
-def load_run_data(spec: RunSpec, config: TrainConfig) -> ProcessedData:
-    """The run's processed data (its training split cut to `train.max_train_rows` when set)."""
-    data = load_processed(spec.data_path)
-    if config.max_train_rows is not None and len(data.splits["train"]) > config.max_train_rows:
-        log.info("training on the first %d of %d training rows (train.max_train_rows)",
-                 config.max_train_rows, len(data.splits["train"]))
-        data.splits["train"] = data.splits["train"].head(config.max_train_rows)
+def load_run_data(spec: RunSpec, config: TrainConfig, device: torch.device | None = None) -> ProcessedData:
+    """The run's processed data (only the first `train.max_train_rows` training rows are read when set), its
+    tensors read straight onto `device` (default CPU; training/data.py `load_processed`). The files' sha256
+    (the run's fingerprint) are computed meanwhile in the background (training/data_hashes.py)."""
+    t0 = time.perf_counter()
+    if Path(spec.data_path).is_dir():
+        hash_in_background(spec.data_path)
+    data = load_processed(spec.data_path, device=device, max_rows={"train": config.max_train_rows})
+    log.info("data loaded in %.1f s: %s rows, %.2f GB of tensors", time.perf_counter() - t0,
+             {k: len(v) for k, v in data.splits.items()}, sum(v.nbytes() for v in data.splits.values()) / 1e9)
     return data
 
 
@@ -241,9 +247,11 @@ def run_training(
     when that is set."""
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
-    data = load_run_data(spec, config)
-    seed_everything(spec.seed, config.deterministic)
     base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> (the variant: in hparams)
+    # a torch model's data go straight to its device; a model that trains itself reads host arrays
+    on_torch = issubclass(model_class(base_model), torch.nn.Module)
+    data = load_run_data(spec, config, resolve_device(config.device) if on_torch else None)
+    seed_everything(spec.seed, config.deterministic)
     model = build_run_model(base_model, data.meta, spec, config, hparams)
     if isinstance(model, torch.nn.Module):
         run = torch_run(spec, config, hparams, data, model, on_step=on_step)
@@ -264,7 +272,7 @@ def run_training(
                 "early_stopping_rounds": config.xgboost_early_stopping_rounds,
                 "num_threads": config.num_threads, "device": config.device, "protocol": config.protocol,
                 "max_train_rows": config.max_train_rows,
-                "data": {p.name: sha256_file(p) for p in sorted(data.path.iterdir()) if p.is_file()}}
+                "data": data_hashes(data.path)}
     record = _finish_record(spec, config, hparams, data, result, optim=optim, max_epochs=max_epochs, n_params=None,
                             resolved=resolved)
     return record, result.history

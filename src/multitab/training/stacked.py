@@ -598,7 +598,7 @@ def run_training_stacked(
     base_model, _ = config.resolve(first.model)
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
-    data = load_run_data(first, config)
+    data = load_run_data(first, config, resolve_device(config.device))
     members, runs = [], []
     for spec in specs:
         model, rng = seeded(spec.seed, functools.partial(build_run_model, base_model, data.meta, spec, config, hparams),

@@ -28,7 +28,7 @@ from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.sources.archives import extract_archive, is_archive_path, locate_in_folder
 from multitab.datasets.sources.formats import FORMAT_SUFFIX, SourceError
 from multitab.datasets.sources.typed import RawSummary, read_raw_file, read_raw_table, write_raw_parquet
-from multitab.io import atomic_path, sha256_file
+from multitab.io import atomic_path, file_problem, local_path_not_regular, not_regular, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,9 @@ def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) 
         raise SourceError(
             f"{root}: no such file or folder ({where}); check the path (relative to the repo root)"
         )
+    odd = not_regular(root)
+    if odd is not None:
+        raise SourceError(local_path_not_regular(f"datasets.{schema.name}.local.path", root, *odd))
     out_dir = Path(out_dir)
     labels: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
@@ -176,10 +179,8 @@ def acquire_remote(
         if parsed.scheme not in ("", "file"):
             raise SourceError(f"{where}.url={cfg.url!r}: only http(s) URLs or local paths are supported")
         src = Path(unquote(parsed.path) if parsed.scheme == "file" else cfg.url)
-        if not src.is_file():
-            raise SourceError(
-                f"{src}: no such file ({where}.url); check the path (relative to the repo root)"
-            )
+        if (problem := file_problem(src)) is not None:  # a directory is named as one, not as missing
+            raise SourceError(f"{src}: {problem} ({where}.url); check the path (relative to the repo root)")
         digest = sha256_file(src)
         if cfg.sha256 and digest != cfg.sha256.lower():
             raise SourceError(

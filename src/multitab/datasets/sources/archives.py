@@ -36,9 +36,11 @@ def locate_in_folder(folder: Path, schema: DatasetSchema, where: str) -> dict[st
         if len(hits) != 1:
             what = "no" if not hits else f"{len(hits)} ({[p.name for p in hits]})"
             listing = [p.name for p in files][:30]
+            folders = sorted(p.name for p in folder.iterdir() if p.name.lower() in _candidates(key) and p.is_dir())
+            named = f" ({', '.join(folders)}: a directory, not a file)" if folders and not hits else ""
             raise SourceError(
-                f"{folder}: found {what} file(s) for {schema.name!r} raw file {key!r}; expected exactly one of "
-                f"{sorted(_candidates(key))} ({where}). The folder holds {len(files)} file(s): "
+                f"{folder}: found {what} file(s){named} for {schema.name!r} raw file {key!r}; expected exactly one "
+                f"of {sorted(_candidates(key))} ({where}). The folder holds {len(files)} file(s): "
                 f"{listing}{' ...' if len(files) > 30 else ''}; rename or move the file, or point the path at it"
             )
         found[key] = hits[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -82,6 +83,33 @@ def open_binary(path: Path) -> IO[bytes]:
     if _is_gzip(path):
         return cast(IO[bytes], gzip.open(path, "rb"))
     return open(path, "rb")
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def iter_lines(f: IO[bytes], *, partial: bool = True, block: int = 1 << 16) -> Iterator[tuple[bytes, int]]:
+    """The lines of a byte stream without their ends, each with the stream offset just past its end. A line
+    ends in \\n, \\r\\n or \\r alone (old Mac files, which pyarrow's CSV reader reads too; `readline` would
+    return the whole file as one line). Read in blocks: finding line 1 never reads the file whole.
+    partial: also yield a last line that no line end closes."""
+    # read1: what the stream has at hand (a gzip stream cut short still gives the lines before the cut)
+    read = getattr(f, "read1", f.read)
+    buf, pos = b"", 0  # pos: the stream offset of buf[0]
+    while True:
+        data = read(block)
+        buf += data
+        start = 0
+        for m in _LINE_END.finditer(buf):
+            if data and m.end() == len(buf) and m.group() == b"\r":
+                break  # a \r\n may straddle two blocks: decide with the next one
+            yield buf[start : m.start()], pos + m.end()
+            start = m.end()
+        buf, pos = buf[start:], pos + start
+        if not data:
+            if buf and partial:
+                yield buf, pos + len(buf)
+            return
 
 
 def arrow_stream(path: Path) -> pa.NativeFile:
@@ -177,9 +205,8 @@ class CsvDiagnostics:
         n = 0
         try:
             with open_binary(self.path) as f:
-                for line in f:
-                    if line.endswith(b"\n"):
-                        n += 1
+                for _ in iter_lines(f, partial=False):
+                    n += 1
         except (OSError, EOFError, zlib.error):
             pass
         return n
@@ -188,7 +215,7 @@ class CsvDiagnostics:
         """Find the first line with bytes that are not UTF-8 (error path only)."""
         try:
             with open_binary(self.path) as f:
-                for no, raw in enumerate(f, start=1):
+                for no, (raw, _) in enumerate(iter_lines(f), start=1):
                     try:
                         raw.decode("utf-8")
                     except UnicodeDecodeError as u:

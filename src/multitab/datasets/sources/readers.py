@@ -32,6 +32,7 @@ from multitab.datasets.sources.formats import (
     compression_note,
     file_kind,
     is_number,
+    iter_lines,
     open_binary,
 )
 
@@ -104,7 +105,7 @@ class Reader(CsvDiagnostics):
     def _first_line(self) -> list[str]:
         try:
             with open_binary(self.path) as f:
-                raw = f.readline()
+                raw = next(iter_lines(f), (b"", 0))[0]
         except (OSError, EOFError, zlib.error) as e:
             raise SourceError(
                 f"{self.label}: cannot read line 1 ({e}){compression_note(self.path)}; the file is damaged or "
@@ -186,9 +187,10 @@ class Reader(CsvDiagnostics):
         names: list[str] = []
         line_no = 0
         with open_binary(self.path) as f:
+            lines = iter_lines(f)
             while True:
-                raw = f.readline()
-                if not raw:
+                raw, data_start = next(lines, (None, 0))
+                if raw is None:
                     what = "no @data section" if names else "the file is empty"
                     raise SourceError(
                         f"{self.path}: not an ARFF file ({what}); expected the columns {self.names}"
@@ -203,7 +205,6 @@ class Reader(CsvDiagnostics):
                     names.append(next(g for g in m.groups()[1:] if g is not None))
                 elif low.startswith("@data"):
                     break
-            data_start = f.tell()
         self.check_columns(names, header="ARFF header")
         self.line_offset = line_no
         read = pacsv.ReadOptions(block_size=BLOCK_BYTES, column_names=names)

@@ -10,7 +10,6 @@ from the file system.
 from __future__ import annotations
 
 import fnmatch
-import html
 import os
 import re
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from multitab.evaluation.paper.report_markdown import Provenance
 from multitab.io import write_text
+from multitab.markup import html_text
 
 VALIDATION = "Data validation"
 VALIDATION_PAGES = "reports/validation/index.html"
@@ -75,7 +75,7 @@ def _natural(path: Path) -> list[Any]:
 def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenance: Provenance, protocol: str,
            what_ran: Sequence[str] = (), notes: dict[str, str] | None = None) -> str:
     """The page's HTML; links are relative to the page's folder; `notes`: a line under a section's title."""
-    esc = html.escape
+    esc = html_text
     notes = notes or {}
     rows = [
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -97,7 +97,7 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
         rows.append("<ul>")
         for f in files:
             href = os.path.relpath(f, page.parent).replace(os.sep, "/")
-            rows.append(f'<li><a href="{esc(href, quote=True)}">{esc(href)}</a></li>')
+            rows.append(f'<li><a href="{esc(href)}">{esc(href)}</a></li>')
         rows.append("</ul>")
     rows += ["</body>", "</html>", ""]
     return "\n".join(rows)

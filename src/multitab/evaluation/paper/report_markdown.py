@@ -15,6 +15,7 @@ from multitab.evaluation.bench.study import section_only
 from multitab.evaluation.paper.results import PaperResults
 from multitab.evaluation.paper.runs import Run
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table
+from multitab.markup import md_text
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ def what_ran_section(results: PaperResults, prov: Provenance) -> list[str]:
                          if isinstance(r.extra.get("hparams"), dict) and r.extra["hparams"].get("source")})
     lines = ["## What ran", "",
              f"Commit `{prov.commit}`, params.yaml sha256 `{prov.params_sha256[:16]}`; protocol "
-             f"{', '.join(protocols) or MISSING}; hyperparameters: {', '.join(selections) or MISSING} selections "
+             f"{md_text(', '.join(protocols)) or MISSING}; hyperparameters: {md_text(', '.join(selections)) or MISSING} "
+             "selections "
              "(params `train.hparams`).", "",
              "| Dataset | Data | Runs | Seeds | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
              "|---|---|---:|---|---:|---|---:|"]
@@ -70,14 +72,14 @@ def what_ran_section(results: PaperResults, prov: Provenance) -> list[str]:
                                                           if x not in results.config.datasets and x not in results.synthetic]]:
         runs = [r for m in results.runs.models(d) for r in results.runs.runs(d, m).values()]
         if not runs:
-            lines.append(f"| {d} | {MISSING} | 0 | {MISSING} | {MISSING} | {MISSING} | {MISSING} |")
+            lines.append(f"| {md_text(d)} | {MISSING} | 0 | {MISSING} | {MISSING} | {MISSING} | {MISSING} |")
             continue
         sources = sorted({_SOURCES.get(str(r.extra.get("source")), STANDIN_MARK if r.standin else "real")
                           for r in runs})
         neural = [r for r in runs if not _is_xgboost(r)]  # XGBoost's boosting rounds are not epochs
         epochs = _span(r.extra.get("epochs") for r in neural)
         caps = _span(r.extra.get("max_epochs") for r in neural)
-        lines.append(f"| {d} | {', '.join(sources)} | {len(runs)} | {', '.join(map(str, sorted({r.seed for r in runs})))} "
+        lines.append(f"| {md_text(d)} | {', '.join(sources)} | {len(runs)} | {', '.join(map(str, sorted({r.seed for r in runs})))} "
                      f"| {_span((r.extra.get('n_rows') or {}).get('train') for r in runs)} | {epochs} ({caps}) "
                      f"| {_span(_steps(r) for r in runs)} |")
     lines += ["", "Epochs and steps count the neural models (XGBoost's boosting rounds are not epochs).", "",
@@ -93,14 +95,14 @@ def _can_show(results: PaperResults, prov: Provenance) -> list[str]:
     real = [d for d in cfg.datasets if results.runs.standin(d) is False]
     caps = results.runs.training_caps()
     if standin:
-        out.append(f"- {', '.join(standin)}: generated stand-in data. Their tables check the pipeline; they are "
+        out.append(f"- {md_text(', '.join(standin))}: generated stand-in data. Their tables check the pipeline; they are "
                    "not results of the study, and the paper's values are not set beside them.")
     if real and caps:
-        out.append(f"- {', '.join(real)}: real data, but training capped (at most {caps['max_train_rows']} rows, "
+        out.append(f"- {md_text(', '.join(real))}: real data, but training capped (at most {caps['max_train_rows']} rows, "
                    f"{caps['max_epochs']} epochs): no paper value is set beside ours; the comparison needs the "
                    "paper's training (`train.max_train_rows: null`, `train.max_epochs: null`).")
     elif real:
-        out.append(f"- {', '.join(real)}: real data under the configured training; the tables compare with the paper.")
+        out.append(f"- {md_text(', '.join(real))}: real data under the configured training; the tables compare with the paper.")
     if results.synthetic and prov.budget is not None:
         frames = [results.runs.runs(c, m) for c in results.synthetic for m in results.runs.models(c)]
         seeds = {s for f in frames for s in f}
@@ -132,18 +134,19 @@ def inputs_section(results: PaperResults) -> list[str]:
         if d not in cfg.datasets:
             names = [cfg.baseline, *cfg.figures.models]
         complete = [m for m in names if results.runs.matrix(d, m) is not None]
-        incomplete = [f"{m} ({results.runs.n_found(d, m)}/{len(seeds)})" for m in names if m not in complete]
+        incomplete = [f"{md_text(m)} ({results.runs.n_found(d, m)}/{len(seeds)})" for m in names if m not in complete]
         named = (f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}") if seeds else MISSING
-        lines.append(f"| {d} | {data} | {named} | {len(complete)} | "
+        lines.append(f"| {md_text(d)} | {data} | {named} | {len(complete)} | "
                      f"{', '.join(incomplete) or '—'} |")
     unused = [d for d in results.runs.datasets if d not in cfg.datasets and d not in results.synthetic]
     if unused:
         lines += ["", f"Runs of datasets named neither in aggregate.datasets nor in bench.configs (not used): "
-                      f"{', '.join(unused)}."]
+                      f"{md_text(', '.join(unused))}."]
     shown = {*cfg.models, *(r.model for r in cfg.ablation)}
     extra = [f"{d}/{m}" for d in cfg.datasets for m in results.runs.models(d) if m not in shown]
     if extra:
-        lines += ["", f"Run sets in no table (add them to aggregate.models or aggregate.ablation): {', '.join(extra)}."]
+        lines += ["", "Run sets in no table (add them to aggregate.models or aggregate.ablation): "
+                      f"{md_text(', '.join(extra))}."]
     return lines + [""]
 
 
@@ -159,7 +162,7 @@ def agreement_section(tables: Sequence[Table]) -> list[str]:
         missing = sum(c.difference is None for c in cells)
         mean = f"{sum(diffs) / len(diffs):.4f}" if diffs else MISSING
         mx = f"{max(diffs):.4f}" if diffs else MISSING
-        lines.append(f"| {t.name}{' (' + STANDIN_MARK + ')' if t.standin else ''} | {len(cells)} | {missing} | {mean} | {mx} |")
+        lines.append(f"| {md_text(t.name)}{' (' + STANDIN_MARK + ')' if t.standin else ''} | {len(cells)} | {missing} | {mean} | {mx} |")
     return lines + [""]
 
 
@@ -170,9 +173,9 @@ def validation_banner(results: PaperResults) -> list[str]:
         warns = sorted({w for m in results.runs.models(d) for r in results.runs.runs(d, m).values()
                         for w in r.extra.get("validation_warnings") or []})
         if warns:
-            shown = "; ".join(warns[:5]) + (f"; ... {len(warns) - 5} more" if len(warns) > 5 else "")
-            out += [f"> **DATA DIFFERS FROM THE PUBLISHED FACTS ({d})**: {len(warns)} validation check(s) of "
-                    f"estimates did not hold and were let through as warnings (params `validation.policy.{d}`): "
+            shown = "; ".join(map(md_text, warns[:5])) + (f"; ... {len(warns) - 5} more" if len(warns) > 5 else "")
+            out += [f"> **DATA DIFFERS FROM THE PUBLISHED FACTS ({md_text(d)})**: {len(warns)} validation check(s) "
+                    f"of estimates did not hold and were let through as warnings (params `validation.policy.{d}`): "
                     f"{shown}. See reports/validation/index.html.", ""]
     return out
 
@@ -213,7 +216,7 @@ def render_report(results: PaperResults, tables: Sequence[Table], figure_tables:
     lines = ["# MultiTab: the study's tables and figures, regenerated", ""]
     lines += what_ran_section(results, provenance or Provenance())
     if standin:
-        lines += [f"> **{STANDIN_MARK.upper()}**: inputs {', '.join(standin)} come from generated stand-in data. "
+        lines += [f"> **{STANDIN_MARK.upper()}**: inputs {md_text(', '.join(standin))} come from generated stand-in data. "
                   "Every number built from them is a pipeline check, not a result of the study.", ""]
     lines += validation_banner(results)
     caps = results.runs.training_caps()
