@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from multitab.datasets import columnar
@@ -40,6 +41,17 @@ def test_written_from_columns_is_what_to_parquet_writes(tmp_path: Path, monkeypa
     assert back.nbytes("x") == 4 * n and back.nbytes("code") == 8 * n
 
 
+def test_the_default_row_groups_are_those_to_parquet_writes(tmp_path: Path) -> None:
+    """At the stages' own sizes (ROW_GROUP_ROWS unpatched) a file of one row more than a row group is the
+    file `to_parquet(index=False)` writes with pyarrow's default row-group length."""
+    df = pd.DataFrame({"b": np.arange(columnar.ROW_GROUP_ROWS + 1, dtype=np.int64) % 3})
+    df.to_parquet(tmp_path / "whole.parquet", index=False)
+    write_parquet_columns(tmp_path / "columns.parquet", dict(df.dtypes), len(df),
+                          lambda name, start, stop: df[name].to_numpy()[start:stop])
+    assert (tmp_path / "columns.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    assert pq.ParquetFile(tmp_path / "columns.parquet").metadata.num_row_groups == 2
+
+
 def test_parked_columns_come_back_in_row_ranges(tmp_path: Path) -> None:
     store = ColumnStore(tmp_path)
     a = np.arange(10, dtype=np.int64)
@@ -62,7 +74,6 @@ def test_standin_chunks_go_to_parquet_without_a_dataframe(tmp_path: Path, monkey
     import types
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from multitab.datasets import standin
     from multitab.datasets.schema import get_schema

@@ -54,23 +54,22 @@ def _corrupt_raw(frames: Frames) -> None:
     frames["train"]["jet2_btag"] = frames["train"]["jet2_btag"].astype(str)  # a wrong dtype
 
 
-@pytest.mark.parametrize("corrupt", [None, _corrupt_raw], ids=["valid", "corrupted"])
-def test_raw_splits_by_columns_equal_the_whole(tmp_path: Path, corrupt: Callable[[Frames], None] | None) -> None:
+def test_raw_splits_by_columns_equal_the_whole(tmp_path: Path) -> None:
+    """Failing and passing expectations side by side (most columns pass): one GX run per batch is the cost,
+    so one corrupted set of splits stands for the valid one too."""
     params = vf.write_params(tmp_path / "params.yaml", REPO / "params.yaml")
     frames = vf.write_splits(tmp_path / "splits", "higgs", params)
-    if corrupt is not None:
-        corrupt(frames)
-        for split, f in frames.items():
-            f.to_parquet(tmp_path / "splits" / f"{split}.parquet", index=False)
+    _corrupt_raw(frames)
+    for split, f in frames.items():
+        f.to_parquet(tmp_path / "splits" / f"{split}.parquet", index=False)
     cfg = load_params(tmp_path / "params.yaml")
     whole, batched = _both(tmp_path, lambda **kw: validate_raw(
         tmp_path / "splits", get_schema("higgs"), cfg.dataset("higgs"), cfg.validation, **kw))
     assert batched == whole
-    assert whole["verdict"]["success"] is (corrupt is None)
-    if corrupt is not None:
-        text = whole["summary"]
-        assert "3 (lepton_pT=nan), 700 (lepton_pT=nan)" in text and "column 'm_bb' is missing" in text
-        assert "(duplicates)" in text and "jet1_eta" in text
+    assert whole["verdict"]["success"] is False
+    text = whole["summary"]
+    assert "3 (lepton_pT=nan), 700 (lepton_pT=nan)" in text and "column 'm_bb' is missing" in text
+    assert "(duplicates)" in text and "jet1_eta" in text
 
 
 def test_processed_splits_by_columns_equal_the_whole(tmp_path: Path) -> None:
