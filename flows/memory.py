@@ -17,7 +17,7 @@ waits until its (raised) expectation fits.
 
 A stage's command killed by SIGKILL (exit -9, or 137 through a shell) is described as probably out of
 memory: its peak, the machine's memory and limit, whether the kernel counted an out-of-memory kill
-meanwhile (/proc/vmstat oom_kill), and what to set.
+meanwhile (/proc/vmstat oom_kill), what to set, and how to get its previous outputs back.
 """
 
 from __future__ import annotations
@@ -200,7 +200,8 @@ class MemoryBudget:
 def out_of_memory_line(stage: str, code: int, peak: int | None, kills_before: int | None,
                        budget: MemoryBudget | None) -> str:
     """`killed by SIGKILL (exit -9): probably out of memory; ...`: the evidence (the kernel's count of
-    out-of-memory kills, the stage's peak), the machine's memory and limit, and what to set."""
+    out-of-memory kills, the stage's peak), the machine's memory and limit, what to set, and that
+    `dvc checkout <stage>` restores the outputs DVC removed."""
     parts = [f"killed by SIGKILL (exit {code}): probably out of memory"]
     kills = oom_kills()
     if kills is not None and kills_before is not None:
@@ -226,6 +227,9 @@ def out_of_memory_line(stage: str, code: int, peak: int | None, kills_before: in
     parts.append("to fit: fewer stages at once (--workers, orchestration.workers) or a lower "
                  "orchestration.memory_budget_gb; for a training stage also a smaller train.batch_size or "
                  "train.max_train_rows")
+    # DVC removed the stage's outputs before its command (dvc/stage/__init__.py, Stage.run) and a failed
+    # run leaves dvc.lock as it was, so the cached version it records is the previous output
+    parts.append(f"its previous outputs are in DVC's cache: `dvc checkout {stage}` restores them")
     return "; ".join(parts)
 
 

@@ -171,4 +171,7 @@ def test_the_oom_line_says_when_the_kernel_counted_an_out_of_memory_kill(monkeyp
     line = memory.out_of_memory_line("train@x", -9, 7 * 10**9, 4, budget)
     assert "out-of-memory killer struck meanwhile (/proc/vmstat oom_kill 4 -> 5)" in line
     assert "7.0 GB resident" in line and "memory budget 8.0 GB, 3 stage(s) at once" in line
+    # DVC removed the outputs before the command; its cache still holds the version dvc.lock records (a
+    # failed run's checkout: tests/test_checkpoint_safety.py)
+    assert line.endswith("its previous outputs are in DVC's cache: `dvc checkout train@x` restores them")
     assert "no out-of-memory kill" in memory.out_of_memory_line("train@x", 137, None, 5, budget)

@@ -396,6 +396,27 @@ def test_local_source_feeds_the_split_step(name: str, tmp_path: Path) -> None:
     assert sum(info["n_rows"].values()) == total
 
 
+def test_acquire_writes_row_group_by_row_group_the_file_of_the_whole_table(tmp_path: Path, monkeypatch) -> None:
+    """acquire streams a raw file into Parquet (sources.typed.write_raw_parquet) holding one row group at a
+    time: the bytes `pq.write_table(read_raw_table(...))` writes, across input batches and row groups."""
+    import pyarrow.parquet as pq
+
+    from multitab.datasets.sources import readers, typed
+
+    monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 5)  # input batches that straddle row groups
+    monkeypatch.setattr(typed, "ROW_GROUP_ROWS", 7)
+    frame = raw_frame(HIGGS, 40)
+    frame.loc[3, "lepton_eta"] = np.nan
+    frame.to_parquet(tmp_path / "HIGGS.parquet", index=False)
+    typed.write_raw_parquet(tmp_path / "HIGGS.parquet", tmp_path / "streamed.parquet", HIGGS, "data")
+    pq.write_table(typed.read_raw_table(tmp_path / "HIGGS.parquet", HIGGS, "data"), tmp_path / "whole.parquet",
+                   row_group_size=7)
+    assert (tmp_path / "streamed.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    assert pq.ParquetFile(tmp_path / "streamed.parquet").metadata.num_row_groups == 6
+    info = acquire_local(HIGGS, LocalConfig(path=str(tmp_path / "HIGGS.parquet")), tmp_path / "raw")
+    assert info["files"]["data"]["rows"] == 40
+
+
 def test_a_directory_where_a_raw_file_belongs_is_named_as_one(tmp_path: Path) -> None:
     """`remote.url` naming a local path that is a directory, and a raw file's name in a `local.path` folder
     taken by a directory: each message says it is a directory (they said "no such file", or listed the

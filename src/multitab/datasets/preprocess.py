@@ -114,7 +114,20 @@ def preprocess(
                 cols[t.name] = y.astype(np.int64, copy=False)
         out[split] = pd.DataFrame(cols)
 
-    meta = {
+    meta = processed_meta(schema, cfg, info, cardinalities, target_stats, {k: len(v) for k, v in out.items()})
+    return Processed(out, meta)
+
+
+def processed_meta(
+    schema: DatasetSchema,
+    cfg: PreprocessConfig,
+    info: dict[str, Any],
+    cardinalities: dict[str, int],
+    target_stats: dict[str, dict[str, float]],
+    n_rows: dict[str, int],
+) -> dict[str, Any]:
+    """meta.json of a processed dataset (without `inputs` and `validation`, which the step adds)."""
+    return {
         "dataset": schema.name,
         "features": [
             {
@@ -134,10 +147,9 @@ def preprocess(
         ],
         "source": info["source"],
         "standin": bool(info["standin"]),
-        "n_rows": {k: len(v) for k, v in out.items()},
+        "n_rows": n_rows,
         "target_stats": target_stats,
         "numerical_transform": cfg.numerical,
         "target_transform": cfg.targets,
         "unknown_index": 0,
     }
-    return Processed(out, meta)

@@ -13,6 +13,8 @@ float32). Splits follow the paper's Implementation Details:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -26,17 +28,27 @@ class SplitError(ValueError):
     """Raw data that cannot be made canonical or split as configured."""
 
 
-def canonicalize(schema: DatasetSchema, raw: pd.DataFrame, origin: str) -> pd.DataFrame:
-    """Raw columns -> canonical frame. `origin` names the file in error messages."""
-    missing = [c.name for c in schema.raw_columns if c.name not in raw.columns]
-    if missing:
-        raise SplitError(f"{origin}: missing column(s) {missing}; expected the {schema.name} raw schema")
-    out: dict[str, np.ndarray] = {}
+def canonical_sources(schema: DatasetSchema) -> dict[str, str]:
+    """Canonical column -> the raw column it is made from, in canonical order."""
+    return {**{f.name: f.name for f in schema.features}, **{t.name: t.column for t in schema.tasks}}
+
+
+def may_reject(schema: DatasetSchema, name: str) -> bool:
+    """Whether `canonical_column` can raise for canonical column `name` (level-coded features and coded
+    labels check their values; every other column is only cast)."""
+    if name in schema.task_names:
+        return schema.task(name).codes is not None
+    return next(f for f in schema.features if f.name == name).levels is not None
+
+
+def canonical_column(schema: DatasetSchema, name: str, col: np.ndarray, origin: str) -> np.ndarray:
+    """Raw column `col` as canonical column `name` (a feature or a task). `origin` names the file."""
     for f in schema.features:
-        col = raw[f.name].to_numpy()
+        if f.name != name:
+            continue
         if f.kind == "numerical":
-            out[f.name] = col.astype(np.float32, copy=False)
-        elif f.levels is not None:
+            return col.astype(np.float32, copy=False)
+        if f.levels is not None:
             # acquire@D already rejected missing and unknown levels with the line of the user's file.
             idx, off = f.level_code(col)
             if off.any():
@@ -45,30 +57,41 @@ def canonicalize(schema: DatasetSchema, raw: pd.DataFrame, origin: str) -> pd.Da
                     f"{origin}: column {f.name!r}, row {row + 1}: value {col[row].item()!r} is none of the column's "
                     f"levels {f.levels}; re-run acquire@{schema.name} (it checks the levels of the source file)"
                 )
-            out[f.name] = idx
-        else:
-            out[f.name] = col.astype(np.int64, copy=False)
-    for t in schema.tasks:
-        col = raw[t.column].to_numpy()
-        if t.type == "regression":
-            out[t.name] = col.astype(np.float32, copy=False)
-        elif t.threshold is not None:
-            out[t.name] = (col > t.threshold).astype(np.int64)
-        elif t.codes is not None:
-            codes = np.asarray(t.codes)
-            pos = np.searchsorted(codes, col)
-            pos_c = np.minimum(pos, len(codes) - 1)
-            bad = codes[pos_c] != col
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise SplitError(
-                    f"{origin}: column {t.column!r} row {row}: value {col[row].item()!r} is not one of the "
-                    f"{t.name} classes {list(t.codes)}"
-                )
-            out[t.name] = pos_c.astype(np.int64)
-        else:
-            out[t.name] = col.astype(np.int64, copy=False)
-    return pd.DataFrame(out)
+            return idx
+        return col.astype(np.int64, copy=False)
+    t = schema.task(name)
+    if t.type == "regression":
+        return col.astype(np.float32, copy=False)
+    if t.threshold is not None:
+        return (col > t.threshold).astype(np.int64)
+    if t.codes is not None:
+        codes = np.asarray(t.codes)
+        pos = np.searchsorted(codes, col)
+        pos_c = np.minimum(pos, len(codes) - 1)
+        bad = codes[pos_c] != col
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise SplitError(
+                f"{origin}: column {t.column!r} row {row}: value {col[row].item()!r} is not one of the "
+                f"{t.name} classes {list(t.codes)}"
+            )
+        return pos_c.astype(np.int64)
+    return col.astype(np.int64, copy=False)
+
+
+def check_raw_columns(schema: DatasetSchema, columns: Sequence[str], origin: str) -> None:
+    missing = [c.name for c in schema.raw_columns if c.name not in columns]
+    if missing:
+        raise SplitError(f"{origin}: missing column(s) {missing}; expected the {schema.name} raw schema")
+
+
+def canonicalize(schema: DatasetSchema, raw: pd.DataFrame, origin: str) -> pd.DataFrame:
+    """Raw columns -> canonical frame. `origin` names the file in error messages."""
+    check_raw_columns(schema, list(raw.columns), origin)
+    return pd.DataFrame(
+        {name: canonical_column(schema, name, raw[src].to_numpy(), origin)
+         for name, src in canonical_sources(schema).items()}
+    )
 
 
 def _cut(n: int, fraction: float, what: str) -> int:
@@ -88,15 +111,16 @@ def split_sizes(n: int, cfg: SplitConfig) -> tuple[int, int, int]:
     return n - n_val - n_test, n_val, n_test
 
 
-def split_frames(
-    schema: DatasetSchema, frames: dict[str, pd.DataFrame], cfg: SplitConfig
-) -> dict[str, pd.DataFrame]:
-    """Split canonical frames (keyed by raw file) into train / val / test as `cfg` says."""
+def split_rows(
+    schema: DatasetSchema, labels: Mapping[str, pd.DataFrame], cfg: SplitConfig
+) -> dict[str, tuple[str, np.ndarray]]:
+    """Which rows of which raw file each split takes, in order, as `cfg` says: split -> (raw file, row
+    numbers). `labels`: raw file -> its canonical task columns (a frame of the file's length)."""
     rng = np.random.default_rng(cfg.seed)
     if cfg.method == "official_test":
-        if set(frames) != {"train", "test"}:
-            raise SplitError(f"{schema.name}: official_test needs raw files train and test, got {sorted(frames)}")
-        train = frames["train"]
+        if set(labels) != {"train", "test"}:
+            raise SplitError(f"{schema.name}: official_test needs raw files train and test, got {sorted(labels)}")
+        train = labels["train"]
         # Stratify on the label combination (mixed-radix code over the classification tasks).
         strata = np.zeros(len(train), dtype=np.int64)
         for t in schema.tasks:
@@ -105,44 +129,55 @@ def split_frames(
         perm = rng.permutation(len(train))
         val_mask = np.zeros(len(train), dtype=bool)
         s_perm = strata[perm]
+        del strata
         for s in np.unique(s_perm):
             members = perm[s_perm == s]
             val_mask[members[: int(round(len(members) * cfg.val_fraction))]] = True
+        del perm, s_perm
         if not val_mask.any() or val_mask.all():
             raise SplitError(f"{schema.name}: val_fraction={cfg.val_fraction} leaves an empty split")
         return {
-            "train": train[~val_mask].reset_index(drop=True),
-            "val": train[val_mask].reset_index(drop=True),
-            "test": frames["test"].reset_index(drop=True),
+            "train": ("train", np.flatnonzero(~val_mask)),
+            "val": ("train", np.flatnonzero(val_mask)),
+            "test": ("test", np.arange(len(labels["test"]))),
         }
-    if set(frames) != {"data"}:
-        raise SplitError(f"{schema.name}: method {cfg.method} needs one raw file 'data', got {sorted(frames)}")
-    data = frames["data"]
+    if set(labels) != {"data"}:
+        raise SplitError(f"{schema.name}: method {cfg.method} needs one raw file 'data', got {sorted(labels)}")
+    data = labels["data"]
     n = len(data)
     try:
         _, n_val, n_test = split_sizes(n, cfg)
     except SplitError as e:
         raise SplitError(f"{schema.name}: {e}") from None
     if cfg.method == "stratified":
-        return _stratified(schema, data, n_val, n_test, cfg.seed)
+        return {k: ("data", idx) for k, idx in _stratified(schema, data, n_val, n_test, cfg.seed).items()}
     if cfg.method == "ordered":
         return {
-            "train": data.iloc[n_val : n - n_test].reset_index(drop=True),
-            "val": data.iloc[:n_val].reset_index(drop=True),
-            "test": data.iloc[n - n_test :].reset_index(drop=True),
+            "train": ("data", np.arange(n_val, n - n_test)),
+            "val": ("data", np.arange(n_val)),
+            "test": ("data", np.arange(n - n_test, n)),
         }
     perm = rng.permutation(n)
     return {
-        "train": data.take(perm[n_val + n_test :]).reset_index(drop=True),
-        "val": data.take(perm[:n_val]).reset_index(drop=True),
-        "test": data.take(perm[n_val : n_val + n_test]).reset_index(drop=True),
+        "train": ("data", perm[n_val + n_test :]),
+        "val": ("data", perm[:n_val]),
+        "test": ("data", perm[n_val : n_val + n_test]),
     }
+
+
+def split_frames(
+    schema: DatasetSchema, frames: dict[str, pd.DataFrame], cfg: SplitConfig
+) -> dict[str, pd.DataFrame]:
+    """Split canonical frames (keyed by raw file) into train / val / test as `cfg` says."""
+    rows = split_rows(schema, frames, cfg)
+    return {k: frames[key].take(idx).reset_index(drop=True) for k, (key, idx) in rows.items()}
 
 
 def _stratified(
     schema: DatasetSchema, data: pd.DataFrame, n_val: int, n_test: int, seed: int
-) -> dict[str, pd.DataFrame]:
-    """Random train / val / test split stratified on the combination of the classification labels."""
+) -> dict[str, np.ndarray]:
+    """Row numbers of a random train / val / test split stratified on the combination of the classification
+    labels."""
     from sklearn.model_selection import train_test_split
 
     labels = [t.name for t in schema.tasks if t.type != "regression"]
@@ -157,8 +192,4 @@ def _stratified(
         )
     except ValueError as e:  # a class too rare to appear in every part
         raise SplitError(f"{schema.name}: stratified split impossible: {e}") from None
-    return {
-        "train": data.take(train_idx).reset_index(drop=True),
-        "val": data.take(val_idx).reset_index(drop=True),
-        "test": data.take(test_idx).reset_index(drop=True),
-    }
+    return {"train": train_idx, "val": val_idx, "test": test_idx}

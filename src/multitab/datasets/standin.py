@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from multitab.datasets.columnar import pandas_schema
 from multitab.datasets.schema import DatasetSchema, Feature, Task
 
 log = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ def _label_values(task: Task, score: np.ndarray, p: _Params) -> np.ndarray:
     return cls
 
 
-def _chunks(schema: DatasetSchema, p: _Params, n_rows: int, seed: int, stream: int) -> Iterator[pd.DataFrame]:
+def _chunks(schema: DatasetSchema, p: _Params, n_rows: int, seed: int, stream: int) -> Iterator[dict[str, np.ndarray]]:
     children = np.random.SeedSequence([seed, 2, stream]).spawn(max(1, -(-n_rows // CHUNK_ROWS)))
     done = 0
     for child in children:
@@ -218,6 +218,7 @@ def _chunks(schema: DatasetSchema, p: _Params, n_rows: int, seed: int, stream: i
             cols[f.name] = _feature_values(f, sig[j], rng)
         for j, t in enumerate(schema.tasks):
             cols[t.column] = _label_values(t, scores[j], p)
+        del sig, scores
         frame: dict[str, np.ndarray] = {}
         for col in schema.raw_columns:
             if col.name in cols:
@@ -229,7 +230,8 @@ def _chunks(schema: DatasetSchema, p: _Params, n_rows: int, seed: int, stream: i
                 values = np.zeros(n, dtype=np.float32 if col.dtype == "float" else np.int64)
             frame[col.name] = values.astype(np.float32 if col.dtype == "float" else np.int64, copy=False)
         done += n
-        yield pd.DataFrame(frame)
+        yield frame
+        del cols, frame, values  # before the next chunk's arrays are drawn
 
 
 def write_standin(schema: DatasetSchema, rows: dict[str, int], seed: int, out_dir: Path) -> dict[str, int]:
@@ -248,18 +250,15 @@ def write_standin(schema: DatasetSchema, rows: dict[str, int], seed: int, out_di
     p = _draw_params(schema, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
+    # The file a DataFrame of the chunk would give (its pandas metadata), without the frame's two copies.
+    arrow_schema = pandas_schema({c.name: np.float32 if c.dtype == "float" else np.int64 for c in schema.raw_columns})
     for stream, key in enumerate(schema.raw_files):
-        path = out_dir / f"{key}.parquet"
-        writer: pq.ParquetWriter | None = None
-        try:
+        with pq.ParquetWriter(out_dir / f"{key}.parquet", arrow_schema) as writer:
             for chunk in _chunks(schema, p, rows[key], seed, stream):
-                table = pa.Table.from_pandas(chunk, preserve_index=False)
-                if writer is None:
-                    writer = pq.ParquetWriter(path, table.schema)
-                writer.write_table(table)
-        finally:
-            if writer is not None:
-                writer.close()
+                # from_pandas: a NaN becomes null, as Table.from_pandas makes it
+                arrays = [pa.array(v, type=arrow_schema.field(k).type, from_pandas=True) for k, v in chunk.items()]
+                writer.write_table(pa.Table.from_arrays(arrays, schema=arrow_schema))
+                del chunk, arrays
         counts[key] = rows[key]
         log.info("stand-in %s/%s: %d rows", schema.name, key, rows[key])
     return counts

@@ -10,12 +10,21 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from multitab.config.data import DatasetConfig
-from multitab.datasets.preprocess import preprocess
+from multitab.datasets.columnar import ParquetColumns, column_store, write_parquet_columns
+from multitab.datasets.preprocess_columns import preprocess_files
 from multitab.datasets.schema import DatasetSchema
-from multitab.datasets.split import SPLITS, canonicalize, split_frames
+from multitab.datasets.split import (
+    SPLITS,
+    canonical_column,
+    canonical_sources,
+    check_raw_columns,
+    may_reject,
+    split_rows,
+)
 from multitab.datasets.standin import write_standin
 from multitab.io import atomic_dir, read_json, sha256_file, write_json
 
@@ -51,23 +60,43 @@ def acquire(schema: DatasetSchema, cfg: DatasetConfig, out_dir: Path, cache_dir:
 
 
 def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Path) -> dict[str, Any]:
-    """Raw files -> canonical train / val / test Parquet + info.json."""
+    """Raw files -> canonical train / val / test Parquet + info.json, a column at a time: the label columns
+    decide the rows of each split (`split_rows`), then every column is made canonical, cut into the splits
+    and parked on disk, and each split's file is written from the parked columns by row groups (the bytes
+    `split_frames` + `to_parquet` give)."""
     source = read_json(raw_dir / SOURCE_FILE)
-    frames = {}
-    for key in schema.raw_files:
-        path = raw_dir / f"{key}.parquet"
-        frames[key] = canonicalize(schema, pd.read_parquet(path), origin=str(path))
-    parts = split_frames(schema, frames, cfg.split)
-    del frames
+    files = {key: ParquetColumns(raw_dir / f"{key}.parquet") for key in schema.raw_files}
+    sources = canonical_sources(schema)
+    labels = {}
+    for key, raw in files.items():
+        check_raw_columns(schema, raw.columns, str(raw.path))
+        # Only level-coded features and coded labels can be rejected: checked first, in canonical order.
+        cols = {name: canonical_column(schema, name, raw.series(sources[name]).to_numpy(), str(raw.path))
+                for name in sources if may_reject(schema, name) or name in schema.task_names}
+        labels[key] = pd.DataFrame({t: cols[t] for t in schema.task_names}, index=pd.RangeIndex(raw.n_rows))
+        del cols
+    rows = split_rows(schema, labels, cfg.split)
+    del labels
     info = {
         "dataset": schema.name,
         "source": source["source"],
         "standin": bool(source["standin"]),
-        "n_rows": {k: len(parts[k]) for k in SPLITS},
+        "n_rows": {k: len(rows[k][1]) for k in SPLITS},
     }
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir) as tmp, column_store(out_dir) as parked:
+        dtypes: dict[str, np.dtype] = {}
+        for name, src in sources.items():
+            for key, raw in files.items():
+                col = canonical_column(schema, name, raw.series(src).to_numpy(), str(raw.path))
+                dtypes[name] = col.dtype
+                for k in SPLITS:
+                    if rows[k][0] == key:
+                        parked.put(f"{k}/{name}", col[rows[k][1]])
+                del col
         for k in SPLITS:
-            parts[k].to_parquet(tmp / f"{k}.parquet", index=False)
+            write_parquet_columns(tmp / f"{k}.parquet", dtypes, len(rows[k][1]), parked.reader(f"{k}/"))
+            for name in sources:
+                parked.drop(f"{k}/{name}")
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     log.info("%s split: %s", schema.name, info["n_rows"])
     return info
@@ -76,7 +105,7 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
 def preprocess_splits(
     schema: DatasetSchema, cfg: DatasetConfig, splits_dir: Path, out_dir: Path, *, verdict: Path | None = None
 ) -> dict[str, Any]:
-    """Canonical splits -> processed Parquet + meta.json (fit on train only). `verdict`: validate_raw's verdict,
+    """Canonical splits -> processed Parquet + meta.json (fit on train only, a column at a time). `verdict`: validate_raw's verdict,
     which must say success; its warnings (checks the policy let pass) travel on in meta.json ("validation"),
     into every run's metrics.json and the report's banner."""
     validation: dict[str, Any] | None = None
@@ -88,14 +117,10 @@ def preprocess_splits(
             raise ValueError(f"{verdict}: the splits of {schema.name} failed validation; see reports/validation/")
         validation = {"policy": v.get("policy", {}), "warnings": list(v.get("warnings", []))}
     info = read_json(splits_dir / INFO_FILE)
-    frames = {k: pd.read_parquet(splits_dir / f"{k}.parquet") for k in SPLITS}
-    result = preprocess(schema, frames, cfg.preprocess, info)
-    del frames
-    result.meta["inputs"] = {f"{k}.parquet": sha256_file(splits_dir / f"{k}.parquet") for k in SPLITS}
-    if validation is not None:
-        result.meta["validation"] = validation
     with atomic_dir(out_dir) as tmp:
-        for k in SPLITS:
-            result.frames[k].to_parquet(tmp / f"{k}.parquet", index=False)
-        write_json(tmp / META_FILE, result.meta)
-    return result.meta
+        meta = preprocess_files(schema, splits_dir, tmp, cfg.preprocess, info)
+        meta["inputs"] = {f"{k}.parquet": sha256_file(splits_dir / f"{k}.parquet") for k in SPLITS}
+        if validation is not None:
+            meta["validation"] = validation
+        write_json(tmp / META_FILE, meta)
+    return meta

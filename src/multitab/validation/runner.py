@@ -41,7 +41,6 @@ import great_expectations as gx
 import great_expectations.expectations as gxe
 import great_expectations.util as gx_util
 import numpy as np
-import pandas as pd
 from great_expectations.core import ExpectationSuiteValidationResult
 from great_expectations.core.run_identifier import RunIdentifier
 from great_expectations.data_context.types.resource_identifiers import (
@@ -53,8 +52,10 @@ from great_expectations.validator.validation_statistics import calc_validation_s
 from multitab.config.validation import ReportConfig
 from multitab.io import write_bytes, write_json
 from multitab.validation.assets import make_offline
+from multitab.validation.batched import forget_metrics, run_in_batches
+from multitab.validation.columns import SplitData
 from multitab.validation.expectations import OwnCheck
-from multitab.validation.failures import Outcome, SplitResult, failure_from_result
+from multitab.validation.failures import Failure, Outcome, SplitResult, failure_from_result
 from multitab.validation.report_page import GX_SITE_DIR, page_record, write_index
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ def run_suites(
     *,
     stage: str,
     dataset: str,
-    frames: Mapping[str, pd.DataFrame],
+    splits: Mapping[str, SplitData],
     suites: Mapping[str, Sequence[gxe.Expectation]],
     report_dir: str | Path,
     report: ReportConfig,
@@ -171,7 +172,7 @@ def run_suites(
     policy: Mapping[str, str] | None = None,
     keep_runs: int | None = None,
 ) -> Outcome:
-    """Validate each split's frame with its suite, add the split's checks run outside Great Expectations'
+    """Validate each split with its suite (whole, or batch by batch: columns.py), add the split's checks run outside Great Expectations'
     engine (`extra`: duplicates, overlap ...) to its suite and result, keep the results of the newest
     `keep_runs` runs of each suite (None: params' `validation.report.keep_runs`), then update Data Docs once. `levels`: check id -> "warn" for checks the
     policy downgrades."""
@@ -187,27 +188,24 @@ def run_suites(
     result_format = {"result_format": "SUMMARY", "partial_unexpected_count": report.offending_rows}
     results: dict[str, SplitResult] = {}
     keys: dict[str, ValidationResultIdentifier] = {}
-    for split, frame in frames.items():
+    for split, data in splits.items():
         name = f"{stage}-{dataset}-{split}"
         own = (extra or {}).get(split, ())
         _forget(context, name, report_dir)
         t0 = time.perf_counter()
-        suite, vr = _validate(
-            context, name, asset_name(dataset, split), frame, suites[split],
+        suite, vr, gx_failures = _validate(
+            context, name, asset_name(dataset, split), data, suites[split],
             meta={"stage": stage, "dataset": dataset, "split": split}, run_id=run_id,
-            result_format=result_format,
+            result_format=result_format, split=split, offending_rows=report.offending_rows,
         )  # fmt: skip
         # GX's failed results, then the failed checks of `own` (which _publish adds to the result)
         failures = tuple(
             dataclasses.replace(f, level=(levels or {}).get(f.check, "error"))
-            for f in (
-                *(failure_from_result(split, r, frame, report.offending_rows) for r in vr.results if not r.success),
-                *(c.failure for c in own if c.failure is not None),
-            )
+            for f in (*gx_failures, *(c.failure for c in own if c.failure is not None))
         )
         keys[split] = _publish(context, suite, vr, own, asset_name(dataset, split))
         _prune(context.validation_results_store, name, keep_runs)
-        results[split] = SplitResult(split, len(frame), len(vr.results), failures, time.perf_counter() - t0)
+        results[split] = SplitResult(split, data.n_rows, len(vr.results), failures, time.perf_counter() - t0)
         log.info(
             "%s: %d expectations, %d failed (%.1f s)",
             name,
@@ -238,15 +236,18 @@ def _validate(
     context: Any,
     name: str,
     asset: str,
-    frame: pd.DataFrame,
+    data: SplitData,
     expectations: Sequence[gxe.Expectation],
     *,
     meta: Mapping[str, str],
     run_id: RunIdentifier,
     result_format: Mapping[str, Any],
-) -> tuple[gx.ExpectationSuite, ExpectationSuiteValidationResult]:
-    """Validate `frame`, as data asset `asset`, with a new suite `name` of `expectations`; GX stores the
-    result. The asset and the validation definition exist only for this call (see the module docstring)."""
+    split: str,
+    offending_rows: int,
+) -> tuple[gx.ExpectationSuite, ExpectationSuiteValidationResult, list[Failure]]:
+    """Validate `data` (split `split`), as data asset `asset`, with a new suite `name` of `expectations`: the
+    result and its failures. The asset and the validation definition exist only for this call (see the
+    module docstring)."""
     ds = context.data_sources.get(DATASOURCE)
     batch = ds.add_dataframe_asset(asset).add_batch_definition_whole_dataframe(BATCH)
     try:
@@ -256,11 +257,18 @@ def _validate(
             gx.ExpectationSuite(name=name, expectations=list(expectations), meta=dict(meta))
         )
         vd = context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
-        vr = vd.run(batch_parameters={"dataframe": frame}, result_format=dict(result_format), run_id=run_id)
+        frame = data.frame
+        if frame is None:
+            vr, failures = run_in_batches(batch, vd.id, suite, data, split, run_id=run_id,
+                                          result_format=result_format, offending_rows=offending_rows)
+        else:
+            vr = vd.run(batch_parameters={"dataframe": frame}, result_format=dict(result_format), run_id=run_id)
+            failures = [failure_from_result(split, r, frame, offending_rows) for r in vr.results if not r.success]
+            forget_metrics(batch)
     finally:
         _remove(context.validation_definition_store, name)
         ds.delete_asset(asset)
-    return suite, vr
+    return suite, vr, failures
 
 
 def _publish(

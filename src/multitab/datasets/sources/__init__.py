@@ -22,16 +22,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from multitab.config.data import LocalConfig, RemoteConfig
 from multitab.datasets.download import fetch
 from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.sources.archives import extract_archive, is_archive_path, locate_in_folder
 from multitab.datasets.sources.formats import FORMAT_SUFFIX, SourceError
-from multitab.datasets.sources.typed import read_raw_file, read_raw_table
+from multitab.datasets.sources.typed import RawSummary, read_raw_file, read_raw_table, write_raw_parquet
 from multitab.io import atomic_path, file_problem, local_path_not_regular, not_regular, sha256_file
 
 log = logging.getLogger(__name__)
@@ -50,14 +46,12 @@ def _write_all(
     info: dict[str, dict[str, Any]] = {}
     try:
         for key in schema.raw_files:
-            table = read_raw_table(files[key], schema, key, (labels or {}).get(key))
             target = out_dir / f"{key}.parquet"
             with atomic_path(target) as tmp:
-                pq.write_table(table, tmp)
+                summary = write_raw_parquet(files[key], tmp, schema, key, (labels or {}).get(key))
             written.append(target)
-            rows = table.num_rows
-            _check_dropped_constant(schema, table, (labels or {}).get(key) or str(files[key]))
-            del table
+            rows = summary.rows
+            _check_dropped_constant(schema, summary, (labels or {}).get(key) or str(files[key]))
             info[key] = {"rows": rows, **refs[key]}
             expected = schema.real_rows.get(key)
             if expected is not None and rows != expected:
@@ -76,18 +70,15 @@ def _write_all(
     return info
 
 
-def _check_dropped_constant(schema: DatasetSchema, table: pa.Table, label: str) -> None:
+def _check_dropped_constant(schema: DatasetSchema, summary: RawSummary, label: str) -> None:
     """The columns the study drops as constant (AliExpress' categorical_1, numerical_58..60) should be: if one
     varies, the file may not be the published release (or the columns are shifted), so say so."""
-    for c in schema.raw_columns:
-        if c.role != "drop" or c.name.endswith("_id") or table.num_rows == 0:
-            continue
-        mm = pc.min_max(table.column(c.name)).as_py()
-        if mm["min"] != mm["max"]:
+    for name, (lo, hi) in summary.min_max.items():
+        if lo != hi:
             log.warning(
                 "%s: column %r varies (%s .. %s) but is constant in the %s release (the study drops it); check that "
                 "the columns are the release's",
-                label, c.name, mm["min"], mm["max"], schema.name,
+                label, name, lo, hi, schema.name,
             )
 
 

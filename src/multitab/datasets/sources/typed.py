@@ -1,17 +1,22 @@
 """Raw batches -> the schema's typed raw columns (in schema order; float -> float32, int -> int64),
 checked strictly: every problem raises SourceError naming the file, the column and, where it applies, the
-row, and saying what to do. `read_raw_table` / `read_raw_file` read one file."""
+row, and saying what to do. `read_raw_table` / `read_raw_file` read one file; `write_raw_parquet` writes one
+to Parquet a row group at a time (what acquire does)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from multitab.datasets.columnar import ROW_GROUP_ROWS
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn
 from multitab.datasets.sources.formats import (
     FLOAT32_MAX,
@@ -162,11 +167,8 @@ def _levels_text(levels: tuple[float, ...]) -> str:
     return "{" + ", ".join(f"{v:.4f}" for v in levels) + "}"
 
 
-def read_raw_table(path: str | Path, schema: DatasetSchema, file_key: str, label: str | None = None) -> pa.Table:
-    """`read_raw_file` as an Arrow table (no pandas copy): what `acquire_*` write to Parquet. `label` names the
-    file in messages (default: its path; an archive member: `archive.zip:train.csv`)."""
-    path = Path(path)
-    label = label or str(path)
+def _typed_batches(path: Path, schema: DatasetSchema, file_key: str, label: str) -> Iterator[pa.RecordBatch]:
+    """The file's batches converted to the schema's typed raw columns (checked as they come)."""
     if file_key not in schema.raw_files:
         raise ValueError(f"{schema.name} has no raw file {file_key!r}; raw files: {list(schema.raw_files)}")
     if not path.is_file():
@@ -177,27 +179,87 @@ def read_raw_table(path: str | Path, schema: DatasetSchema, file_key: str, label
         )
     reader = Reader(path, schema, file_key, label)
     allowed = allowed_values(schema)
-    out: list[pa.RecordBatch] = []
     rows = 0
     for batch in reader.batches():
-        out.append(_convert_batch(batch, reader, rows, allowed))
+        yield _convert_batch(batch, reader, rows, allowed)
         rows += batch.num_rows
     if rows == 0:
         raise SourceError(f"{label}: no data rows (header only); the file is empty or was cut short")
-    target = pa.schema(
-        [(c.name, pa.float32() if c.dtype == "float" else pa.int64()) for c in schema.raw_columns]
-    )
-    table = pa.Table.from_batches(out, schema=target)
-    n_nan = {
-        c.name: table.column(c.name).null_count + int(pc.sum(pc.is_nan(table.column(c.name))).as_py() or 0)
-        for c in schema.raw_columns
-        if c.dtype == "float" and c.role != "label"
-    }
-    n_nan = {k: v for k, v in n_nan.items() if v}
-    if n_nan:
-        log.warning("%s: missing values in feature columns (kept as NaN): %s", path, n_nan)
-    log.info("%s: read %d rows x %d columns", path, rows, len(schema.raw_columns))
+
+
+def _target(schema: DatasetSchema) -> pa.Schema:
+    return pa.schema([(c.name, pa.float32() if c.dtype == "float" else pa.int64()) for c in schema.raw_columns])
+
+
+class RawSummary:
+    """What acquire reports about a raw file once it is read: its rows, the missing values of each float
+    feature column, and the min and max of the columns the study drops as constant (not the ids)."""
+
+    def __init__(self, schema: DatasetSchema) -> None:
+        self.rows = 0
+        self.missing = dict.fromkeys((c.name for c in schema.raw_columns if c.dtype == "float" and c.role != "label"), 0)
+        self.dropped = [c.name for c in schema.raw_columns if c.role == "drop" and not c.name.endswith("_id")]
+        self.min_max: dict[str, tuple[Any, Any]] = {}
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        self.rows += batch.num_rows
+        for name in self.missing:
+            col = batch.column(name)
+            self.missing[name] += col.null_count + int(pc.sum(pc.is_nan(col)).as_py() or 0)
+        for name in self.dropped:
+            mm = pc.min_max(batch.column(name)).as_py()
+            if name in self.min_max:
+                lo, hi = self.min_max[name]
+                mm = {"min": _pick(min, lo, mm["min"]), "max": _pick(max, hi, mm["max"])}
+            self.min_max[name] = (mm["min"], mm["max"])
+
+    def log(self, path: Path, schema: DatasetSchema) -> None:
+        missing = {k: v for k, v in self.missing.items() if v}
+        if missing:
+            log.warning("%s: missing values in feature columns (kept as NaN): %s", path, missing)
+        log.info("%s: read %d rows x %d columns", path, self.rows, len(schema.raw_columns))
+
+
+def _pick(f: Callable[..., Any], a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else f(a, b)
+
+
+def read_raw_table(path: str | Path, schema: DatasetSchema, file_key: str, label: str | None = None) -> pa.Table:
+    """`read_raw_file` as an Arrow table (no pandas copy). `label` names the file in messages (default: its
+    path; an archive member: `archive.zip:train.csv`)."""
+    path = Path(path)
+    table = pa.Table.from_batches(list(_typed_batches(path, schema, file_key, label or str(path))),
+                                  schema=_target(schema))
+    summary = RawSummary(schema)
+    summary.add(table)
+    summary.log(path, schema)
     return table
+
+
+def write_raw_parquet(
+    path: str | Path, target: Path, schema: DatasetSchema, file_key: str, label: str | None = None
+) -> RawSummary:
+    """Read raw file `path` as `read_raw_table` does and write it to Parquet file `target` as it goes
+    (row groups of pyarrow's default 1,048,576 rows: the file `pq.write_table(read_raw_table(...))`
+    writes), holding one row group at a time. What acquire writes to data/raw/<D>/."""
+    path = Path(path)
+    summary = RawSummary(schema)
+    pending: list[pa.RecordBatch] = []
+    n_pending = 0
+    with pq.ParquetWriter(target, _target(schema)) as writer:
+        for batch in _typed_batches(path, schema, file_key, label or str(path)):
+            summary.add(batch)
+            pending.append(batch)
+            n_pending += batch.num_rows
+            while n_pending >= ROW_GROUP_ROWS:
+                table = pa.Table.from_batches(pending, schema=_target(schema))
+                writer.write_table(table.slice(0, ROW_GROUP_ROWS))
+                rest = table.slice(ROW_GROUP_ROWS)
+                pending, n_pending = rest.to_batches(), rest.num_rows
+        if n_pending:
+            writer.write_table(pa.Table.from_batches(pending, schema=_target(schema)))
+    summary.log(path, schema)
+    return summary
 
 
 def read_raw_file(path: str | Path, schema: DatasetSchema, file_key: str) -> pd.DataFrame:

@@ -1,0 +1,139 @@
+"""Tables too large to hold: Parquet files read a column (or a few) at a time, columns parked on disk, and
+Parquet files written from parked columns in row groups.
+
+A data stage at the paper's sizes (AliExpress: 17.7 M rows x 82 columns, ~7 GB in memory) holds one column
+or one row group at a time. Files are written as `DataFrame.to_parquet(path, index=False)` writes them (the
+same pandas schema metadata, snappy, row groups of pyarrow's default 1,048,576 rows), so the bytes do not
+depend on whether a table was written whole or from its columns (tests/test_columnar.py compares them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from multitab.io import TMP_SUFFIX
+
+ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default maximum row-group length (what to_parquet writes)
+
+
+class ParquetColumns:
+    """One Parquet file, read by columns with `pd.read_parquet`'s semantics (dtypes, NaN for nulls); opening
+    it reads only the footer."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        meta = pq.read_metadata(self.path)
+        self.n_rows = meta.num_rows
+        schema = meta.schema.to_arrow_schema()
+        index = {c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)}
+        self.columns = [name for name in schema.names if name not in index]
+        self._types = {f.name: f.type for f in schema}
+
+    def frame(self, names: Sequence[str]) -> pd.DataFrame:
+        return pd.read_parquet(self.path, columns=list(names))
+
+    def series(self, name: str) -> pd.Series:
+        return self.frame([name])[name]
+
+    def nbytes(self, name: str) -> int:
+        """Bytes of column `name` in memory (8 per value where the width is not fixed)."""
+        t = self._types.get(name)
+        width = t.bit_width // 8 if t is not None and pa.types.is_primitive(t) and t.bit_width >= 8 else 8
+        return width * self.n_rows
+
+
+class ColumnStore:
+    """Columns parked on disk, one raw file each (`key`: any string), written whole or appended in
+    pieces and read back in row ranges with ordinary reads (no memory map: the pages read do not stay in
+    the process). Threads may use it at once, each with its own keys."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._files: dict[str, Path] = {}
+        self._dtypes: dict[str, np.dtype] = {}
+        self._rows: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _path(self, key: str) -> Path:
+        with self._lock:
+            if key not in self._files:
+                self._files[key] = self.folder / f"{len(self._files)}.bin"
+            return self._files[key]
+
+    def dtype(self, key: str) -> np.dtype:
+        return self._dtypes[key]
+
+    def append(self, key: str, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values)
+        if key not in self._dtypes:
+            self._path(key).unlink(missing_ok=True)
+            self._dtypes[key], self._rows[key] = values.dtype, 0
+        elif values.dtype != self._dtypes[key]:
+            raise TypeError(f"column {key!r}: {values.dtype}, parked as {self._dtypes[key]}")
+        with self._path(key).open("ab") as f:
+            values.tofile(f)
+        self._rows[key] += len(values)
+
+    def put(self, key: str, values: np.ndarray) -> None:
+        self.drop(key)
+        self.append(key, values)
+
+    def drop(self, key: str) -> None:
+        if key in self._dtypes:
+            self._path(key).unlink(missing_ok=True)
+            self._rows[key] = 0
+
+    def rows(self, key: str) -> int:
+        return self._rows[key]
+
+    def reader(self, prefix: str) -> Callable[[str, int, int], np.ndarray]:
+        """`write_parquet_columns`' `read` for the columns parked as `<prefix><name>`."""
+        return lambda name, start, stop: self.get(prefix + name, start, stop)
+
+    def get(self, key: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        dtype, n = self._dtypes[key], self._rows[key]
+        stop = n if stop is None else min(stop, n)
+        count = max(stop - start, 0)
+        if count == 0:
+            return np.empty(0, dtype)
+        return np.fromfile(self._path(key), dtype=dtype, count=count, offset=start * dtype.itemsize)
+
+
+@contextlib.contextmanager
+def column_store(beside: Path) -> Iterator[ColumnStore]:
+    """A ColumnStore in a scratch folder next to output `beside` (same disk), removed at the end; one left
+    by a killed run is a temporary of `beside` (multitab.io.remove_stale_temporaries removes it)."""
+    beside.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{beside.name}.columns.", suffix=TMP_SUFFIX, dir=beside.parent) as d:
+        yield ColumnStore(Path(d))
+
+
+def pandas_schema(dtypes: Mapping[str, np.dtype | type]) -> pa.Schema:
+    """The Arrow schema (with pandas metadata) that `DataFrame.to_parquet(index=False)` writes for a frame
+    of these columns."""
+    empty = pd.DataFrame({name: np.empty(0, dtype=dt) for name, dt in dtypes.items()})
+    return pa.Schema.from_pandas(empty, preserve_index=False)
+
+
+def write_parquet_columns(
+    path: Path, dtypes: Mapping[str, np.dtype | type], n_rows: int, read: Callable[[str, int, int], np.ndarray]
+) -> None:
+    """Write `path` from columns that `read(name, start, stop)` gives a row range of, one row group
+    (ROW_GROUP_ROWS) at a time: the file `pd.DataFrame(columns).to_parquet(path, index=False)` writes."""
+    schema = pandas_schema(dtypes)
+    with pq.ParquetWriter(path, schema, compression="snappy") as writer:
+        for start in range(0, max(n_rows, 1), ROW_GROUP_ROWS):
+            stop = min(n_rows, start + ROW_GROUP_ROWS)
+            # from_pandas: NaN becomes null, as Table.from_pandas makes it
+            arrays = [pa.array(read(name, start, stop), type=schema.field(name).type, from_pandas=True)
+                      for name in dtypes]
+            writer.write_table(pa.Table.from_arrays(arrays, schema=schema))

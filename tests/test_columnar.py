@@ -1,0 +1,93 @@
+"""Parquet by columns (multitab.datasets.columnar): a file written from its columns a row group at a time is
+the file `DataFrame.to_parquet(index=False)` writes (bytes), and columns read back are pandas' columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from multitab.datasets import columnar
+from multitab.datasets.columnar import ColumnStore, ParquetColumns, write_parquet_columns
+
+
+def _frame(n: int) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({
+        "x": rng.standard_normal(n).astype(np.float32),
+        "code": rng.integers(0, 7, n),
+        "y": rng.standard_normal(n).astype(np.float32),
+        "label": rng.integers(0, 2, n),
+    })
+    if n > 3:
+        df.loc[[1, n - 1], "x"] = np.nan  # NaN becomes a Parquet null, as to_parquet writes it
+    return df
+
+
+@pytest.mark.parametrize("n", [0, 5, 2500])
+def test_written_from_columns_is_what_to_parquet_writes(tmp_path: Path, monkeypatch, n: int) -> None:
+    monkeypatch.setattr(columnar, "ROW_GROUP_ROWS", 1000)  # several row groups, the last one short
+    df = _frame(n)
+    df.to_parquet(tmp_path / "whole.parquet", index=False, row_group_size=1000)
+    write_parquet_columns(tmp_path / "columns.parquet", dict(df.dtypes), n,
+                          lambda name, start, stop: df[name].to_numpy()[start:stop])
+    assert (tmp_path / "columns.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    back = ParquetColumns(tmp_path / "columns.parquet")
+    assert back.columns == list(df.columns) and back.n_rows == n
+    pd.testing.assert_frame_equal(back.frame(["y", "x"]), df[["y", "x"]])
+    assert back.nbytes("x") == 4 * n and back.nbytes("code") == 8 * n
+
+
+def test_the_default_row_groups_are_those_to_parquet_writes(tmp_path: Path) -> None:
+    """At the stages' own sizes (ROW_GROUP_ROWS unpatched) a file of one row more than a row group is the
+    file `to_parquet(index=False)` writes with pyarrow's default row-group length."""
+    df = pd.DataFrame({"b": np.arange(columnar.ROW_GROUP_ROWS + 1, dtype=np.int64) % 3})
+    df.to_parquet(tmp_path / "whole.parquet", index=False)
+    write_parquet_columns(tmp_path / "columns.parquet", dict(df.dtypes), len(df),
+                          lambda name, start, stop: df[name].to_numpy()[start:stop])
+    assert (tmp_path / "columns.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    assert pq.ParquetFile(tmp_path / "columns.parquet").metadata.num_row_groups == 2
+
+
+def test_parked_columns_come_back_in_row_ranges(tmp_path: Path) -> None:
+    store = ColumnStore(tmp_path)
+    a = np.arange(10, dtype=np.int64)
+    store.append("a", a[:4])
+    store.append("a", a[4:])
+    store.put("b", a.astype(np.float32) / 3)
+    assert store.rows("a") == 10 and store.dtype("b") == np.float32
+    np.testing.assert_array_equal(store.get("a", 3, 7), a[3:7])
+    np.testing.assert_array_equal(store.get("b", 8), (a.astype(np.float32) / 3)[8:])
+    assert len(store.get("a", 10, 20)) == 0
+    store.put("a", a[:2])  # replaced, not appended
+    np.testing.assert_array_equal(store.get("a"), a[:2])
+    with pytest.raises(TypeError, match="parked as int64"):
+        store.append("a", a.astype(np.float64))
+
+
+def test_standin_chunks_go_to_parquet_without_a_dataframe(tmp_path: Path, monkeypatch) -> None:
+    """The stand-in writer turns each chunk's arrays into Arrow directly (a pandas frame of a chunk cost two
+    copies of it) and writes the file that a frame of each chunk gives."""
+    import types
+
+    import pyarrow as pa
+
+    from multitab.datasets import standin
+    from multitab.datasets.schema import get_schema
+
+    schema = get_schema("higgs")
+    monkeypatch.setattr(standin, "CHUNK_ROWS", 1000)
+    monkeypatch.setattr(standin, "pd", types.SimpleNamespace(DataFrame=None), raising=False)  # no frame
+    standin.write_standin(schema, {"data": 2500}, 5, tmp_path)
+    monkeypatch.setattr(standin, "pd", pd, raising=False)
+    writer = None
+    for chunk in standin._chunks(schema, standin._draw_params(schema, 5), 2500, 5, 0):
+        table = pa.Table.from_pandas(pd.DataFrame(chunk), preserve_index=False)
+        writer = writer or pq.ParquetWriter(tmp_path / "reference.parquet", table.schema)
+        writer.write_table(table)
+    assert writer is not None
+    writer.close()
+    assert (tmp_path / "data.parquet").read_bytes() == (tmp_path / "reference.parquet").read_bytes()
