@@ -27,9 +27,9 @@ from typing import Any
 
 from multitab.config import ConfigError, load_params
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
+from multitab.run_config import RecordError, RunConfig
 from multitab.runs import KEY, RUNS_FILE, STACKS, Run, entry, stack_entry
 from multitab.training.run import RunSpec, run_training
-from multitab.training.settings import RecordError, RunConfig
 from stages._common import parser, run
 
 log = logging.getLogger("stages.train")

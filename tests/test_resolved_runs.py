@@ -120,6 +120,7 @@ def _run(root: Path, *args: str) -> str:
     return r.stdout + r.stderr
 
 
+@pytest.mark.slow  # dvc repro of two train stages (137 s at load 10 on 2 cores); test_opt_in_groups runs dvc exp run -S
 def test_a_changed_value_reruns_exactly_the_runs_it_changes(tmp_path: Path) -> None:
     """Two run groups of one STL run each: a group's `train` changed and runs.yaml written again (the `runs` stage
     does it under `dvc repro`), DVC finds that group's run changed and the other not, and the diffs name it with
@@ -170,7 +171,7 @@ def test_the_loops_settings_have_no_defaults_and_a_record_lacking_a_key_is_refus
 
     with pytest.raises(TypeError, match="missing"):
         RunSettings(seed=0, max_epochs=1, patience=1)  # type: ignore[call-arg]
-    from multitab.training.settings import RecordError, RunConfig
+    from multitab.run_config import RecordError, RunConfig
 
     record = yaml.safe_load((ROOT / "runs.yaml").read_text())["train_runs"]["real-higgs-mmoe-0"]
     assert RunConfig.from_record(record, "r").train.batch_size == record["train"]["batch_size"]

@@ -14,7 +14,7 @@ A run reads one hyperparameter file (multitab.runs.hparams_file chooses it); ove
 
 The record (besides the run's shape: data, folders, its file):
     hparams:      the file, its selection, the grid point, `model` (every constructor keyword), `optim`
-    train:        multitab.training.settings.TrainSettings
+    train:        multitab.run_config.TrainSettings
     params:       what params.yaml says about the run, as metrics.json records it (multitab.profiles.run_params;
                   the aggregate stage compares it with the params of its time)
     progress:     the progress bar (changes no number: DVC does not track it)
@@ -32,8 +32,8 @@ from multitab.config import ConfigError, Params
 from multitab.config.train import TrainConfig
 from multitab.hparams import HPARAMS, Hparams, protocol_overlay, read, resolve
 from multitab.profiles import plain, run_params, run_train
+from multitab.run_config import RunConfig, TrainSettings
 from multitab.runs import Run, data_names
-from multitab.training.settings import RunConfig, TrainSettings
 
 log = logging.getLogger(__name__)
 # The record's keys that DVC tracks as the train stage's params (runs.yaml `train_runs.<key>.<this>`)

@@ -53,7 +53,7 @@ __all__ = ["EpochStats", "RunResult", "RunSettings", "history_row", "make_optimi
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The loop's settings, every one given (a run's come from its record: multitab.training.settings)."""
+    """The loop's settings, every one given (a run's come from its record: multitab.run_config)."""
 
     seed: int
     max_epochs: int

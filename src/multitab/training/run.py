@@ -25,13 +25,13 @@ from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.hparams.keywords import problems
 from multitab.io import remove_stale_temporaries
 from multitab.models import RUN_KEYWORDS, build_model, model_class
+from multitab.run_config import RunConfig, TrainSettings
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.data_hashes import data_hashes, hash_in_background
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.evaluate import regression_mse
 from multitab.training.loop import RunResult, RunSettings, train
-from multitab.training.settings import RunConfig, TrainSettings
 
 log = logging.getLogger(__name__)
 

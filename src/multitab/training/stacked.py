@@ -83,6 +83,7 @@ from tqdm.auto import tqdm
 from multitab.evaluation.metrics import mean_metric
 from multitab.models import model_class
 from multitab.models.accelerate import ACCELERATED, accelerate_cpu
+from multitab.run_config import RunConfig
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, place
 from multitab.training.device import resolve_device, seed_everything
@@ -99,7 +100,6 @@ from multitab.training.loop import (
 )
 from multitab.training.losses import MultitaskLoss
 from multitab.training.run import RunSpec, build_run_model, load_run_data, torch_record, torch_run
-from multitab.training.settings import RunConfig
 
 log = logging.getLogger(__name__)
 
