@@ -133,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     res["model_config"] = "multitab_net, Higgs selected configuration (hparams/authors/higgs/multitab_net.yaml)"
     res["n_params"] = sum(p.numel() for p in model.parameters())
     opt = hp.optim or {}
-    settings = RunSettings(seed=0, max_epochs=1, patience=1, optimizer=opt["optimizer"], lr=opt["lr"],
-                           weight_decay=opt["weight_decay"], device=str(device),  # type: ignore[arg-type]
-                           precision="bf16" if a.bf16 else "fp32", compile=a.compile, progress=sys.stderr.isatty())
+    settings = RunSettings(seed=0, max_epochs=1, patience=1, batch_size=2048, optimizer=opt["optimizer"],
+                           lr=opt["lr"], weight_decay=opt["weight_decay"], device=str(device),  # type: ignore[arg-type]
+                           precision="bf16" if a.bf16 else "fp32", compile=a.compile, deterministic=True,
+                           progress=sys.stderr.isatty(), early_stopping_smoothing=None, on_step=None)
     optimizer = make_optimizer(model, settings)
     forward = torch.compile(model, dynamic=False) if (a.compile and device.type == "cuda") else model
     loss_fn = MultitaskLoss(data.schema.tasks)

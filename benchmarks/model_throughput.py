@@ -261,6 +261,7 @@ def bench_accuracy(models: list[str], *, n_samples: int, epochs: int, batch_size
     from multitab.datasets.bench import synthesize_config, write_dataset
     from multitab.hparams import for_run, selection_file
     from multitab.profiles import group_train
+    from multitab.resolve import settings_for
     from multitab.training.run import RunSpec, run_training
 
     root = Path(__file__).resolve().parents[1]
@@ -281,7 +282,7 @@ def bench_accuracy(models: list[str], *, n_samples: int, epochs: int, batch_size
                 hp = for_run(root, selection_file("authors", BENCH, name), model=name, dataset="p06_pd3_t7",
                              point=None, config=cfg)  # the study's hyperparameters, as study_cost.py resolves them
                 t0 = time.perf_counter()
-                record, history = run_training(spec, cfg, hp)
+                record, history = run_training(spec, settings_for(cfg, hp, model=name, dataset="p06_pd3_t7"))
                 wall = time.perf_counter() - t0
                 n_train = record["n_rows"]["train"]
                 loop = sum(n_train / h["samples_per_second"] for h in history)

@@ -101,6 +101,10 @@ def run(out: Path, models: list[str]) -> None:
         from multitab.hparams import BENCH, for_run, selection_file
     except ImportError:
         for_run = None
+    try:  # a run's record (multitab.resolve); an older package took the TrainConfig and the hyperparameters
+        from multitab.resolve import settings_for
+    except ImportError:
+        settings_for = None
 
     out.mkdir(parents=True, exist_ok=True)
     package = Path(multitab.__file__).parent
@@ -124,7 +128,10 @@ def run(out: Path, models: list[str]) -> None:
             else:  # both datasets are MultiTab-Bench shaped: the authors' MultiTab-Bench selection
                 file = selection_file("authors", BENCH, model)
                 hp = for_run(package.parents[1], file, model=model, dataset=dataset, point=None, config=cfg)
-                record, history = run_training(spec, cfg, hp)
+                if settings_for is None:
+                    record, history = run_training(spec, cfg, hp)  # type: ignore[call-arg]
+                else:
+                    record, history = run_training(spec, settings_for(cfg, hp, model=model, dataset=dataset))
             (run_dir / "metrics.json").write_text(json.dumps(record, indent=1))
             (run_dir / "history.json").write_text(json.dumps(history, indent=1))
             print(f"{dataset}/{model}: test_mean {record['test_mean']}, {record['train_seconds']} s", flush=True)

@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(a.device)
     settings = RunSettings(seed=0, max_epochs=a.epochs, patience=a.epochs + 1, batch_size=a.batch_size,
                            optimizer="adam", lr=1e-3, weight_decay=1e-5, device=a.device,  # protocol paper's optimiser
-                           progress=sys.stderr.isatty())
+                           precision="fp32", compile=False, deterministic=True, progress=sys.stderr.isatty(),
+                           early_stopping_smoothing=None, on_step=None)
     res: dict[str, Any] = {
         "commit": git_commit(ROOT),
         "cpu": cpu_model(), "machine": machine(), "device": str(device), "threads": a.threads,

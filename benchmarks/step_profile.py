@@ -67,6 +67,7 @@ from multitab.datasets.schema import schema_from_meta  # noqa: E402
 from multitab.hparams import BENCH, for_run, selection_file  # noqa: E402
 from multitab.profiles import group_train, profiled  # noqa: E402
 from multitab.provenance import cpu_model  # noqa: E402
+from multitab.resolve import settings_for  # noqa: E402
 from multitab.training.run import RunSpec, run_training  # noqa: E402
 from study_cost import forward_flops, matmul_peak  # noqa: E402
 
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             def run(tag: str, model: str = model, hp: Any = hp) -> tuple[dict[str, Any], list[dict[str, float]], float]:
                 spec = RunSpec(name, model, 0, folder / name, folder / "ckpt" / tag / model)
                 t0 = time.perf_counter()
-                record, history = run_training(spec, config, hp)
+                record, history = run_training(spec, settings_for(config, hp, model=model, dataset=name))
                 return record, history, time.perf_counter() - t0
 
             record, history, wall = run("plain")

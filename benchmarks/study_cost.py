@@ -78,6 +78,7 @@ from multitab.hparams import BENCH, for_run, load, selection_file
 from multitab.models import build_model
 from multitab.profiles import group_train, profiled
 from multitab.provenance import cpu_model, git_commit
+from multitab.resolve import settings_for
 from multitab.training.device import resolve_device
 from multitab.training.run import RunSpec, run_training
 from multitab.training.stacked import StackRefused, run_training_stacked
@@ -162,12 +163,13 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
         if stack > 1:
             specs = [RunSpec(name, model, s, folder / name, folder / "ckpt" / name / model / str(s)) for s in range(stack)]
             try:
-                runs = run_training_stacked(specs, cfg, hp)
+                runs = run_training_stacked(specs, settings_for(cfg, hp, model=model, dataset=name))
                 members = stack
             except StackRefused as e:
                 refused = str(e)
         if members == 1:
-            runs = [run_training(RunSpec(name, model, 0, folder / name, folder / "ckpt" / name / model), cfg, hp)]
+            runs = [run_training(RunSpec(name, model, 0, folder / name, folder / "ckpt" / name / model),
+                                 settings_for(cfg, hp, model=model, dataset=name))]
         record, history = runs[0]
         wall = time.perf_counter() - t0
         # steady state: the epochs after the first (which pays one-off warm-up), validation and checkpoints

@@ -6,16 +6,15 @@ model (multitab.training.stacked; each seed's files as its own run writes them).
     python -m stages.train --stack study-p06_pd3_t3-mmoe
 
 The run's key names its group, dataset, model, grid point and seed (multitab.runs); its data, validation
-verdict, output folders (relative to the params file's folder, the project root) and settings (the group's
-`train` laid over `train`) come from params.yaml, and runs.yaml must say the same (it is what DVC tracks). Writes <out>/metrics.json, the per-epoch curves as a
+verdict, output folders (relative to the params file's folder, the project root) and every setting it trains
+with come from its record in runs.yaml, resolved once by `python -m multitab.runs` (multitab.resolve: the
+constructor keywords, optimiser, budget ...; DVC tracks the record as the stage's params), which must be what
+params.yaml and the hyperparameter files resolve to now (else exit 3: run `python -m multitab.runs`). Writes <out>/metrics.json, the per-epoch curves as a
 dvclive log in <out>/dvclive, and the checkpoints (best.pt is the tested one; last.pt lets a killed run
 resume: just run the stage again). Every file is replaced atomically and durably (DVC itself removes
 the stage's previous metrics and curves when it re-runs the stage and keeps them in its cache: `dvc checkout
 <stage>` puts back what dvc.lock records; it never touches the checkpoints, which are no DVC output); a full disk ends the stage with one line, "no space left on <path> (needed
-~N MB)", and exit status 1. The hyperparameters: the one file runs.yaml names for the run
-(hparams/<authors|swept>/<dataset>/<model>.yaml; a grid point starts from the authors'), with the grid point,
-the protocol's overlay and the group's laid over it (multitab.hparams.for_run); a missing file ends the stage
-with exit status 3, naming it.
+~N MB)", and exit status 1.
 """
 
 from __future__ import annotations
@@ -26,12 +25,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from multitab.config import load_params
-from multitab.config.attribution import trains_arm
-from multitab.hparams import for_run
+from multitab.config import ConfigError, load_params
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
-from multitab.profiles import run_params, run_train
-from multitab.runs import RUNS_FILE, Run, entry, stack_entry
+from multitab.run_config import RecordError, RunConfig
+from multitab.runs import KEY, RUNS_FILE, STACKS, Run, entry, stack_entry
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
 
@@ -81,14 +78,21 @@ def _spec(root: Path, run_: Run) -> RunSpec:
                    checkpoint_dir=root / run_.checkpoints)
 
 
-def _write(root: Path, params: Any, run_: Run, record: dict[str, Any], history: list[dict[str, float]],
+def _config(written: dict[str, Any], where: str) -> RunConfig:
+    try:
+        return RunConfig.from_record(written, where)
+    except RecordError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _write(root: Path, written: dict[str, Any], run_: Run, record: dict[str, Any], history: list[dict[str, float]],
            stacked: list[int] | None) -> None:
     record["group"] = run_.group
     record["stacked"] = stacked  # the seeds it trained with in one stacked model (None: alone)
     # what params.yaml said about this run (the aggregate stage compares it with the params of its time)
-    record["params"] = run_params(params, run_.group, run_.dataset, run_.model)
-    if trains_arm(params, run_.group):  # the arm settings it trained with (its key's point)
-        record["attribution"] = run_.point
+    record["params"] = written["params"]
+    if written["attribution"] is not None:  # the arm settings it trained with (its key's point)
+        record["attribution"] = written["attribution"]
     out = root / run_.out
     write_dvclive(history, out / "dvclive")
     write_json(out / "metrics.json", record)
@@ -98,14 +102,13 @@ def _write(root: Path, params: Any, run_: Run, record: dict[str, Any], history: 
 def train_one(a: argparse.Namespace) -> None:
     params = load_params(a.params)
     root = Path(a.params).parent  # the project: run paths are relative to it (DVC runs stages there)
-    run_ = entry(params, a.run, a.runs if a.runs is not None else root / RUNS_FILE)
+    path = a.runs if a.runs is not None else root / RUNS_FILE
+    run_, written = entry(params, a.run, path)  # its record: everything it trains with, resolved by multitab.runs
+    config = _config(written, f"{path}: {KEY}.{a.run}")
     check_verdict(root / run_.verdict, run_.dataset)
     spec = _spec(root, run_)
-    config, point = run_train(params, run_.group, run_.model, run_.point)
-    # the one file multitab.runs chose for the run, with its grid point, the protocol's and the group's overlay
-    hparams = for_run(root, run_.hparams_file, model=run_.model, dataset=run_.dataset, point=point, config=config)
-    record, history = run_training(spec, config, hparams)
-    _write(root, params, run_, record, history, None)
+    record, history = run_training(spec, config)
+    _write(root, written, run_, record, history, None)
 
 
 def train_stack(a: argparse.Namespace) -> None:
@@ -115,22 +118,21 @@ def train_stack(a: argparse.Namespace) -> None:
 
     params = load_params(a.params)
     root = Path(a.params).parent
-    stack = stack_entry(params, a.stack, a.runs if a.runs is not None else root / RUNS_FILE)
+    path = a.runs if a.runs is not None else root / RUNS_FILE
+    stack, written = stack_entry(params, a.stack, path)
+    config = _config(written, f"{path}: {STACKS}.{a.stack}")
     check_verdict(root / stack.verdict, stack.dataset)
     members = stack.members()
     specs = [_spec(root, m) for m in members]
-    config, point = run_train(params, stack.group, stack.model, stack.point)
-    hparams = for_run(root, stack.hparams_file, model=stack.model, dataset=stack.dataset, point=point,
-                      config=config)
     seeds: list[int] | None = [m.seed for m in members]
     try:
-        results = run_training_stacked(specs, config, hparams)
+        results = run_training_stacked(specs, config)
     except StackRefused as refused:  # raised before anything is read or written
         log.warning("%s: not stacked (%s); training its %d seeds one after another", a.stack, refused, len(specs))
-        results = [run_training(spec, config, hparams) for spec in specs]
+        results = [run_training(spec, config) for spec in specs]
         seeds = None
     for member, (record, history) in zip(members, results):
-        _write(root, params, member, record, history, seeds)
+        _write(root, written, member, record, history, seeds)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,10 +87,14 @@ def write_stage(name: str, deps: Sequence[str] = (), extra: str = "") -> dict:
     }
 
 
-def repo_dvc_yaml(names: Sequence[str]) -> dict:
-    """The repository's dvc.yaml with only the stages `names` (as written there, `vars` included)."""
+def repo_dvc_yaml(names: Sequence[str], params: dict | None = None) -> dict:
+    """The repository's dvc.yaml with only the stages `names` (as written there, `vars` included); with `params`
+    (a small project's params.yaml), the `runs` stage tracks only the sections it has (DVC refuses a missing one)."""
     full = yaml.safe_load((_SRC.parent / "dvc.yaml").read_text())
-    return {"vars": full["vars"], "stages": {k: full["stages"][k] for k in names}}
+    stages = {k: full["stages"][k] for k in names}
+    if params is not None and "runs" in stages:
+        stages["runs"]["params"] = [k for k in stages["runs"]["params"] if k.split(".")[0] in params]
+    return {"vars": full["vars"], "stages": stages}
 
 
 def write_runs_file(root: Path) -> None:

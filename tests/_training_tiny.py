@@ -104,6 +104,28 @@ TINY_OPTIM = {"optimizer": "adamw", "lr": 0.01, "weight_decay": 1e-5, "max_epoch
 TINY_HPARAMS = Hparams(model=TINY_MODEL, optim=TINY_OPTIM, file="hparams/authors/tiny/tiny.yaml")
 
 
+# The loop's settings the loop tests start from (RunSettings has no defaults: a run's come from its record).
+LOOP: dict[str, Any] = {"batch_size": 2048, "optimizer": "adamw", "lr": 1e-3, "weight_decay": 1e-5, "device": "auto",
+                        "precision": "fp32", "compile": False, "deterministic": True, "progress": False,
+                        "early_stopping_smoothing": None, "on_step": None}
+
+
+def loop_settings(**kw: Any) -> Any:
+    """multitab.training.loop.RunSettings: LOOP with `kw` (seed, max_epochs and patience at least)."""
+    from multitab.training.loop import RunSettings
+
+    return RunSettings(**{**LOOP, **kw})
+
+
+def train_run(spec: Any, config: Any, hparams: Hparams, **kwargs: Any) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """`run_training` of `spec` under a TrainConfig and resolved hyperparameters, its record resolved as the
+    pipeline resolves one (multitab.resolve.settings_for)."""
+    from multitab.resolve import settings_for
+    from multitab.training.run import run_training
+
+    return run_training(spec, settings_for(config, hparams, model=spec.model, dataset=spec.dataset), **kwargs)
+
+
 def write_tiny_hparams(root: Path, models: list[str], dataset: str = "tiny") -> None:
     """The hyperparameter files of `models` (run model names) on `dataset` in a project at `root`: the tiny
     model's (TINY_OPTIM), the registry models' the authors' MultiTab-Bench example files; and the protocols'

@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _training_tiny import TINY_HPARAMS, TinyModel  # noqa: E402
+from _training_tiny import TINY_HPARAMS, TinyModel, train_run  # noqa: E402
 from multitab.config.train import TrainConfig  # noqa: E402
 from multitab.models import MODELS  # noqa: E402
-from multitab.training.run import RunSpec, run_training  # noqa: E402
+from multitab.training.run import RunSpec  # noqa: E402
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
     )
     MODELS["tiny"] = TinyModel  # this process's registry: the tiny model
     spec = RunSpec(dataset="tiny", model="tiny", seed=3, data_path=data, checkpoint_dir=ck)
-    record, history = run_training(spec, config, TINY_HPARAMS, on_step=on_step)
+    record, history = train_run(spec, config, TINY_HPARAMS, on_step=on_step)
     out.write_text(json.dumps({"record": record, "history": history}))
 
 

@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from _toy_dvc import real_train_project
-from _training_tiny import TINY_HPARAMS, register_tiny, write_tiny_processed, write_tiny_project
+from _training_tiny import TINY_HPARAMS, register_tiny, train_run, write_tiny_processed, write_tiny_project
 from multitab import io as mio
 from multitab.config.train import TrainConfig
 from multitab.training import checkpoint as ckpt
 from multitab.training import loop as loop_mod
-from multitab.training.run import RunSpec, model_code_version, run_training
+from multitab.training.run import RunSpec, model_code_version
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _train(tiny: Path, ck: Path, **config: object) -> tuple[dict[str, Any], list[dict[str, float]]]:
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=ck)
-    return run_training(spec, make_config(**config), TINY_HPARAMS)
+    return train_run(spec, make_config(**config), TINY_HPARAMS)
 
 
 # ------------------------------------------------------------------------------ nothing loaded runs code
@@ -271,12 +271,12 @@ def test_changing_num_threads_between_kill_and_resume_starts_fresh(
             raise Killed
 
     with pytest.raises(Killed):
-        run_training(spec, make_config(), TINY_HPARAMS, on_step=kill_in_epoch_3)
+        train_run(spec, make_config(), TINY_HPARAMS, on_step=kill_in_epoch_3)
     assert torch.load(tmp_path / "ck" / ckpt.LAST, weights_only=True)["epoch"] == 2
     shutil.copytree(tmp_path / "ck", tmp_path / "ck_same")
     try:
         with caplog.at_level(logging.WARNING):
-            two, _ = run_training(spec, make_config(num_threads=2), TINY_HPARAMS)
+            two, _ = train_run(spec, make_config(num_threads=2), TINY_HPARAMS)
     finally:
         torch.set_num_threads(1)
     assert "checkpoint of other settings (num_threads: 1 -> 2); starting from scratch" in caplog.text
@@ -284,7 +284,7 @@ def test_changing_num_threads_between_kill_and_resume_starts_fresh(
     caplog.clear()
     same_spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck_same")
     with caplog.at_level(logging.WARNING):  # the control: the same settings resume
-        same, _ = run_training(same_spec, make_config(), TINY_HPARAMS)
+        same, _ = train_run(same_spec, make_config(), TINY_HPARAMS)
     assert same["resumed_from_epoch"] == 2 and "other settings" not in caplog.text
 
 
@@ -309,7 +309,7 @@ def test_fingerprint_holds_every_setting_that_changes_results(tiny: Path, tmp_pa
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=copy, checkpoint_dir=ck)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        record, _ = run_training(spec, make_config(max_epochs=1), TINY_HPARAMS)
+        record, _ = train_run(spec, make_config(max_epochs=1), TINY_HPARAMS)
     assert record["resumed_from_epoch"] == 0 and "data.meta.json:" in caplog.text
 
 

@@ -95,7 +95,8 @@ def test_the_protocol_overlays_are_the_documented_ones() -> None:
     assert paper["optim"] == {"optimizer": "adam", "weight_decay": 1e-5}
     assert paper["model"] == {"multitab_net": {"multi_token": True, "mask": "t_t"}}
     assert paper["replace"] == {"inter_sample": {"per_sample_mixing": "rope_attention"}}
-    assert protocol_overlay(ROOT, "authors_code") == {"optim": {}, "model": {}, "replace": {}}
+    assert protocol_overlay(ROOT, "authors_code") == {"optim": {}, "model": {}, "replace": {},
+                                                      "file": "hparams/protocol/authors_code.yaml"}
     # a notebook's call and the pipeline's resolve the same way under the one default protocol
     assert load("higgs", "saint", root=ROOT).model["inter_sample"] == "rope_attention"
 

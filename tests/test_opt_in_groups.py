@@ -37,8 +37,7 @@ def _project(root: Path) -> Path:
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "hparams", root / "hparams")  # the authors' files (the study's: multitab_bench)
     write_tiny_hparams(root, ["stl_mlp"])  # and the tiny dataset's
-    names = ["train", "synthesize_study", "validate_study", "aggregate_study", "sweep_select"]
-    (root / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(names), sort_keys=False))
+    names = ["runs", "train", "synthesize_study", "validate_study", "aggregate_study", "sweep_select"]
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     params = {
         "protocol": "paper",
@@ -54,6 +53,7 @@ def _project(root: Path) -> Path:
         "orchestration": raw["orchestration"],
     }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (root / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(names, params), sort_keys=False))
     write_tiny_processed(root / "data" / "processed" / "tiny", n={"train": 200, "val": 100, "test": 100})
     (root / "data" / "validated").mkdir(parents=True)
     (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": True}))
@@ -85,7 +85,7 @@ def test_plain_dvc_repro_runs_only_the_default_dag_and_the_opt_in_groups_are_rea
     # ... `make sweep` (--groups 'sweep_*' --targets sweep_select) the grid points and the selection
     sync_runs_file(root, groups=["sweep_*"])
     sweep = select(read_stage_graph(root), ["sweep_select"]).order
-    assert set(sweep) == {"train@sweep_mlp-tiny-stl_mlp-lr0_001-dropout0_0-0",
+    assert set(sweep) == {"runs", "train@sweep_mlp-tiny-stl_mlp-lr0_001-dropout0_0-0",
                           "train@sweep_mlp-tiny-stl_mlp-lr0_001-dropout0_1-0", "sweep_select@sweeps"}
     # and `make repro` takes them out again: plain DVC is back to the up-to-date default
     sync_runs_file(root)
@@ -100,8 +100,8 @@ def test_makefile_targets_name_their_groups() -> None:
 
 def test_two_dvc_experiments_differing_in_one_param_show_side_by_side(tmp_path: Path) -> None:
     """DVC's own experiment machinery on the repository's stages: `dvc exp run -S <param>` twice, then
-    `dvc exp show --json` holds both runs' params and metrics (runs.yaml needs no rewrite: it holds the
-    matrix's shape, the settings are params.yaml's)."""
+    `dvc exp show --json` holds both runs' params and metrics (the `runs` stage writes the runs' records into
+    runs.yaml again, and the train stage, tracking its record, re-runs)."""
     root = _project(tmp_path / "p")
     for epochs in (1, 2):
         out = _dvc(root, "exp", "run", "-n", f"epochs{epochs}", "-S", f"train.max_epochs={epochs}")

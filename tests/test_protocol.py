@@ -179,7 +179,9 @@ def test_dvc_reruns_every_stage_the_protocol_affects() -> None:
     # aggregate: it refuses a run trained under another protocol than params.yaml's (metrics.json `params`)
     for name in ("complexity", "aggregate"):
         assert "protocol" in stages[name]["params"], name
-    assert "protocol" in stages["train"]["do"]["params"]
+    # train: each run's record (runs.yaml, which the stage tracks) holds the protocol; stage `runs` rewrites it
+    assert "train_runs.${key}.train" in stages["train"]["do"]["params"][0]["runs.yaml"]
+    assert "protocol" in stages["runs"]["params"]
     for name in ("acquire", "preprocess", "synthesize"):
         block = stages[name].get("do", stages[name])
         assert "protocol" not in block.get("params", []), name

@@ -57,8 +57,8 @@ def write_params(tmp: Path, dataset: str, path: Path, split_cfg: dict[str, Any],
     params["runs"]["real"] = {"data": {"datasets": [dataset]}, "models": ["stl_mlp"], "seeds": [0], "train": {}}
     out = tmp / "params.yaml"
     out.write_text(yaml.safe_dump(params, sort_keys=False))
-    (tmp / RUNS_FILE).write_text(render(load_params(out)))
     shutil.copytree(ROOT / "hparams", tmp / "hparams", dirs_exist_ok=True)  # the runs' hyperparameter files
+    (tmp / RUNS_FILE).write_text(render(load_params(out)))  # each run's record, resolved from them
     return out
 
 

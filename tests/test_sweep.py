@@ -237,13 +237,14 @@ def _toy_project(root: Path) -> Path:
     return root
 
 
-def _flow(root: Path, home: Path) -> subprocess.Popen[str]:
+def _flow(root: Path, home: Path, *groups: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_UI_ENABLED": "false", "PYTHONUNBUFFERED": "1",
            "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PYTHONPATH": os.pathsep.join([str(root), str(ROOT / "src"), str(ROOT)]),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PREFECT_API_URL", None)
-    return subprocess.Popen([sys.executable, "-m", "flows.pipeline", "--root", str(root)], cwd=root, env=env,
+    return subprocess.Popen([sys.executable, "-m", "flows.pipeline", "--root", str(root),
+                             *(["--groups", *groups] if groups else [])], cwd=root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -258,9 +259,10 @@ def _locked_points(root: Path) -> set[str]:
 def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_path: Path) -> None:
     root = _toy_project(tmp_path / "p")
     home = tmp_path / "prefect"
-    # The default run: train@real-tiny-stl_mlp-0 reads hparams/swept/tiny/stl_mlp.yaml (train.hparams: swept), so the flow
-    # brings in the opt-in sweep stages. Killed (the flow and its DVC subprocess) once a point is recorded.
-    proc = _flow(root, home)
+    # `make sweep` (--groups sweep_mlp): the grid points and the selection. The default run reads the selection
+    # (train.hparams: swept), which does not exist yet: that expansion leaves it out, and the expansion after the
+    # sweep reads it. Killed (the flow and its DVC subprocess) once a point is recorded.
+    proc = _flow(root, home, "sweep_mlp")
     deadline = time.monotonic() + 240
     while not _locked_points(root):
         assert proc.poll() is None, f"the flow ended before any grid point was recorded:\n{proc.stdout.read() if proc.stdout else ''}"
@@ -270,38 +272,47 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
     proc.wait()
     first = _locked_points(root)
     assert len(first) < 2 and not (root / "hparams" / "swept").exists()
+    assert "train@real-tiny-stl_mlp-0" not in (root / "runs.yaml").read_text()
     points = root / "results" / "sweep_runs" / "tiny" / "stl_mlp"
     done = {}
     for stage in first:  # train@sweep_mlp-tiny-stl_mlp-lr<lr>-dropout<dropout>-<seed>, dots as underscores
         point = "-".join(stage.split("-")[3:5]).replace("_", ".")
         done[point] = (points / point / "seed0" / "metrics.json").read_bytes()
 
-    proc = _flow(root, home)
+    proc = _flow(root, home, "sweep_mlp")
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     summary = json.loads((root / "results" / "pipeline_summary.json").read_text())
     stages = summary["stages"]
-    # the points recorded before the kill were not trained again; the others ran, then selection, then training
+    # the points recorded before the kill were not trained again; the others ran, then the selection
     assert {s for s in first if stages[s]["status"] == "up_to_date" or s not in stages} == first
     assert {s for s in stages if s.startswith("train@sweep_mlp-") and stages[s]["status"] == "ran"} == (
         {s for s in stages if s.startswith("train@sweep_mlp-")} - first)
-    assert stages["sweep_select@sweeps"]["status"] == "ran" and stages["train@real-tiny-stl_mlp-0"]["status"] == "ran"
+    assert stages["sweep_select@sweeps"]["status"] == "ran" and "train@real-tiny-stl_mlp-0" not in stages
     for name, data in done.items():
         assert (points / name / "seed0" / "metrics.json").read_bytes() == data, f"{name} was trained again"
+    report = (root / "results" / "sweeps" / "report.md").read_text()
+    assert "## stl_mlp on tiny" in report and report.count("| lr") == 2
+    assert (root / "results" / "sweeps" / "figures" / "tiny-stl_mlp.png").exists()
+
+    # `make repro`: the expansion reads the selection into the default run's record, which trains with it
+    proc = _flow(root, home)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    stages = json.loads((root / "results" / "pipeline_summary.json").read_text())["stages"]
+    assert stages["train@real-tiny-stl_mlp-0"]["status"] == "ran"
     chosen = yaml.safe_load((root / "hparams" / "swept" / "tiny" / "stl_mlp.yaml").read_text())
     run = json.loads((root / "results" / "runs" / "tiny" / "stl_mlp" / "seed0" / "metrics.json").read_text())
     assert run["hparams"]["source"] == "swept" and run["hparams"]["file"] == "hparams/swept/tiny/stl_mlp.yaml"
     assert run["optimizer"]["lr"] == chosen["optim"]["lr"] == chosen["selected_by"]["point"]["lr"]
     assert run["hparams"]["model"]["dropout"] == chosen["selected_by"]["point"]["dropout"]
-    report = (root / "results" / "sweeps" / "report.md").read_text()
-    assert "## stl_mlp on tiny" in report and report.count("| lr") == 2
-    assert (root / "results" / "sweeps" / "figures" / "tiny-stl_mlp.png").exists()
 
 
 def test_the_train_stage_takes_everything_from_its_run_entry() -> None:
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["train"]
     assert stage["foreach"] == "${train_runs}" and stage["do"]["cmd"] == "python -m stages.train --run ${key}"
     assert "${item.hparams_file}" in stage["do"]["deps"]
-    assert "runs.${item.group}.train" in stage["do"]["params"]
+    assert stage["do"]["params"] == [{"runs.yaml": ["train_runs.${key}.hparams", "train_runs.${key}.train",
+                                                    "train_runs.${key}.params"]}]
     assert point_id({"lr": 0.0001, "rope": True}) == "lr0.0001-ropetrue"
     assert yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["sweep_select"]["foreach"] == "${sweep_selections}"

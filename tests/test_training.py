@@ -19,7 +19,9 @@ from _training_tiny import (
     TINY_OPTIM,
     TinyModel,
     TinyNet,
+    loop_settings,
     register_tiny,
+    train_run,
     write_tiny_hparams,
     write_tiny_processed,
     write_tiny_project,
@@ -34,7 +36,7 @@ from multitab.training import loop as loop_mod
 from multitab.training.data import DataError, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
 from multitab.training.losses import MultitaskLoss
-from multitab.training.run import METRICS_SCHEMA, RunSpec, run_training
+from multitab.training.run import METRICS_SCHEMA, RunSpec
 
 torch.set_num_threads(1)
 
@@ -237,7 +239,7 @@ def test_loop_with_smoothing_stops_on_the_average_tests_its_best_epoch_and_says_
 
     def run(ck: Path, smoothing: float | None, **kw: object) -> tuple[loop_mod.RunResult, torch.nn.Module]:
         torch.manual_seed(0)
-        settings = loop_mod.RunSettings(seed=0, max_epochs=20, patience=5, batch_size=128, device="cpu",
+        settings = loop_settings(seed=0, max_epochs=20, patience=5, batch_size=128, device="cpu",
                                         early_stopping_smoothing=smoothing, **kw)  # type: ignore[arg-type]
         model = TinyNet(data.meta)
         return loop_mod.train(model, data, settings, checkpoint_dir=ck, run_fingerprint="x"), model
@@ -294,7 +296,7 @@ def test_loop_stops_at_the_right_epoch_and_tests_the_best_weights(
     data = load_processed(tiny)
     torch.manual_seed(0)
     model = TinyNet(data.meta)
-    settings = loop_mod.RunSettings(seed=0, max_epochs=20, patience=3, batch_size=128, device="cpu")
+    settings = loop_settings(seed=0, max_epochs=20, patience=3, batch_size=128, device="cpu")
     result = loop_mod.train(model, data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
     assert (result.epochs, result.best_epoch, result.stopped_early) == (6, 3, True)
     assert len(scripted) == 6
@@ -331,7 +333,7 @@ def test_one_adam_over_independent_submodels_equals_one_adam_each() -> None:
 # ------------------------------------------------------------------------------- runs and the record
 def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path: Path) -> None:
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, history = run_training(spec, make_config(), TINY_HPARAMS)
+    record, history = train_run(spec, make_config(), TINY_HPARAMS)
     jsonschema.validate(record, METRICS_SCHEMA)
     assert record["standin"] is True and record["source"] == "standin"
     assert set(record["test"]) == {"click", "marital", "m_jj"} and set(record["test_mse"]) == {"m_jj"}
@@ -343,10 +345,10 @@ def test_run_record_matches_schema_and_is_labelled_standin(tiny: Path, tmp_path:
     assert record["val_mean"] == pytest.approx(np.mean(list(record["val"].values())))
     assert (tmp_path / "ck" / "best.pt").is_file() and (tmp_path / "ck" / "last.pt").is_file()
     # a finished run re-run from its checkpoint trains nothing more and reports the same metrics
-    again, _ = run_training(spec, make_config(), TINY_HPARAMS)
+    again, _ = train_run(spec, make_config(), TINY_HPARAMS)
     assert again["resumed_from_epoch"] == 4 and again["test"] == record["test"]
     # changed settings never resume a foreign checkpoint
-    other, _ = run_training(spec, make_config(max_epochs=2), TINY_HPARAMS)
+    other, _ = train_run(spec, make_config(max_epochs=2), TINY_HPARAMS)
     assert other["resumed_from_epoch"] == 0 and other["epochs"] == 2
 
 
@@ -354,11 +356,11 @@ def test_raising_the_epoch_budget_continues_from_the_checkpoint(tiny: Path, tmp_
     """max_epochs is a budget: a run checkpointed under a smaller one continues under a larger one, and ends
     exactly where a run under the larger budget from the start ends (weights, curve, metrics)."""
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    run_training(spec, make_config(max_epochs=2), TINY_HPARAMS)
-    extended, history = run_training(spec, make_config(max_epochs=4), TINY_HPARAMS)
+    train_run(spec, make_config(max_epochs=2), TINY_HPARAMS)
+    extended, history = train_run(spec, make_config(max_epochs=4), TINY_HPARAMS)
     assert extended["resumed_from_epoch"] == 2 and extended["epochs"] == 4 and extended["max_epochs"] == 4
     fresh_spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "fresh")
-    fresh, fresh_history = run_training(fresh_spec, make_config(max_epochs=4), TINY_HPARAMS)
+    fresh, fresh_history = train_run(fresh_spec, make_config(max_epochs=4), TINY_HPARAMS)
     assert fresh["resumed_from_epoch"] == 0
     assert (extended["test"], extended["val"], extended["best_epoch"]) == (fresh["test"], fresh["val"], fresh["best_epoch"])
     assert [h["val_mean"] for h in history] == [h["val_mean"] for h in fresh_history]
@@ -366,17 +368,17 @@ def test_raising_the_epoch_budget_continues_from_the_checkpoint(tiny: Path, tmp_
         a, b = (torch.load(d / name, weights_only=True)["model"] for d in (tmp_path / "ck", tmp_path / "fresh"))
         assert all(torch.equal(a[k], b[k]) for k in a)
     # a checkpoint past a smaller budget cannot stand for a run under it: that run starts over
-    shorter, _ = run_training(spec, make_config(max_epochs=3), TINY_HPARAMS)
+    shorter, _ = train_run(spec, make_config(max_epochs=3), TINY_HPARAMS)
     assert shorter["resumed_from_epoch"] == 0 and shorter["epochs"] == 3
     # any other change still starts over, budget or not
-    other, _ = run_training(spec, make_config(max_epochs=5, batch_size=64), TINY_HPARAMS)
+    other, _ = train_run(spec, make_config(max_epochs=5, batch_size=64), TINY_HPARAMS)
     assert other["resumed_from_epoch"] == 0
 
 
 def test_real_data_is_not_labelled_standin(tmp_path: Path) -> None:
     write_tiny_processed(tmp_path / "real", standin=False, n={"train": 200, "val": 100, "test": 100})
     spec = RunSpec(dataset="real", model="tiny", seed=1, data_path=tmp_path / "real", checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, make_config(max_epochs=1), TINY_HPARAMS)
+    record, _ = train_run(spec, make_config(max_epochs=1), TINY_HPARAMS)
     assert record["standin"] is False and record["source"] == "local"
 
 
@@ -409,7 +411,9 @@ def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatc
     raw["protocol"] = "authors_code"
     raw["runs"]["real"]["train"] = {"max_epochs": 1}
     params.write_text(yaml.safe_dump(raw))
-    assert stage.main(args) == 0  # settings live in params.yaml: runs.yaml holds the matrix's shape only
+    assert stage.main(args) == BAD_INPUT  # the run's record (runs.yaml) is older than params.yaml: refused
+    (tmp_path / RUNS_FILE).write_text(render(load_params(params)))
+    assert stage.main(args) == 0
     record = json.loads((out / "metrics.json").read_text())
     assert record["protocol"] == "authors_code" and record["epochs"] == 1
     raw["runs"]["real"]["seeds"] = [0, 1]  # the matrix changed: runs.yaml must be written again first
@@ -442,7 +446,7 @@ def test_loop_honours_training_loss_and_fit_context(tiny: Path, tmp_path: Path) 
     data = load_processed(tiny)
     torch.manual_seed(0)
     model = HookedNet(data.meta)
-    settings = loop_mod.RunSettings(seed=0, max_epochs=2, patience=3, batch_size=128, device="cpu")
+    settings = loop_settings(seed=0, max_epochs=2, patience=3, batch_size=128, device="cpu")
     result = loop_mod.train(model, data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
     assert model.loss_calls == 2 * 5  # 600 rows / 128 per batch = 5 steps per epoch
     assert model.context_rows == [600, 600, 600]  # before each validation and before the test
@@ -455,9 +459,9 @@ def test_loop_honours_training_loss_and_fit_context(tiny: Path, tmp_path: Path) 
 def test_null_max_epochs_takes_the_files_epochs(tiny: Path, tmp_path: Path) -> None:
     hparams = dataclasses.replace(TINY_HPARAMS, optim={**TINY_OPTIM, "max_epochs": 3})
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, make_config(max_epochs=None, patience={"default": 1}), hparams)
+    record, _ = train_run(spec, make_config(max_epochs=None, patience={"default": 1}), hparams)
     assert record["max_epochs"] == 3 and record["epochs"] <= 3
-    again, _ = run_training(spec, make_config(max_epochs=2, patience={"default": 1}), hparams)
+    again, _ = train_run(spec, make_config(max_epochs=2, patience={"default": 1}), hparams)
     assert again["max_epochs"] == 2  # train.max_epochs, when set, replaces the file's
 
 
@@ -467,33 +471,40 @@ def test_non_finite_loss_stops_with_a_clear_error(tiny: Path, tmp_path: Path) ->
             return {k: v * float("nan") for k, v in super().forward(x_num, x_cat).items()}
 
     data = load_processed(tiny)
-    settings = loop_mod.RunSettings(seed=0, max_epochs=2, patience=3, batch_size=256, device="cpu")
+    settings = loop_settings(seed=0, max_epochs=2, patience=3, batch_size=256, device="cpu")
     with pytest.raises(FloatingPointError, match="epoch 1: training loss is nan"):
         loop_mod.train(NanNet(data.meta), data, settings, checkpoint_dir=tmp_path / "ck", run_fingerprint="x")
 
 
 def test_the_train_stage_depends_on_every_train_setting_that_changes_a_run() -> None:
-    """dvc.yaml's `train` stage names every `train` key a run reads (so DVC re-runs it when one changes;
-    only the progress bar is left out), the protocol and its group's own `train` keys; runs.yaml gives each
-    run its data, verdict, folders and selections file."""
+    """dvc.yaml's `train` stage tracks its run's record in runs.yaml (so DVC re-runs it when a value it trains with
+    changes), which holds every `train` key a run reads (the progress bar aside, untracked) resolved; the `runs`
+    stage, which writes runs.yaml again, tracks `train`, `protocol` and `runs`; runs.yaml gives each run its data,
+    verdict, folders and selections file."""
     import dataclasses
 
     import yaml
 
+    from multitab.resolve import TRACKED
     from multitab.runs import entries
 
-    stage = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]["train"]["do"]
-    expected = {f"train.{f.name}" for f in dataclasses.fields(TrainConfig) if f.name not in ("progress", "protocol")}
-    assert set(stage["params"]) == expected | {"protocol", "runs.${item.group}.train"}
+    stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
+    stage = stages["train"]["do"]
+    assert stage["params"] == [{"runs.yaml": [f"train_runs.${{key}}.{k}" for k in TRACKED]}]
+    assert {"protocol", "train", "runs"} <= set(stages["runs"]["params"])
     assert {"${item.data}", "${item.verdict}", "${item.hparams_file}"} <= set(stage["deps"])
     params = load_params(Path(__file__).parents[1] / "params.yaml")
     runs = entries(params, ["study", "sweep_*"])  # the opt-in groups too
     bench = runs["bench-p06_pd3_t3-mmoe-0"]
     assert (bench["data"], bench["verdict"]) == ("data/synthetic/p06_pd3_t3", "data/validated/synthetic/p06_pd3_t3.json")
     assert bench["hparams_file"] == "hparams/authors/multitab_bench/mmoe.yaml"
+    # every setting of `train` that changes a run's numbers is in its record: as itself, or laid over the
+    # hyperparameters (optim, model_overrides, variants), choosing its file (hparams) or its stage (stack_seeds)
+    over = {"optim", "model_overrides", "variants", "hparams", "stack_seeds", "progress"}
+    assert {f.name for f in dataclasses.fields(TrainConfig)} - over <= set(bench["train"])
+    assert bench["train"]["max_epochs"] == 6 and bench["train"]["batch_size"] == 128  # runs.bench.train
     assert runs["real-higgs-mmoe-0"]["hparams_file"] == "hparams/authors/higgs/mmoe.yaml"
     assert runs["ablation-higgs-multitab_net+single_none-0"]["hparams_file"] == "hparams/authors/higgs/multitab_net.yaml"
-    assert "hparams/protocol" in stage["deps"]
     ablation = runs["ablation-higgs-multitab_net+single_none-0"]
     assert ablation["out"] == "results/runs/higgs/multitab_net@single_none/seed0"
     study = runs["study-p06_pd3_t3-mmoe-2"]
@@ -530,7 +541,7 @@ def test_variant_runs_build_the_base_model_with_the_variant_keywords(
                       config=config)
     assert hparams.model == {"d": 16}  # the file's (8), then model_overrides (4), then the variant's
     spec = RunSpec(dataset="tiny", model="tiny@wide", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    record, _ = run_training(spec, config, hparams)
+    record, _ = train_run(spec, config, hparams)
     assert seen == [("tiny", {"d": 16})] and record["model"] == "tiny@wide"
     assert record["hparams"]["model"] == {"d": 16} and record["hparams"]["file"] == "hparams/authors/tiny/tiny.yaml"
     with pytest.raises(ConfigError, match="no variant 'narrow'"):
@@ -546,7 +557,7 @@ def test_cuda_run_with_bf16_and_compile(tiny: Path, tmp_path: Path, precision: s
         pytest.skip("no CUDA device")
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
     config = make_config(device="cuda", precision=precision, compile=compile_, max_epochs=3)
-    record, history = run_training(spec, config, TINY_HPARAMS)
+    record, history = train_run(spec, config, TINY_HPARAMS)
     assert record["device"].startswith("cuda")
     assert all(v is not None and math.isfinite(v) for v in record["test"].values())
     assert record["test"]["click"] > 0.7 and len(history) == 3

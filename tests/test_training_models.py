@@ -9,11 +9,11 @@ import jsonschema
 import pytest
 import torch
 
-from _training_tiny import ROOT, write_tiny_processed
+from _training_tiny import ROOT, train_run, write_tiny_processed
 from multitab.config.train import TrainConfig
 from multitab.hparams import BENCH, load
 from multitab.models import MODELS
-from multitab.training.run import METRICS_SCHEMA, RunSpec, run_training
+from multitab.training.run import METRICS_SCHEMA, RunSpec
 
 torch.set_num_threads(1)
 
@@ -34,7 +34,7 @@ def test_every_model_trains_end_to_end(name: str, tiny: Path, tmp_path: Path) ->
     )
     spec = RunSpec(dataset="tiny", model=name, seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
     # the authors' MultiTab-Bench example configuration under the default protocol (the tiny data is no dataset of theirs)
-    record, history = run_training(spec, config, load(BENCH, name, root=ROOT))
+    record, history = train_run(spec, config, load(BENCH, name, root=ROOT))
     jsonschema.validate(record, METRICS_SCHEMA)
     assert record["standin"] is True
     assert set(record["test"]) == {"click", "marital", "m_jj"}
@@ -61,7 +61,7 @@ def test_cpu_training_swaps_in_the_kernels_and_bf16_autocast_takes_effect(
             patience={"default": 5}, xgboost_early_stopping_rounds=3, progress=False,
         )
         spec = RunSpec(dataset="tiny", model="multitab_net", seed=0, data_path=tiny, checkpoint_dir=tmp_path / precision)
-        records[precision], _ = run_training(spec, config, load(BENCH, "multitab_net", root=ROOT))
+        records[precision], _ = train_run(spec, config, load(BENCH, "multitab_net", root=ROOT))
     assert len(trained) == 2
     kinds = {type(m) for m in trained[0].modules()}
     assert CPUFeedForward in kinds and CPUSelfAttention in kinds

@@ -42,17 +42,18 @@ import pytest
 import torch
 from torch import nn
 
-from _training_tiny import ROOT, TinyNet, write_tiny_processed
+from _training_tiny import ROOT, TinyNet, loop_settings, train_run, write_tiny_processed
 from multitab.config.train import TrainConfig
 from multitab.hparams import Hparams, load
 from multitab.models import build_model
+from multitab.resolve import settings_for as run_config
 from multitab.training import checkpoint as ckpt
 from multitab.training import loop as loop_mod
 from multitab.training import stacked as stacked_mod
 from multitab.training.data import load_processed
 from multitab.training.device import seed_everything
 from multitab.training.loop import RunResult, RunSettings
-from multitab.training.run import RunSpec, run_training
+from multitab.training.run import RunSpec
 from multitab.training.stacked import (
     StackMember,
     StackRefused,
@@ -94,7 +95,7 @@ def settings_for(h: Hparams, **kw: Any) -> RunSettings:
     assert h.optim is not None
     base: dict[str, Any] = dict(seed=0, max_epochs=EPOCHS, patience=5, batch_size=64, device="cpu",
                                 optimizer=h.optim["optimizer"], lr=h.optim["lr"], weight_decay=h.optim["weight_decay"])
-    return RunSettings(**{**base, **kw})
+    return loop_settings(**{**base, **kw})
 
 
 def run_settings(name: str, seed: int, settings: RunSettings) -> dict[str, Any]:
@@ -465,8 +466,8 @@ def test_run_training_stacked_records_equal_run_training(bench: Path, tmp_path: 
         return RunSpec(dataset="bench", model="stl_mlp", seed=seed, data_path=bench,
                        checkpoint_dir=tmp_path / folder / f"seed{seed}")
 
-    sep = [run_training(spec(s, "sep"), config, h) for s in SEEDS]
-    stk = run_training_stacked([spec(s, "stk") for s in SEEDS], config, h)
+    sep = [train_run(spec(s, "sep"), config, h) for s in SEEDS]
+    stk = run_training_stacked([spec(s, "stk") for s in SEEDS], run_config(config, h, model="stl_mlp", dataset="bench"))
     for (ra, ha), (rb, hb) in zip(stk, sep):
         assert set(ra) == set(rb)
         assert ra["settings"] == rb["settings"]  # the same fingerprinted settings: interchangeable checkpoints
@@ -549,10 +550,10 @@ def test_refusals_name_why(bench: Path, tmp_path: Path) -> None:
                          xgboost_early_stopping_rounds=5, progress=False)
     spec = RunSpec(dataset="bench", model="xgboost", seed=0, data_path=bench, checkpoint_dir=tmp_path / "x")
     with pytest.raises(StackRefused, match="not a torch module"):
-        run_training_stacked([spec], config, Hparams(model={}, optim=None))
+        run_training_stacked([spec], run_config(config, Hparams(model={}, optim=None), model="xgboost", dataset="bench"))
     # the stage's early check: before any data is read (the data path does not exist)
     h = bench_hparams("mmoe")
-    check_training(config, "mmoe", h)
+    check_training(run_config(config, h, model="mmoe", dataset="bench"), "mmoe")
     for cfg, hp, match in ((dataclasses.replace(config, precision="bf16"), h, "fp32 and eager only"),
                            (dataclasses.replace(config, compile=True), h, "fp32 and eager only"),
                            (config, Hparams(model={**h.model, "dropout": 0.2}, optim=h.optim), "every dropout 0"),
@@ -560,4 +561,5 @@ def test_refusals_name_why(bench: Path, tmp_path: Path) -> None:
         model = "xgboost" if match == "not a torch module" else "mmoe"
         with pytest.raises(StackRefused, match=match):
             run_training_stacked([RunSpec(dataset="bench", model=model, seed=0, data_path=tmp_path / "absent",
-                                          checkpoint_dir=tmp_path / "y")], cfg, hp)
+                                          checkpoint_dir=tmp_path / "y")],
+                                 run_config(cfg, hp, model=model, dataset="bench"))

@@ -1,30 +1,34 @@
-"""The run matrix expanded: every training run that params.yaml's run groups (`runs`) declare.
+"""The run matrix expanded and resolved: every training run that params.yaml's run groups (`runs`) declare, each
+with everything it trains with.
 
     python -m multitab.runs                  # (re)writes runs.yaml: the default DAG (`make repro`)
     python -m multitab.runs --groups study   # ... with opt-in group `study` in it (`make study`)
     python -m multitab.runs --check          # exit 3 when runs.yaml is not what params.yaml declares
+    python -m multitab.runs show <run>       # a run's values, each with its source (multitab.runs_cli)
+    python -m multitab.runs diff             # the runs whose values changed since runs.yaml was written
 
 A matrix DVC could not run as declared is refused before the file is written (exit 3, one line): multitab.runs_check.
 
 Opt-in groups (`opt_in: true`: the study, the sweeps) are in runs.yaml, and therefore in dvc.yaml's DAG,
 only when asked for: plain `dvc repro`, `dvc status` and `dvc exp run` see exactly what `make repro` runs,
 and the study's and the sweeps' stages (their data, runs, aggregate_study@study, sweep_select@sweeps)
-exist only while runs.yaml holds their groups. A sweep group comes in by itself when a run of the file
-trains with `train.hparams: swept` (it reads the sweep's selection).
+exist only while runs.yaml holds their groups. A run that trains with `hparams: swept` reads the sweep's
+selection as `make sweep` wrote it: without the file the expansion is refused, naming it (no fallback), except
+in `make sweep`'s own expansion, which leaves out the runs reading a selection its sweep groups are to write.
 
 runs.yaml is generated (like dvc.lock, it is committed): one entry per run, keyed
 `<group>-<dataset>-<model>[-<point>]-<seed>` (a variant `multitab_net@single_none` is spelt
 `multitab_net+single_none` and a point's dots are underscores there, see Run.key), with its data, validation
-verdict, output folders and hyperparameter file: the matrix's shape, not its settings. The `train` stage
-depends on the settings in params.yaml itself (`train` and its group's `train`), so `dvc exp run -S
-train.max_epochs=3` needs no new runs.yaml, and changing one group's `train` re-runs that group only.
-`make repro` and `make study` / `make sweep` regenerate it first (flows.pipeline); a training stage
-refuses to run from a runs.yaml that params.yaml no longer declares (runs, seeds or models changed).
+verdict, output folders and hyperparameter file, and its record: its whole configuration, resolved once
+(multitab.resolve: every constructor keyword, the optimiser, the budget and every training setting). The
+`train` stage reads only that and DVC tracks it as the stage's params, so a change re-runs exactly the runs whose
+values it changes. `make repro` and `make study` / `make sweep` regenerate it first (flows.pipeline), and so
+does dvc.yaml's stage `runs` when a setting or a file changed (`dvc exp run -S train.max_epochs=3`); a training
+stage refuses to run from a runs.yaml that params.yaml and the files no longer resolve to.
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import itertools
 import sys
@@ -35,9 +39,8 @@ from typing import Any
 
 import yaml
 
-from multitab.config import ConfigError, Params, load_params
+from multitab.config import ConfigError, Params
 from multitab.config.runs import DATA_KINDS
-from multitab.exit_codes import BAD_INPUT
 from multitab.hparams import BENCH, selection_file
 from multitab.io import write_text
 from multitab.profiles import group_train, plain
@@ -153,19 +156,13 @@ def data_names(params: Params) -> dict[str, tuple[str, ...]]:
     }
 
 
-def swept(params: Params) -> set[tuple[str, str]]:
-    """(dataset, model) of every selection the sweep groups make (sweep_select writes their files)."""
-    kinds = data_names(params)
-    return {(dataset, model) for g in params.runs.values() if g.sweep is not None
-            for (_, dataset), model in itertools.product(g.data_names(kinds), g.models)}
-
-
-def hparams_file(selection: str, kind: str, dataset: str, model: str, swept: set[tuple[str, str]]) -> str:
-    """The one hyperparameter file of a run (multitab.hparams): the `swept` selection's where a sweep group
-    selects for the dataset and model, else the authors' (their MultiTab-Bench folder for every
-    MultiTab-Bench and study configuration). A grid point starts from the authors' (selection `authors`)."""
+def hparams_file(selection: str, kind: str, dataset: str, model: str) -> str:
+    """The one hyperparameter file of a run (multitab.hparams): the selection's (`swept`: hparams/swept/, per
+    dataset or configuration, written by a sweep; `authors`: their MultiTab-Bench folder for every MultiTab-Bench
+    and study configuration). No fallback: a swept file that does not exist is refused when the run is resolved
+    (multitab.resolve). A grid point starts from the authors' (selection `authors`)."""
     base = model.partition("@")[0]
-    if selection == "swept" and (dataset, base) in swept:
+    if selection == "swept":
         return selection_file("swept", dataset, base)
     return selection_file("authors", BENCH if kind in ("bench", "study") else dataset, base)
 
@@ -173,7 +170,6 @@ def hparams_file(selection: str, kind: str, dataset: str, model: str, swept: set
 def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run]:
     """key -> Run of every run of `groups` (default: every group), in params.yaml's order."""
     kinds = data_names(params)
-    selected = swept(params)
     out: dict[str, Run] = {}
     for name, group in params.runs.items():
         if groups is not None and name not in groups:
@@ -193,7 +189,7 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
             selection = "authors" if point else group_train(params, name).hparams
             run = Run(group=name, dataset=dataset, model=model, seed=seed, point=point, data=data,
                       verdict=verdict, out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
-                      opt_in=group.opt_in, hparams_file=hparams_file(selection, kind, dataset, model, selected))
+                      opt_in=group.opt_in, hparams_file=hparams_file(selection, kind, dataset, model))
             if run.key in out:
                 raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
             out[run.key] = run
@@ -211,7 +207,7 @@ def settings_group_runs(params: Params, name: str) -> list[Run] | None:
     members = study_runs(params) if "study" in params.sections and params.study.group == name else None
     if members is None:
         return None
-    return point_runs(params, name, "study", members, group_train(params, name).hparams, swept(params))
+    return point_runs(params, name, "study", members, group_train(params, name).hparams)
 
 
 def attribution_runs(params: Params, name: str) -> list[Run]:
@@ -221,11 +217,11 @@ def attribution_runs(params: Params, name: str) -> list[Run]:
     from multitab.config.attribution import arm_runs
 
     members = [run for runs in arm_runs(params).values() for run in runs]
-    return point_runs(params, name, "attribution", members, "authors", set())
+    return point_runs(params, name, "attribution", members, "authors")
 
 
 def point_runs(params: Params, name: str, kind: str, members: Iterable[tuple[str, str, int, str, dict[str, Any]]],
-               selection: str, selected: set[tuple[str, str]]) -> list[Run]:
+               selection: str) -> list[Run]:
     """The runs of group `name` from `members` (config, model, seed, data name, point: an arm's settings), their
     data of kind `kind` (DATA_KINDS) and each its configuration's hyperparameter file of `selection`, keyed
     `<group>-<data>-<model>-<point>-<seed>` and written under `<out>/<data>/<model>/<point>/seed<S>`."""
@@ -237,7 +233,7 @@ def point_runs(params: Params, name: str, kind: str, members: Iterable[tuple[str
         runs.append(Run(group=name, dataset=data, model=model, seed=seed, point=point,
                         data=data_pattern.format(data), verdict=verdict_pattern.format(data),
                         out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
-                        opt_in=group.opt_in, hparams_file=hparams_file(selection, "study", config, model, selected)))
+                        opt_in=group.opt_in, hparams_file=hparams_file(selection, "study", config, model)))
     return runs
 
 
@@ -248,9 +244,8 @@ def declared_runs(params: Params) -> dict[tuple[str, str, int], str]:
 
 
 def active_groups(params: Params, groups: Iterable[str] = ()) -> list[str]:
-    """The groups whose runs go into runs.yaml, in params.yaml's order: every group that is not opt-in, the
-    opt-in `groups` asked for (names or shell patterns: `sweep_*`), and every sweep group when a run of
-    those trains with `hparams: swept`."""
+    """The groups whose runs go into runs.yaml, in params.yaml's order: every group that is not opt-in and the
+    opt-in `groups` asked for (names or shell patterns: `sweep_*`)."""
     asked: set[str] = set()
     for pattern in groups:
         matched = {name for name in params.runs if fnmatch.fnmatchcase(name, pattern)}
@@ -258,8 +253,6 @@ def active_groups(params: Params, groups: Iterable[str] = ()) -> list[str]:
             raise ConfigError(f"{params.source}: no run group matches {pattern!r}; known: {sorted(params.runs)}")
         asked |= matched
     chosen = {name for name, g in params.runs.items() if not g.opt_in or name in asked}
-    if any(group_train(params, name).hparams == "swept" for name in chosen if params.runs[name].sweep is None):
-        chosen |= {name for name, g in params.runs.items() if g.sweep is not None}
     return [name for name in params.runs if name in chosen]
 
 
@@ -268,16 +261,20 @@ def document(params: Params, groups: Iterable[str] = ()) -> dict[str, Any]:
     key -> the run's fields: what it trains on, where it writes), and the lists the opt-in stages of dvc.yaml iterate (empty
     without their groups)."""
     from multitab.config.attribution import study_settings
+    from multitab.resolve import Files, pending_left_out, resolve_run
 
     active = active_groups(params, groups)
-    runs, stacks = stacked(params, expand(params, active))
+    runs, stacks = stacked(params, pending_left_out(params, expand(params, active), active))
     study = "study" in params.sections and params.study.group in active
     authors_study = study and study_settings(params) is not None
     attribution = "attribution" in params.sections and params.attribution.group in active
+    files = Files(Path(params.source).parent, params.protocol)
     return {
         "opt_in_groups": [name for name in active if params.runs[name].opt_in],
-        KEY: {key: plain(asdict(run)) for key, run in runs.items()},
-        STACKS: {key: plain(asdict(stack)) for key, stack in stacks.items()},  # train_stack@
+        # each run's shape and its record: its whole configuration, resolved (multitab.resolve)
+        KEY: {key: {**plain(asdict(run)), **resolve_run(params, run, files)} for key, run in runs.items()},
+        STACKS: {key: {**plain(asdict(stack)), **resolve_run(params, stack, files)}
+                 for key, stack in stacks.items()},  # train_stack@
         # synthesize_study@, validate_study@; under `protocol: authors_code` the authors' data instead:
         # synthesize_study_authors@, validate_study_authors@ (multitab.config.attribution.study_data)
         "study_configs": list(params.study.configs) if study and not authors_study else [],
@@ -309,10 +306,10 @@ def entries(params: Params, groups: Iterable[str] = ()) -> dict[str, dict[str, A
 
 
 def render(params: Params, groups: Iterable[str] = ()) -> str:
-    return HEADER + yaml.safe_dump(document(params, groups), sort_keys=False, default_flow_style=False, width=120)
+    return HEADER + yaml.safe_dump(document(params, groups), sort_keys=False, default_flow_style=None, width=120)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def read_runs_file(path: Path) -> dict[str, Any] | None:
     """runs.yaml as written (None: absent or unreadable). Generated, not hand-written: read with libyaml's
     loader where it is there (0.15 s, not 0.7 s)."""
     if not path.is_file():
@@ -329,39 +326,47 @@ def check_current(params: Params, path: str | Path = RUNS_FILE) -> dict[str, Any
     """runs.yaml (`path`) as written; ConfigError when it is not what `params` declares with the opt-in
     groups it holds (params.yaml edited since it was written)."""
     path = Path(path)
-    current = _read(path)
+    current = read_runs_file(path)
     groups = current.get("opt_in_groups") or [] if current is not None else []
     if current is None or not isinstance(groups, list) or not set(groups) <= set(params.runs) or \
             current != document(params, groups):
-        raise ConfigError(f"{path} is not what {params.source} declares (its `runs`, `train` or another setting "
-                          f"changed): run `python -m multitab.runs` (make repro does), then run the stage again")
+        from multitab.runs_check import check
+
+        if isinstance(groups, list) and set(groups) <= set(params.runs):  # a file edited since: say what is wrong
+            check(params, active_groups(params, groups), Path(params.source).parent)
+        raise ConfigError(f"{path} is not what {params.source} and the hyperparameter files declare (a run group, a "
+                          f"setting or a file changed): run `python -m multitab.runs` (make repro does; `python -m "
+                          f"multitab.runs diff` shows what changed), then run the stage again")
     return current
 
 
-def stack_entry(params: Params, key: str, path: str | Path = RUNS_FILE) -> Stack:
-    """Stack `key`, checked against runs.yaml (`path`), as `entry`."""
+def stack_entry(params: Params, key: str, path: str | Path = RUNS_FILE) -> tuple[Stack, dict[str, Any]]:
+    """Stack `key` and its record, checked against runs.yaml (`path`), as `entry`."""
     _, stacks = stacked(params, expand(params))
     if key not in stacks:
         raise ConfigError(f"{params.source} declares no stacked runs {key!r} (runs.yaml is stale, or the group's "
                           "train.stack_seeds is off?): run `python -m multitab.runs`")
-    if key not in check_current(params, path)[STACKS]:
+    written = check_current(params, path)[STACKS]
+    if key not in written:
         raise ConfigError(f"{path} does not hold stack {key} (its group {stacks[key].group} is opt-in): "
                           f"`python -m multitab.runs --groups {stacks[key].group}` puts it in")
-    return stacks[key]
+    return stacks[key], written[key]
 
 
-def entry(params: Params, key: str, path: str | Path = RUNS_FILE) -> Run:
-    """Run `key`, checked against runs.yaml (`path`): the stage was generated from what params.yaml says now."""
+def entry(params: Params, key: str, path: str | Path = RUNS_FILE) -> tuple[Run, dict[str, Any]]:
+    """Run `key` and its record as runs.yaml (`path`) holds it (what the stage trains with), checked: runs.yaml is
+    what params.yaml and the hyperparameter files resolve to now."""
     runs = expand(params)
     if key not in runs:
         raise ConfigError(f"{params.source} declares no run {key!r} (runs.yaml is stale?): run `python -m multitab.runs`")
-    if key not in check_current(params, path)[KEY]:
+    written = check_current(params, path)[KEY]
+    if key not in written:
         if group_train(params, runs[key].group).stack_seeds:
             raise ConfigError(f"run {key} trains in a stack (runs.{runs[key].group}.train.stack_seeds): "
                               f"stage train_stack@{key.rsplit('-', 1)[0]}")
         raise ConfigError(f"{path} does not hold run {key} (its group {runs[key].group} is opt-in): "
                           f"`python -m multitab.runs --groups {runs[key].group}` puts it in")
-    return runs[key]
+    return runs[key], written[key]
 
 
 def write(params: Params, path: str | Path = RUNS_FILE, groups: Iterable[str] = ()) -> None:
@@ -377,22 +382,10 @@ def write(params: Params, path: str | Path = RUNS_FILE, groups: Iterable[str] = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m multitab.runs", description=__doc__.split("\n\n")[0])
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--out", default=RUNS_FILE)
-    p.add_argument("--groups", nargs="*", default=[], help="opt-in run groups to put in (e.g. study)")
-    p.add_argument("--check", action="store_true", help="exit 3 when the file is stale instead of writing it")
-    a = p.parse_args(argv)
-    try:
-        params = load_params(a.params)
-        if a.check:
-            check_current(params, a.out)
-        else:
-            write(params, a.out, a.groups)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return BAD_INPUT
-    return 0
+    """`python -m multitab.runs` (multitab.runs_cli)."""
+    from multitab.runs_cli import main as cli
+
+    return cli(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -58,8 +58,8 @@ class TrainConfig:
     # `<variant>: {model: <registry name>, overrides: {build_model keywords}}`.
     variants: dict[str, Variant] = field(default_factory=dict)
     # Whose hyperparameter selections the runs use: `authors` (hparams/authors/: their published selections
-    # in our vocabulary) or `swept` (hparams/swept/, written by the sweep_select stage; a dataset and model no
-    # sweep group selects for keep the authors').
+    # in our vocabulary) or `swept` (hparams/swept/, written by the sweep_select stage before: `make sweep`;
+    # a run whose file is not there is refused at expansion, no fallback).
     hparams: Literal["authors", "swept"] = "authors"
     # Train the seeds of each dataset x model (x grid point) of a run group as one stacked model
     # (multitab.training.stacked: one vmapped step for all seeds, each seed's results and checkpoints its own,

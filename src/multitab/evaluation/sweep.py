@@ -149,7 +149,7 @@ def collect(sweeps_dir: Path, groups: Mapping[str, RunGroup], kinds: Mapping[str
         assert group.sweep is not None
         for (kind, dataset), model in itertools.product(group.data_names(dict(kinds)), group.models):
             points = [Point(coords=c, order=i) for i, c in enumerate(grid_points(group.grid))]
-            file = hparams_file("authors", kind, dataset, model, set())
+            file = hparams_file("authors", kind, dataset, model)
             authors = read(root / file, file)
             sweep = Sweep(dataset, model, group.sweep, group.grid, group.seeds, points, authors, authors.published)
             for p in points:

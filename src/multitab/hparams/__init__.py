@@ -30,7 +30,7 @@ the wrong type, and overlays that do (multitab.runs_check, multitab.hparams.keyw
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,12 +68,12 @@ class HparamsError(ValueError):
     """A hyperparameter file is missing keys or has wrong ones; the message names the file."""
 
 
-def _tuples(value: Any) -> Any:
+def tuples(value: Any) -> Any:
     """YAML lists as tuples (the constructors' sequence keywords, e.g. head_d_hidden: [64] -> (64,))."""
     if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
+        return tuple(tuples(v) for v in value)
     if isinstance(value, dict):
-        return {k: _tuples(v) for k, v in value.items()}
+        return {k: tuples(v) for k, v in value.items()}
     return value
 
 
@@ -93,12 +93,15 @@ class Hparams:
         """False for an authors' file that says they published no selection (constructor defaults)."""
         return not str(self.about.get("authors", "")).startswith(NONE_PUBLISHED)
 
-    def with_point(self, point: Mapping[str, Any]) -> Hparams:
-        """A copy with a sweep's grid point put in its places (POINT_KEYS)."""
+    def with_point(self, point: Mapping[str, Any], sources: dict[str, str] | None = None,
+                   where: str = "grid point") -> Hparams:
+        """A copy with a sweep's grid point put in its places (POINT_KEYS); `sources`: `section.key` -> where each
+        value came from, updated for the values the point sets (`where`: the point's params key)."""
         unknown = sorted(set(point) - set(POINT_KEYS))
         if unknown:
             raise HparamsError(f"grid point {dict(point)}: unknown axis {unknown}; known: {sorted(POINT_KEYS)}")
         model, optim = dict(self.model), None if self.optim is None else dict(self.optim)
+        found = {} if sources is None else sources
         for axis, value in point.items():
             for section, key in POINT_KEYS[axis]:
                 if section == "optim":
@@ -106,10 +109,12 @@ class Hparams:
                         raise HparamsError(f"{self.file}: grid axis {axis!r} sets optim.{key}, and the file has no optim")
                     optim[key] = value
                 elif axis == "rope":
-                    if model.get("inter_sample", "none") != "none":
-                        model[key] = ROPE[bool(value)]
+                    if model.get("inter_sample", "none") == "none":
+                        continue
+                    model[key] = ROPE[bool(value)]
                 else:
                     model[key] = value
+                found[f"{section}.{key}"] = f"{where}.{axis}: {value!r}"
         return Hparams(model, optim, self.file, dict(point))
 
     def record(self) -> dict[str, Any]:
@@ -155,7 +160,7 @@ def read(path: Path, shown: str | None = None) -> Hparams:
                                f"integer >= 1, got {optim}")
         optim = {k: optim[k] for k in OPTIM_KEYS}
     about = data.get("source")
-    return Hparams(model=_tuples(data["model"]), optim=optim, file=name,
+    return Hparams(model=tuples(data["model"]), optim=optim, file=name,
                    about=about if isinstance(about, dict) else {})
 
 
@@ -174,17 +179,26 @@ def protocol_overlay(root: Path, protocol: str) -> dict[str, Any]:
     optim = data.get("optim") or {}
     if set(optim) - set(OPTIM_KEYS):
         raise HparamsError(f"{shown}: optim: unknown key(s) {sorted(set(optim) - set(OPTIM_KEYS))}")
-    return {"optim": optim, "model": data.get("model") or {}, "replace": data.get("replace") or {}}
+    return {"optim": optim, "model": data.get("model") or {}, "replace": data.get("replace") or {}, "file": shown}
 
 
-def apply_protocol(h: Hparams, model: str, overlay: Mapping[str, Any]) -> Hparams:
-    """`h` of registry model `model` with a protocol's overlay laid over it (protocol_overlay)."""
+def apply_protocol(h: Hparams, model: str, overlay: Mapping[str, Any], sources: dict[str, str] | None = None
+                   ) -> Hparams:
+    """`h` of registry model `model` with a protocol's overlay laid over it (protocol_overlay); `sources` as
+    `Hparams.with_point`'s."""
+    found = {} if sources is None else sources
+    shown = overlay.get("file", "the protocol's overlay")
     values = dict(h.model)
     for key, table in overlay["replace"].items():
         if key in values and values[key] in table:
+            found[f"model.{key}"] = f"{shown}: replace.{key} ({values[key]!r} -> {table[values[key]]!r})"
             values[key] = table[values[key]]
-    values.update(_tuples(overlay["model"].get(model, {})))
+    for key, value in overlay["model"].get(model, {}).items():
+        values[key] = tuples(value)
+        found[f"model.{key}"] = f"{shown}: model.{model}.{key}"
     optim = None if h.optim is None else {**h.optim, **overlay["optim"]}
+    if optim is not None:
+        found.update({f"optim.{key}": f"{shown}: optim.{key}" for key in overlay["optim"]})
     return Hparams(values, optim, h.file, h.point)
 
 
@@ -198,18 +212,34 @@ def for_run(root: Path, file: str, *, model: str, dataset: str, point: Mapping[s
 
 
 def resolve(h: Hparams, overlay: Mapping[str, Any], *, model: str, dataset: str, point: Mapping[str, Any] | None,
-            config: TrainConfig) -> Hparams:
-    """`for_run` of a file already read (`h`), with the protocol's overlay already read (protocol_overlay)."""
-    base, _ = config.resolve(model)
+            config: TrainConfig, sources: dict[str, str] | None = None,
+            where: Callable[[str], str] = lambda path: f"train.{path}", point_where: str = "grid point") -> Hparams:
+    """`for_run` of a file already read (`h`), with the protocol's overlay already read (protocol_overlay).
+    `sources` (when given) gets `model.<keyword>` / `optim.<key>` -> where its value came from: the file, the grid
+    point, the protocol's overlay, or the params key `where(path)` names for a path of `config` (a TrainConfig
+    field: `optim.mmoe.lr`, `model_overrides.saint.n_blocks`, `variants.single_none.overrides.mask`), a grid
+    point's values `point_where` (the grid's params key)."""
+    found = {} if sources is None else sources
+    found.update({f"model.{k}": h.file for k in h.model})
+    found.update({f"optim.{k}": h.file for k in h.optim or {}})
+    base, variant = config.resolve(model)
     if point:
-        h = h.with_point(point)
-    h = apply_protocol(h, base, overlay)
-    values = {**h.model, **_tuples(config.overrides_for(model, dataset))}
+        h = h.with_point(point, found, point_where)
+    h = apply_protocol(h, base, overlay, found)
+    values = dict(h.model)
+    layers = [(f"model_overrides.{base}", config.model_overrides.get(base, {})),
+              (f"model_overrides.{base}@{dataset}", config.model_overrides.get(f"{base}@{dataset}", {})),
+              (f"variants.{variant}.overrides", config.variants[variant].overrides if variant else {})]
+    for path, overrides in layers:
+        for key, value in overrides.items():
+            values[key] = tuples(value)
+            found[f"model.{key}"] = where(f"{path}.{key}")
     optim = h.optim
     override = config.optim.get(base)
     if optim is not None and override is not None:
-        optim = {**optim, **{k: getattr(override, k) for k in ("optimizer", "lr", "weight_decay")
-                             if getattr(override, k) is not None}}
+        given = {k: getattr(override, k) for k in ("optimizer", "lr", "weight_decay") if getattr(override, k) is not None}
+        optim = {**optim, **given}
+        found.update({f"optim.{k}": where(f"optim.{base}.{k}") for k in given})
     return Hparams(values, optim, h.file, h.point)
 
 

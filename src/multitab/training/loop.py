@@ -53,23 +53,25 @@ __all__ = ["EpochStats", "RunResult", "RunSettings", "history_row", "make_optimi
 
 @dataclass(frozen=True)
 class RunSettings:
+    """The loop's settings, every one given (a run's come from its record: multitab.run_config)."""
+
     seed: int
     max_epochs: int
     patience: int
-    batch_size: int = 2048
-    optimizer: Literal["adam", "adamw"] = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 1e-5
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["fp32", "bf16"] = "fp32"
-    compile: bool = False
-    deterministic: bool = True
-    progress: bool = False
+    batch_size: int
+    optimizer: Literal["adam", "adamw"]
+    lr: float
+    weight_decay: float
+    device: Literal["auto", "cpu", "cuda"]
+    precision: Literal["fp32", "bf16"]
+    compile: bool
+    deterministic: bool
+    progress: bool
     # the early-stopping criterion's moving-average factor (train.early_stopping_smoothing); None: the raw
     # per-epoch value, the paper's rule (early_stopping.py)
-    early_stopping_smoothing: float | None = None
+    early_stopping_smoothing: float | None
     # Test hook: called after every optimiser step with (epoch, step); lets a test kill a run mid-epoch.
-    on_step: Callable[[int, int], None] | None = field(default=None, compare=False)
+    on_step: Callable[[int, int], None] | None = field(compare=False)
 
 
 @dataclass

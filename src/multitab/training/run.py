@@ -21,12 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric, task_metrics
-from multitab.hparams import Hparams
 from multitab.hparams.keywords import problems
 from multitab.io import remove_stale_temporaries
 from multitab.models import RUN_KEYWORDS, build_model, model_class
+from multitab.run_config import RunConfig, TrainSettings
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.data_hashes import data_hashes, hash_in_background
@@ -90,10 +89,11 @@ class RunSpec:
     checkpoint_dir: Path
 
 
-def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, config: TrainConfig, hparams: Hparams) -> Any:
-    """`build_model(name, meta, hparams.model)` of the model registry (multitab.models.MODELS: tests register
+def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, run: RunConfig) -> Any:
+    """`build_model(name, meta, run.hparams.model)` of the model registry (multitab.models.MODELS: tests register
     their tiny models there). Models that are not torch modules (XGBoost) do their own training and take the
     run's seed, early stopping rounds, device and threads as constructor keywords (RUN_KEYWORDS)."""
+    hparams, config = run.hparams, run.train
     kwargs = dict(hparams.model)
     if not issubclass(model_class(name), torch.nn.Module):
         taken = sorted(set(kwargs) & set(RUN_KEYWORDS))
@@ -130,7 +130,7 @@ def model_code_version(model: Any) -> str:
 
 
 def resume_settings(
-    spec: RunSpec, config: TrainConfig, data: ProcessedData, model: torch.nn.Module, *, overrides: dict[str, Any],
+    spec: RunSpec, config: TrainSettings, data: ProcessedData, model: torch.nn.Module, *, overrides: dict[str, Any],
     optim: dict[str, Any], max_epochs: int, patience: int, hparams: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every setting that changes a run's numbers; a checkpoint is resumed only when all are equal (its
@@ -156,7 +156,7 @@ def resume_settings(
     return settings
 
 
-def load_run_data(spec: RunSpec, config: TrainConfig, device: torch.device | None = None) -> ProcessedData:
+def load_run_data(spec: RunSpec, config: TrainSettings, device: torch.device | None = None) -> ProcessedData:
     """The run's processed data (only the first `train.max_train_rows` training rows are read when set), its
     tensors read straight onto `device` (default CPU; training/data.py `load_processed`). The files' sha256
     (the run's fingerprint) are computed meanwhile in the background (training/data_hashes.py)."""
@@ -185,81 +185,79 @@ class TorchRun:
 
 
 def torch_run(
-    spec: RunSpec, config: TrainConfig, hparams: Hparams, data: ProcessedData, model: torch.nn.Module, *,
+    spec: RunSpec, run: RunConfig, data: ProcessedData, model: torch.nn.Module, *,
     on_step: Callable[[int, int], None] | None = None,
 ) -> TorchRun:
-    """The settings of a torch model's run (`model` built for it by `build_run_model`)."""
-    base_model, _ = config.resolve(spec.model)
-    if hparams.optim is None:
-        raise ValueError(f"{hparams.file}: {base_model} is trained by gradient descent; the file needs `optim:` "
+    """The settings of a torch model's run (`model` built for it by `build_run_model`): the run's record, as
+    `python -m multitab.runs` resolved it."""
+    hparams, config = run.hparams, run.train
+    optim = run.optim
+    if optim is None or config.max_epochs is None:
+        raise ValueError(f"{hparams.file}: {spec.model} is trained by gradient descent; the file needs `optim:` "
                          "(optimizer, lr, weight_decay, max_epochs)")
-    optim = {k: hparams.optim[k] for k in ("optimizer", "lr", "weight_decay")}
-    max_epochs = config.max_epochs if config.max_epochs is not None else int(hparams.optim["max_epochs"])
-    patience = config.patience_for(spec.dataset)
     settings = RunSettings(
-        seed=spec.seed, max_epochs=max_epochs, patience=patience, batch_size=config.batch_size,
+        seed=spec.seed, max_epochs=config.max_epochs, patience=config.patience, batch_size=config.batch_size,
         optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
         precision=config.precision, compile=config.compile, deterministic=config.deterministic,
-        progress=config.progress, on_step=on_step, early_stopping_smoothing=config.early_stopping_smoothing,
+        progress=run.progress, on_step=on_step, early_stopping_smoothing=config.early_stopping_smoothing,
     )
     values = hparams.record()
-    run_settings = resume_settings(spec, config, data, model, overrides=config.overrides_for(spec.model, spec.dataset),
-                                   optim=optim, max_epochs=max_epochs, patience=patience,
+    run_settings = resume_settings(spec, config, data, model, overrides=config.overrides, optim=optim,
+                                   max_epochs=config.max_epochs, patience=config.patience,
                                    hparams={"model": values["model"], "point": values["point"]})
-    return TorchRun(settings, optim, max_epochs, run_settings)
+    return TorchRun(settings, optim, config.max_epochs, run_settings)
 
 
 def torch_record(
-    spec: RunSpec, config: TrainConfig, hparams: Hparams, data: ProcessedData, model: torch.nn.Module, run: TorchRun,
+    spec: RunSpec, run: RunConfig, data: ProcessedData, model: torch.nn.Module, torch_run_: TorchRun,
     result: RunResult,
 ) -> dict[str, Any]:
     """The metrics record of a torch model's run."""
     n_params = sum(p.numel() for p in model.parameters())
     # every resolved setting of the run (its checkpoint's identity), the processed meta.json aside
-    resolved = {k: v for k, v in run.run_settings.items() if k != "meta"}
-    return _finish_record(spec, config, hparams, data, result, optim=run.optim, max_epochs=run.max_epochs,
+    resolved = {k: v for k, v in torch_run_.run_settings.items() if k != "meta"}
+    return _finish_record(spec, run, data, result, optim=torch_run_.optim, max_epochs=torch_run_.max_epochs,
                           n_params=n_params, resolved=resolved)
 
 
 def _finish_record(
-    spec: RunSpec, config: TrainConfig, hparams: Hparams, data: ProcessedData, result: RunResult, *,
+    spec: RunSpec, run: RunConfig, data: ProcessedData, result: RunResult, *,
     optim: dict[str, Any], max_epochs: int, n_params: int | None, resolved: dict[str, Any],
 ) -> dict[str, Any]:
     record = metrics_record(spec, data, result, optim=optim, max_epochs=max_epochs, n_params=n_params)
-    record["max_train_rows"] = config.max_train_rows
-    record["protocol"] = config.protocol
+    record["max_train_rows"] = run.train.max_train_rows
+    record["protocol"] = run.train.protocol
     record["settings"] = resolved
     # the hyperparameters the run trained with: their file, its selection (or "grid point"), the point, the values
-    record["hparams"] = hparams.record()
+    record["hparams"] = run.hparams.record()
     return record
 
 
 def run_training(
     spec: RunSpec,
-    config: TrainConfig,
-    hparams: Hparams,
+    run: RunConfig,
     *,
     on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
     """Train one run; returns (metrics record, per-epoch history). The model: `build_run_model` with
-    `hparams.model`; the optimiser: `hparams.optim` (multitab.hparams.for_run resolves both for a run of the
-    pipeline: its file, grid point, protocol and group overlay), its epochs capped by `train.max_epochs`
-    when that is set."""
+    `run.hparams.model`; the optimiser `run.hparams.optim`, the budget and every other setting `run.train`: the
+    run's record as `python -m multitab.runs` resolved it (multitab.resolve; multitab.resolve.settings_for for
+    code outside the pipeline)."""
+    config = run.train
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
-    base_model, _ = config.resolve(spec.model)  # `<model>@<variant>` runs build <model> (the variant: in hparams)
+    base_model = spec.model.partition("@")[0]  # `<model>@<variant>` runs build <model> (the variant: in hparams)
     # a torch model's data go straight to its device; a model that trains itself reads host arrays
     on_torch = issubclass(model_class(base_model), torch.nn.Module)
     data = load_run_data(spec, config, resolve_device(config.device) if on_torch else None)
     seed_everything(spec.seed, config.deterministic)
-    model = build_run_model(base_model, data.meta, spec, config, hparams)
+    model = build_run_model(base_model, data.meta, spec, run)
     if isinstance(model, torch.nn.Module):
-        run = torch_run(spec, config, hparams, data, model, on_step=on_step)
-        result = train(model, data, run.settings, checkpoint_dir=spec.checkpoint_dir, run_fingerprint=run.fingerprint,
-                       run_settings=run.run_settings)
-        return torch_record(spec, config, hparams, data, model, run, result), result.history
-    overrides = config.overrides_for(spec.model, spec.dataset)  # params.yaml's, already in hparams.model
-    values = hparams.record()
+        settings = torch_run(spec, run, data, model, on_step=on_step)
+        result = train(model, data, settings.settings, checkpoint_dir=spec.checkpoint_dir,
+                       run_fingerprint=settings.fingerprint, run_settings=settings.run_settings)
+        return torch_record(spec, run, data, model, settings, result), result.history
+    values = run.hparams.record()
     optim = {"optimizer": "none (gradient boosting)"}
     max_epochs = int(getattr(model, "n_rounds", 1))
     result = fit_predict(model, data)
@@ -267,13 +265,13 @@ def run_training(
     # whole from a temporary beside it: first remove the temporaries of a save that was killed.
     remove_stale_temporaries(spec.checkpoint_dir.parent, spec.checkpoint_dir.name)
     model.save(spec.checkpoint_dir)
-    resolved = {"dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": overrides,
+    resolved = {"dataset": spec.dataset, "model": spec.model, "seed": spec.seed, "overrides": config.overrides,
                 "hparams": {"model": values["model"], "point": values["point"]},
                 "early_stopping_rounds": config.xgboost_early_stopping_rounds,
                 "num_threads": config.num_threads, "device": config.device, "protocol": config.protocol,
                 "max_train_rows": config.max_train_rows,
                 "data": data_hashes(data.path)}
-    record = _finish_record(spec, config, hparams, data, result, optim=optim, max_epochs=max_epochs, n_params=None,
+    record = _finish_record(spec, run, data, result, optim=optim, max_epochs=max_epochs, n_params=None,
                             resolved=resolved)
     return record, result.history
 

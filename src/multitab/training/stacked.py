@@ -1,7 +1,7 @@
 """Several seeds of one run trained as one stacked model; each member ends where its separate run ends.
 
     results = train_stacked(members, data, settings)   # one RunResult per member, as `train` returns it
-    records = run_training_stacked(specs, config, hparams)  # as `run_training`, one (record, history) per spec
+    records = run_training_stacked(specs, run)         # as `run_training`, one (record, history) per spec
 
 M runs that differ only in their seed (same model, hyperparameters, data, batch size, epochs, optimiser,
 device) train as one: their parameters and buffers are stacked along a new leading axis and one step is
@@ -80,11 +80,10 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
-from multitab.config.train import TrainConfig
 from multitab.evaluation.metrics import mean_metric
-from multitab.hparams import Hparams
 from multitab.models import model_class
 from multitab.models.accelerate import ACCELERATED, accelerate_cpu
+from multitab.run_config import RunConfig
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, place
 from multitab.training.device import resolve_device, seed_everything
@@ -208,11 +207,11 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def check_training(config: TrainConfig, model: str, hparams: Hparams) -> None:
-    """StackRefused naming why, when runs of `model` (a name of config's, variants included) under `config`
-    and `hparams` cannot stack; checked before any data is read or model built."""
-    base_model, _ = config.resolve(model)
-    cls = model_class(base_model)
+def check_training(run: RunConfig, model: str) -> None:
+    """StackRefused naming why, when runs of `model` (a run model name, variants included) under `run` (their
+    record) cannot stack; checked before any data is read or model built."""
+    config, hparams = run.train, run.hparams
+    cls = model_class(model.partition("@")[0])
     if not issubclass(cls, nn.Module):
         raise StackRefused(f"{cls.__name__} is not a torch module (it trains itself); only "
                            "gradient-trained torch models stack")
@@ -581,7 +580,7 @@ def _train_group(
 
 # ---------------------------------------------------------------------------------------- the stages
 def run_training_stacked(
-    specs: Sequence[RunSpec], config: TrainConfig, hparams: Hparams, *,
+    specs: Sequence[RunSpec], run: RunConfig, *,
     on_step: Callable[[int, int], None] | None = None,
 ) -> list[tuple[dict[str, Any], list[dict[str, float]]]]:
     """`run_training` of several runs that differ only in their seed (same dataset, model, data folder,
@@ -594,21 +593,22 @@ def run_training_stacked(
     for spec in specs[1:]:
         if (spec.dataset, spec.model, Path(spec.data_path)) != (first.dataset, first.model, Path(first.data_path)):
             raise ValueError(f"stacked runs differ in more than the seed: {spec} vs {first}")
-    check_training(config, first.model, hparams)
-    base_model, _ = config.resolve(first.model)
+    check_training(run, first.model)
+    base_model = first.model.partition("@")[0]
+    config = run.train
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     data = load_run_data(first, config, resolve_device(config.device))
     members, runs = [], []
     for spec in specs:
-        model, rng = seeded(spec.seed, functools.partial(build_run_model, base_model, data.meta, spec, config, hparams),
+        model, rng = seeded(spec.seed, functools.partial(build_run_model, base_model, data.meta, spec, run),
                             config.deterministic)
-        run = torch_run(spec, config, hparams, data, model, on_step=on_step)
-        members.append(StackMember(spec.seed, model, spec.checkpoint_dir, run.fingerprint, run.run_settings, rng))
-        runs.append(run)
-    for run in runs[1:]:
-        if dataclasses.replace(run.settings, seed=runs[0].settings.seed) != runs[0].settings:
+        one = torch_run(spec, run, data, model, on_step=on_step)
+        members.append(StackMember(spec.seed, model, spec.checkpoint_dir, one.fingerprint, one.run_settings, rng))
+        runs.append(one)
+    for one in runs[1:]:
+        if dataclasses.replace(one.settings, seed=runs[0].settings.seed) != runs[0].settings:
             raise ValueError("stacked runs differ in more than the seed: their loop settings differ")
     results = train_stacked(members, data, runs[0].settings)
-    return [(torch_record(spec, config, hparams, data, member.model, run, result), result.history)
-            for spec, member, run, result in zip(specs, members, runs, results)]
+    return [(torch_record(spec, run, data, member.model, one, result), result.history)
+            for spec, member, one, result in zip(specs, members, runs, results)]

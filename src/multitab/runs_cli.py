@@ -1,0 +1,145 @@
+"""`python -m multitab.runs`: runs.yaml written (multitab.runs), and what a run trains with, before it trains, and
+what changed since runs.yaml was written.
+
+    python -m multitab.runs [--groups G ...]              # runs.yaml (multitab.runs.write)
+    python -m multitab.runs show bench-p06_pd3_t3-mmoe-0   # every constructor keyword, optimiser value and
+                                                          # training setting, each with the file or params key
+                                                          # it came from (multitab.resolve)
+    python -m multitab.runs diff                          # the runs whose values params.yaml and the files
+                                                          # resolve to now differ from runs.yaml's: old -> new
+
+`show` resolves from params.yaml and the hyperparameter files as `python -m multitab.runs` does (any group's run,
+opt-in or not; a stacked run's member too) and says when runs.yaml holds other values for it. `diff` compares
+runs.yaml with what they resolve to now for the opt-in groups it holds; after `python -m multitab.runs`, `dvc
+params diff` shows the same against the last commit (runs.yaml is the train stages' params file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from multitab.config import ConfigError, load_params
+from multitab.exit_codes import BAD_INPUT
+from multitab.resolve import TRACKED, Files, render_sources, resolve_run
+from multitab.runs import (
+    KEY,
+    RUNS_FILE,
+    STACKS,
+    check_current,
+    document,
+    expand,
+    read_runs_file,
+    stacked,
+    write,
+)
+
+
+def show(params_path: str | Path, key: str, runs_path: str | Path) -> str:
+    """The text `show` prints for run (or stack) `key`."""
+    params = load_params(params_path)
+    runs = expand(params)
+    _, stacks = stacked(params, runs)
+    run = runs.get(key) or stacks.get(key)
+    if run is None:
+        near = difflib.get_close_matches(key, [*runs, *stacks], n=3)
+        raise ConfigError(f"{params.source} declares no run {key!r}" + (f"; did you mean {near}?" if near else ""))
+    sources: dict[str, str] = {}
+    record = resolve_run(params, run, Files(Path(params.source).parent, params.protocol), sources)
+    text = render_sources(record, sources, key)
+    written = _written(Path(runs_path), key)
+    if written is not None and any(written.get(k) != record[k] for k in TRACKED):
+        text += f"\n{runs_path} holds other values for it: run `python -m multitab.runs` (`diff` shows them)"
+    return text
+
+
+def _written(path: Path, key: str) -> dict[str, Any] | None:
+    current = read_runs_file(path) or {}
+    return (current.get(KEY) or {}).get(key) or (current.get(STACKS) or {}).get(key)
+
+
+def changes(old: Any, new: Any, where: str = "") -> Iterator[str]:
+    """`path: old -> new` for every leaf where two plain values differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in [*old, *(k for k in new if k not in old)]:
+            path = f"{where}.{k}" if where else str(k)
+            if k not in new:
+                yield f"{path}: {old[k]!r} -> (absent)"
+            elif k not in old:
+                yield f"{path}: (absent) -> {new[k]!r}"
+            else:
+                yield from changes(old[k], new[k], path)
+    elif old != new:
+        yield f"{where}: {old!r} -> {new!r}"
+
+
+def diff(params_path: str | Path, runs_path: str | Path) -> str:
+    """The text `diff` prints: runs.yaml as written against what params.yaml and the files resolve to now."""
+    params = load_params(params_path)
+    path = Path(runs_path)
+    current = read_runs_file(path) or {}
+    groups = [g for g in written_groups(path) if g in params.runs]
+    now = document(params, groups)
+    lines = []
+    for section in (KEY, STACKS):
+        before, after = current.get(section) or {}, now[section]
+        for key in [*before, *(k for k in after if k not in before)]:
+            if key not in after:
+                lines.append(f"{key}: removed")
+            elif key not in before:
+                lines.append(f"{key}: added")
+            else:
+                found = [c for k in TRACKED for c in changes(before[key].get(k), after[key][k], k)]
+                lines += [f"{key}: {c}" for c in found]
+    return "\n".join(lines) if lines else f"{path}: every run's values are what {params.source} resolves to now"
+
+
+def written_groups(path: str | Path) -> list[str]:
+    """The opt-in groups runs.yaml (`path`) holds (none when it is absent or unreadable)."""
+    current = read_runs_file(Path(path))
+    groups = current.get("opt_in_groups") if current is not None else None
+    return [str(g) for g in groups] if isinstance(groups, list) else []
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] in (["show"], ["diff"]):
+        return _show_or_diff(argv)
+    p = argparse.ArgumentParser(prog="python -m multitab.runs", description="The run matrix expanded and resolved "
+                                "into runs.yaml (multitab.runs); `show <run>` and `diff`: see below.")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--out", default=RUNS_FILE)
+    p.add_argument("--groups", nargs="*", default=[], help="opt-in run groups to put in (e.g. study)")
+    p.add_argument("--keep-groups", action="store_true",
+                   help="put in the opt-in groups the file holds now (dvc.yaml's stage `runs`)")
+    p.add_argument("--check", action="store_true", help="exit 3 when the file is stale instead of writing it")
+    a = p.parse_args(argv)
+    try:
+        params = load_params(a.params)
+        if a.check:
+            check_current(params, a.out)
+        else:
+            kept = [g for g in written_groups(a.out) if g in params.runs] if a.keep_groups else []
+            write(params, a.out, [*a.groups, *kept])
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return BAD_INPUT
+    return 0
+
+
+def _show_or_diff(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m multitab.runs {argv[0]}", description=__doc__.split("\n\n")[0])
+    if argv[0] == "show":
+        p.add_argument("run", help="a run's key (runs.yaml train_runs), or a stack's (train_stacks)")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--runs", default=RUNS_FILE, help="runs.yaml as written")
+    a = p.parse_args(argv[1:])
+    try:
+        print(show(a.params, a.run, a.runs) if argv[0] == "show" else diff(a.params, a.runs))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return BAD_INPUT
+    return 0
