@@ -114,8 +114,15 @@ class _ISAB(nn.Module):
 
     def forward(self, x: Tensor, n_train: int) -> Tensor:  # (..., T, d)
         skip = (x == SKIP_VALUE).all(dim=-1).all(dim=-1)  # a column made only of skip markers stays one
-        inducing = self.ind_vectors.expand(*x.shape[:-2], *self.ind_vectors.shape)
-        hidden = self.multihead_attn1(inducing, x[..., :n_train, :])
+        return self.read(x, self.summarize(x[..., :n_train, :]), skip)
+
+    def summarize(self, x_train: Tensor) -> Tensor:
+        """The inducing points after reading the training cells: (..., n_inducing, d)."""
+        inducing = self.ind_vectors.expand(*x_train.shape[:-2], *self.ind_vectors.shape)
+        return self.multihead_attn1(inducing, x_train)
+
+    def read(self, x: Tensor, hidden: Tensor, skip: Tensor) -> Tensor:
+        """Every cell of `x` reads `hidden` (each cell on its own); `skip`: the columns left as markers."""
         out = self.multihead_attn2(x, hidden)
         return torch.where(skip[..., None, None], torch.full_like(x, SKIP_VALUE), out)
 
@@ -230,22 +237,30 @@ class _RowInteraction(nn.Module):
         self.pma = _PMAGroup(d)  # in every checkpoint, used only when group_mode == "pma"
         self.out_ln = nn.LayerNorm(d)
 
+    def masks(
+        self, n_features: int, *, window_mode: Literal["reference", "paper"], generator: torch.Generator | None,
+        device: torch.device | None = None,
+    ) -> list[Tensor]:
+        """One attention mask per scale, drawn in the scales' order (one call's random links)."""
+        return [block_sparse_mask(self.n_special + math.ceil(n_features / size), self.n_special, self.window,
+                                  self.n_random, window_mode=window_mode, generator=generator, device=device)
+                for size in self.scales]
+
     def forward(
-        self, feats: Tensor, *, window_mode: Literal["reference", "paper"], generator: torch.Generator | None
+        self, feats: Tensor, *, window_mode: Literal["reference", "paper"], generator: torch.Generator | None,
+        masks: list[Tensor] | None = None,
     ) -> Tensor:  # (B, T, H, d) -> (B, T, n_cls * d)
         B, T, H, d = feats.shape
+        if masks is None:
+            masks = self.masks(H, window_mode=window_mode, generator=generator, device=feats.device)
         specials = torch.cat([self.cls_tokens, self.global_tokens]).expand(B, T, self.n_special, d)
         cls_out = []
-        for encoder, size in zip(self.scale_encoders, self.scales):
+        for encoder, size, mask in zip(self.scale_encoders, self.scales, masks):
             if self.group_mode == "contiguous":
                 grouped = _group_mean(feats, size)
             else:
                 grouped = self.pma(feats, math.ceil(H / size))
             tokens = torch.cat([specials, grouped], dim=2)  # (B, T, n_special + K_s, d)
-            mask = block_sparse_mask(
-                tokens.shape[2], self.n_special, self.window, self.n_random,
-                window_mode=window_mode, generator=generator, device=feats.device,
-            )
             cls_out.append(encoder(tokens, mask=mask)[..., : self.n_cls, :])
         return self.out_ln(torch.stack(cls_out).mean(dim=0)).flatten(-2)  # eqs. 19-20
 
