@@ -30,7 +30,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-.PHONY: repro study study-interim attribution precision-pair sweep test lint ui benchmarks clean-venv assets postgres
+.PHONY: repro study study-interim attribution precision-pair sweep test lint ui benchmarks clean-venv assets postgres \
+	icl-weights icl-benchmark
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -54,6 +55,11 @@ $(REFERENCE): $(STAMP)
 
 repro: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline
+
+# The pretrained in-context models' checkpoints (docs/icl.md, "Weights"): fetched at the revisions params.yaml
+# pins, verified, written to icl.lock for the icl stage. Offline it says how to copy a file in by hand.
+icl-weights: $(STAMP)
+	$(BIN)/python -m multitab.icl.fetch
 
 test: $(STAMP) $(ASSETS) $(REFERENCE) postgres
 	$(BIN)/ruff check src stages flows tests benchmarks
