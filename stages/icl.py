@@ -58,9 +58,9 @@ def write_all(params_path: str, data: Path, synthetic: Path, lock_path: Path, ou
     folders = {name: data_folder(params, name, data, synthetic) for name in config.datasets}
     device = device_of(config.device)
     profile_name, profile = config.settings(device.type)
-    root = Path(params_path).resolve().parent
     entries = lock.read(lock_path)
-    files = {name: lock.checkpoint(name, config.checkpoints.get(name), entries, root)
+    # the lock's paths are relative to the folder it is in (the project root, where fetch writes them)
+    files = {name: lock.checkpoint(name, config.checkpoints.get(name), entries, lock_path.absolute().parent)
              for name in {"tabicl_regressor", *config.checkpoints}}
     lines = ["# Pretrained in-context baselines (test metric per task)", "",
              f"Pretrained, no training on these datasets. Profile `{profile_name}` on {device.type}: context of at "

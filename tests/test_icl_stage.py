@@ -191,3 +191,25 @@ def test_a_file_that_is_no_checkpoint_is_one_line_naming_it_and_bad_input(tmp_pa
         assert len(err.splitlines()) == 1 and str(path) in err and WHY[kind] in err, (kind, err)
         assert "weights_only" not in err, (kind, err)
     assert not marker.exists()
+
+
+def test_the_profile_is_picked_by_device(tmp_path, monkeypatch, capsys):
+    """`device: auto` runs on CUDA when torch sees one, and `profile: auto` then takes the gpu profile (the
+    released settings); on a machine without CUDA, `device: cuda` is one line and exit 3."""
+    from multitab.config import load_params
+
+    params, _ = write_icl_params(tmp_path, {"orion_msp": None, "tabicl": None}, datasets=["acs_income"],
+                                 device="auto")
+    config = load_params(params).icl
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert stage.device_of(config.device).type == "cuda"
+    assert config.settings("cuda") == ("gpu", config.profiles["gpu"]) and config.profiles["gpu"].context_size is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert stage.device_of(config.device).type == "cpu" and config.settings("cpu")[0] == "cpu"
+    forced = load_params(write_icl_params(tmp_path, {"orion_msp": None, "tabicl": None}, datasets=["acs_income"],
+                                          device="auto", profile="gpu")[0]).icl
+    assert forced.settings("cpu")[0] == "gpu"
+    write_tiny_processed(tmp_path / "processed" / "acs_income", n={"train": 40, "val": 10, "test": 10})
+    assert _run(tmp_path, {"orion_msp": None, "tabicl": None}, device="cuda") == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "icl.device is 'cuda' but torch sees no CUDA device" in err
