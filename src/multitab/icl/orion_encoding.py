@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multitab.icl.orion_msp import _ISAB, SKIP_VALUE, OrionMSP, _Block, _CrossAttnBlock, _skippable
+from multitab.icl.orion_msp import ISAB, SKIP_VALUE, Block, CrossAttnBlock, OrionMSP, skippable
 
 
 @dataclass
@@ -76,9 +76,9 @@ def _embed(model: OrionMSP, x: Tensor, context: EncodedContext | None) -> tuple[
     """The column embedding of `x` (1, T, H) -> (1, T, H, d); without `context`, `x` is the context."""
     emb = model.col_embedder
     cells = x.transpose(1, 2).unsqueeze(-1)  # (1, H, T, 1)
-    src = _skippable(emb.in_linear, cells)
+    src = skippable(emb.in_linear, cells)
     hiddens, skips = [], []
-    for i, block in enumerate(typing.cast(list[_ISAB], emb.tf_col.blocks)):
+    for i, block in enumerate(typing.cast(list[ISAB], emb.tf_col.blocks)):
         skip = (src == SKIP_VALUE).all(dim=-1).all(dim=-1)
         if context is None:
             hidden = block.summarize(src)
@@ -87,8 +87,8 @@ def _embed(model: OrionMSP, x: Tensor, context: EncodedContext | None) -> tuple[
         hiddens.append(hidden)
         skips.append(skip)
         src = block.read(src, hidden, skip)
-    weights = emb.ln_w(_skippable(emb.out_w, src))
-    biases = emb.ln_b(_skippable(emb.out_b, src))
+    weights = emb.ln_w(skippable(emb.out_w, src))
+    biases = emb.ln_b(skippable(emb.out_b, src))
     return (cells * weights + biases).transpose(1, 2), hiddens, skips
 
 
@@ -116,15 +116,15 @@ def encode_context(model: OrionMSP, x: Tensor) -> EncodedContext:
                 latents = block(latents, rows, None)
             states, keys_values = rows, []
             for block in memory.read_layers:
-                states, kv = _read_memory(typing.cast(_CrossAttnBlock, block), states, latents, None)
+                states, kv = _read_memory(typing.cast(CrossAttnBlock, block), states, latents, None)
                 keys_values.append(kv)
             context.memory = _SplitMemory(states, latents, keys_values)
     return context
 
 
-def _read_memory(block: _CrossAttnBlock, rows: Tensor, latents: Tensor,
+def _read_memory(block: CrossAttnBlock, rows: Tensor, latents: Tensor,
                  kv: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """One memory read layer under memory="split" (orion_msp._CrossAttnBlock); `kv`: the context's keys and
+    """One memory read layer under memory="split" (orion_msp.CrossAttnBlock); `kv`: the context's keys and
     values of its self-attention (None: `rows` are the context, whose own keys and values are returned)."""
     x = block.attn(block.q_norm(rows), block.kv_norm(latents)) + rows
     ffn = block.ffn
@@ -148,7 +148,7 @@ def _labelled(model: OrionMSP, context: EncodedContext, y: Tensor) -> list[tuple
         assert context.memory is not None
         states = context.memory.rows + icl.y_encoder(F.one_hot(y.long(), icl.max_classes).to(context.rows.dtype))[None]
         keys_values = []
-        for block in typing.cast(list[_Block], icl.tf_icl.blocks):
+        for block in typing.cast(list[Block], icl.tf_icl.blocks):
             h = block.norm1(states)
             kv = _project_kv(block.attn, h)
             keys_values.append(kv)
@@ -172,9 +172,9 @@ def logits(model: OrionMSP, context: EncodedContext, y: Tensor, rows: Tensor) ->
     memory = icl.memory
     states = rows
     if memory.latents is not None:
-        for layer, kv in zip(typing.cast(list[_CrossAttnBlock], memory.read_layers), context.memory.keys_values):
+        for layer, kv in zip(typing.cast(list[CrossAttnBlock], memory.read_layers), context.memory.keys_values):
             states, _ = _read_memory(layer, states, context.memory.latents, kv)
-    for block, kv in zip(typing.cast(list[_Block], icl.tf_icl.blocks), _labelled(model, context, y)):
+    for block, kv in zip(typing.cast(list[Block], icl.tf_icl.blocks), _labelled(model, context, y)):
         states = states + _attend_kv(block.attn, block.norm1(states), *kv)
         states = states + block.linear2(F.gelu(block.linear1(block.norm2(states))))
     return icl.decoder(icl.ln(states))[..., :n_classes]
