@@ -61,6 +61,11 @@ repro: $(STAMP) $(ASSETS)
 icl-weights: $(STAMP)
 	$(BIN)/python -m multitab.icl.fetch
 
+# The icl stage's cost under the cpu profile on the processed stand-ins, released-size random-weight models
+# (docs/icl.md, "Profiles"; cost only).
+icl-benchmark: $(STAMP)
+	$(BIN)/python benchmarks/icl_stage_cost.py
+
 test: $(STAMP) $(ASSETS) $(REFERENCE) postgres
 	$(BIN)/ruff check src stages flows tests benchmarks
 	$(BIN)/mypy
