@@ -3,7 +3,7 @@ models of random weights (cost does not depend on the values: these runs measure
 metric anyone should read; the records are written to a scratch folder and discarded).
 
     python benchmarks/icl_stage_cost.py [--params params.yaml] [--data data/processed] [--profile cpu]
-        [--out results/benchmarks/icl_stage_cpu.json]
+        [--datasets NAME ...] [--out results/benchmarks/icl_stage_cpu.json]
 
 The checkpoints (Orion-MSP's released config, TabICL's classifier and regressor at the package's default
 architecture) are written once to .cache/benchmarks/icl and locked in a scratch icl.lock; the stage then runs
@@ -58,11 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--params", default=str(ROOT / "params.yaml"))
     p.add_argument("--data", default=str(ROOT / "data" / "processed"))
     p.add_argument("--profile", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--datasets", nargs="+", default=None, help="of icl.datasets (default: all of them)")
     p.add_argument("--out", default=str(ROOT / "results" / "benchmarks" / "icl_stage_cpu.json"))
     args = p.parse_args(argv)
     files = checkpoints(ROOT / ".cache" / "benchmarks" / "icl")
     raw = read_yaml(args.params)
     raw["icl"]["profile"] = args.profile
+    if args.datasets:
+        raw["icl"]["datasets"] = args.datasets
     with tempfile.TemporaryDirectory(prefix="icl-stage-cost-") as scratch:
         work = Path(scratch)
         (work / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 "n_estimators": r["n_estimators"], "tasks_run": sum(v == "ok" for v in r["status"].values())}
                for r in records]
     result = {"what": "icl stage, released-size random-weight models (cost only)", "profile": args.profile,
+              "datasets": raw["icl"]["datasets"],
               "wall_seconds": round(wall, 1), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
               "peak_rss_gb": round(usage.ru_maxrss * 1024 / 1e9, 2), "load_average_at_start": load,
               "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "runs": per_run}
