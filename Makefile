@@ -30,7 +30,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-.PHONY: repro study study-interim attribution precision-pair sweep test lint ui benchmarks clean-venv assets postgres compare
+.PHONY: repro study study-interim attribution precision-pair sweep test lint ui benchmarks clean-venv assets postgres \
+	compare icl-weights icl-benchmark
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11'" >&2; exit 1; }
@@ -54,6 +55,16 @@ $(REFERENCE): $(STAMP)
 
 repro: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline
+
+# The pretrained in-context models' checkpoints (docs/icl.md, "Weights"): fetched at the revisions params.yaml
+# pins, verified, written to icl.lock for the icl stage. Offline it says how to copy a file in by hand.
+icl-weights: $(STAMP)
+	$(BIN)/python -m multitab.icl.fetch
+
+# The icl stage's cost under the cpu profile on the processed stand-ins, released-size random-weight models
+# (docs/icl.md, "Profiles"; cost only).
+icl-benchmark: $(STAMP)
+	$(BIN)/python benchmarks/icl_stage_cost.py
 
 test: $(STAMP) $(ASSETS) $(REFERENCE) postgres
 	$(BIN)/ruff check src stages flows tests benchmarks

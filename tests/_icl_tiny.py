@@ -44,3 +44,39 @@ def tabicl_file(folder: Path, regression: bool) -> tuple[Path, str]:
     path = folder / ("reg.ckpt" if regression else "cls.ckpt")
     torch.save({"config": config, "state_dict": TabICL(**config).state_dict()}, path)
     return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SWITCHES = {"window": "reference", "memory": "split", "links": "seeded", "link_seed": 0}
+
+
+def icl_section(checkpoints: dict[str, tuple[Path, str] | None], *, datasets: list[str], **over: object) -> dict:
+    """params.yaml `icl` for tests: tiny cpu profile; each checkpoint named after its file (hub `Lab/<name>`)."""
+    entries = {name: {"hub_repo": f"Lab/{name}", "hub_file": f"{name}.ckpt", "revision": None, "sha256": None}
+               for name in checkpoints}
+    section = {"models": ["orion_msp", "tabicl"], "datasets": datasets, "seeds": [0], "context_rule": "uniform",
+               "device": "cpu", "profile": "auto",
+               "profiles": {"cpu": {"context_size": 50, "chunk_size": 16, "n_estimators": {"orion_msp": 2, "tabicl": 2}},
+                            "gpu": {"context_size": None, "chunk_size": None, "n_estimators": {"orion_msp": 32, "tabicl": 8}}},
+               "checkpoints": entries, "orion": dict(SWITCHES), "out": "results/icl"}
+    section.update(over)
+    return section
+
+
+def write_icl_params(folder: Path, checkpoints: dict[str, tuple[Path, str] | None], *, datasets: list[str],
+                     **over: object) -> tuple[Path, Path]:
+    """params.yaml (the repository's, with a test `icl` section) and icl.lock (the files of `checkpoints`
+    that are not None, as `make icl-weights` would lock them) in `folder`."""
+    import yaml
+
+    from multitab.icl import lock
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["icl"] = icl_section(checkpoints, datasets=datasets, **over)
+    params = folder / "params.yaml"
+    params.write_text(yaml.safe_dump(raw, sort_keys=False))
+    entries = {name: lock.LockedCheckpoint(hub_repo=f"Lab/{name}", hub_file=f"{name}.ckpt", revision="0" * 40,
+                                           source="hub", path=str(path), sha256=sha, checked_against="first fetch")
+               for name, c in checkpoints.items() if c is not None for path, sha in [c]}
+    lock.write(folder / "icl.lock", entries)
+    return params, folder / "icl.lock"

@@ -54,12 +54,17 @@ def test_chunks_fix_the_numbers(memory, chunking_matters):
 
 def test_orion_ensemble_gives_probabilities_and_repeats():
     x, y, x_test = _data()
-    ensemble = context.OrionMSPEnsemble(_orion("split"), n_estimators=4, seed=0, chunk_size=8)
-    proba = ensemble.predict_proba(x, y, x_test)
+    ensemble = context.OrionMSPEnsemble(_orion("split"), n_estimators=4, seed=0, chunk_size=8).fit(x)
+    proba = ensemble.predict_proba(y, {"test": x_test})["test"]
     assert proba.shape == (11, 3) and np.allclose(proba.sum(axis=1), 1)
-    assert np.array_equal(proba, ensemble.predict_proba(x, y, x_test))
-    single = context.OrionMSPEnsemble(_orion("split"), n_estimators=1, seed=0, chunk_size=8)
-    assert not np.allclose(single.predict_proba(x, y, x_test), proba, atol=1e-4)
+    assert np.array_equal(proba, ensemble.predict_proba(y, {"test": x_test})["test"])
+    single = context.OrionMSPEnsemble(_orion("split"), n_estimators=1, seed=0, chunk_size=8).fit(x)
+    assert not np.allclose(single.predict_proba(y, {"test": x_test})["test"], proba, atol=1e-4)
+
+
+def test_context_rows_none_is_every_training_row():
+    """`context_size: null` (the gpu profile, the released wrappers): the whole training set, in order."""
+    assert context.context_rows(7, None, seed=0).tolist() == list(range(7))
 
 
 @pytest.mark.parametrize("kind", ["classifier", "regressor"])

@@ -1,10 +1,12 @@
 """params.yaml `icl`: the pretrained in-context baselines (Orion-MSP, TabICL; multitab.icl, docs/icl.md).
 
-Opt-in: a model without a checkpoint (`checkpoints.<model>.path: null`) is not run, and every record and
-report says "not run: no checkpoint". Random weights are never a result of these models."""
+Opt-in: a model runs once `python -m multitab.icl.fetch` has fetched and verified its checkpoint files into
+icl.lock (multitab.icl.lock); without them every record and report says "not run: no checkpoint". Random
+weights are never a result of these models."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -12,18 +14,36 @@ from multitab.config._build import ValueProblem, bounded
 
 ICL_MODELS = ("orion_msp", "tabicl")
 CHECKPOINT_NAMES = (*ICL_MODELS, "tabicl_regressor")  # TabICL's regression tasks need its regressor's file
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
 class IclCheckpoint:
-    path: str | None  # a local file (relative to the project root); null: the model is not run
-    sha256: str | None  # the file's pinned sha256; required with `path` (a wrong file is refused)
-    hub_repo: str | None = None  # where `python -m multitab.icl.fetch` gets it (model hub repository)...
-    hub_file: str | None = None  # ... and file name
+    hub_repo: str  # where `python -m multitab.icl.fetch` gets it (model hub repository)...
+    hub_file: str  # ... the file ...
+    revision: str | None  # ... at this hub commit (null: the hub's default branch; the lock records the commit)
+    sha256: str | None  # the file's sha256 where a public source states it (null: the first verified fetch pins it)
 
     def __post_init__(self) -> None:
-        if self.path is not None and (self.sha256 is None or len(self.sha256) != 64):
-            raise ValueProblem(f"path={self.path!r} needs its pinned `sha256` (64 hex digits)")
+        if self.sha256 is not None and not _HEX64.fullmatch(self.sha256):
+            raise ValueProblem(f"sha256={self.sha256!r} must be 64 hex digits (or null)")
+
+
+@dataclass(frozen=True)
+class IclProfile:
+    """How much of the released settings a run affords (docs/icl.md, "Profiles")."""
+
+    context_size: int | None = field(metadata=bounded(ge=1))  # training rows as context, at most; null: all (D25)
+    chunk_size: int | None = field(metadata=bounded(ge=1))  # test rows per call (D23); null: a split in one call
+    n_estimators: dict[str, int]  # ensemble views per model (D26)
+
+    def __post_init__(self) -> None:
+        wrong = sorted(k for k, v in self.n_estimators.items()
+                       if k not in ICL_MODELS or isinstance(v, bool) or not isinstance(v, int) or v < 1)
+        missing = sorted(set(ICL_MODELS) - set(self.n_estimators))
+        if wrong or missing:
+            raise ValueProblem(f"n_estimators: needs a count >= 1 for each of {list(ICL_MODELS)} "
+                               f"(wrong: {wrong}, missing: {missing})")
 
 
 @dataclass(frozen=True)
@@ -37,13 +57,12 @@ class OrionSwitches:
 @dataclass(frozen=True)
 class IclConfig:
     models: tuple[str, ...]  # which of ICL_MODELS the `icl` stage evaluates
-    datasets: tuple[str, ...]  # keys of `datasets:`
+    datasets: tuple[str, ...]  # keys of `datasets:` or of `bench.configs` (MultiTab-Bench)
     seeds: tuple[int, ...]
-    context_size: int = field(metadata=bounded(ge=1))  # training rows used as context, at most
     context_rule: Literal["uniform"]  # which: a uniform seeded sample without replacement (multitab.icl.context)
-    chunk_size: int = field(metadata=bounded(ge=1))  # test rows per call, in a seeded order (D23)
-    n_estimators: int = field(metadata=bounded(ge=1))  # ensemble views per prediction
-    device: str  # cpu | cuda
+    device: Literal["auto", "cpu", "cuda"]  # auto: CUDA when torch sees one
+    profile: Literal["auto", "cpu", "gpu"]  # auto: `gpu` on CUDA, `cpu` otherwise
+    profiles: dict[str, IclProfile]  # cpu, gpu
     checkpoints: dict[str, IclCheckpoint]
     orion: OrionSwitches
     out: str  # results folder: <out>/<dataset>/<model>/seed<k>/metrics.json and <out>/summary.md
@@ -54,4 +73,11 @@ class IclConfig:
             raise ValueProblem(f"models / checkpoints: {unknown} unknown; known: {list(CHECKPOINT_NAMES)}")
         missing = sorted(set(self.models) - set(self.checkpoints))
         if missing:
-            raise ValueProblem(f"checkpoints: no entry for {missing} (give `path: null` to leave one off)")
+            raise ValueProblem(f"checkpoints: no entry for {missing}")
+        if sorted(self.profiles) != ["cpu", "gpu"]:
+            raise ValueProblem(f"profiles: {sorted(self.profiles)}; give exactly `cpu` and `gpu`")
+
+    def settings(self, device: str) -> tuple[str, IclProfile]:
+        """The profile a run on `device` ("cpu" or "cuda") uses, and its name."""
+        name = self.profile if self.profile != "auto" else ("gpu" if device == "cuda" else "cpu")
+        return name, self.profiles[name]

@@ -99,7 +99,7 @@ def check_names(sections: dict[str, Any], source: str) -> None:
             for kind, names in group.data.items():
                 _unknown(source, f"runs.{name}.data.{kind}", names, known[kind], a_dataset)
     if "icl" in sections and "datasets" in sections:
-        _unknown(source, "icl.datasets", sections["icl"].datasets, real, "a dataset (datasets:)")
+        _unknown(source, "icl.datasets", sections["icl"].datasets, [*real, *configs], a_dataset)
     if "study" in sections:
         study = sections["study"]
         groups = sections.get("runs", {})

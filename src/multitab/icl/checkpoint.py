@@ -14,7 +14,7 @@ from typing import Any
 from multitab.checkpoint_file import CheckpointError, load_plain
 from multitab.io import file_problem
 
-__all__ = ["CheckpointError", "fetch", "load", "sha256_of", "verify"]
+__all__ = ["CheckpointError", "HubUnreachable", "fetch", "load", "sha256_of", "verify"]
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +53,48 @@ def load(path: str | Path, sha256: str | None) -> tuple[dict[str, Any], str]:
 
 
 def fetch(repo_id: str, filename: str, *, sha256: str | None, cache_dir: str | Path,
-          revision: str | None = None) -> Path:
-    """`filename` of hub repository `repo_id`, downloaded into `cache_dir` with huggingface_hub (endpoint:
-    the HF_ENDPOINT environment variable when set) and checked against `sha256`; a file that is not the
-    pinned one is removed from the cache and refused. `sha256=None` (a first fetch, to learn the hash to
-    pin): no check."""
-    from huggingface_hub import hf_hub_download
+          revision: str | None = None) -> tuple[Path, str]:
+    """`filename` of hub repository `repo_id` at `revision` (None: the default branch), downloaded into
+    `cache_dir` with huggingface_hub (endpoint: the HF_ENDPOINT environment variable when set) and checked
+    against `sha256`, and the commit it came from. A file that is not the pinned one is removed from the
+    cache and refused; `sha256=None` (a first fetch, to learn the hash to pin): no check. The hub is asked
+    once, without retries, before anything is downloaded: an unreachable hub is a HubUnreachable at once."""
+    import httpx2
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     endpoint = os.environ.get("HF_ENDPOINT") or None
-    path = Path(hf_hub_download(repo_id=repo_id, filename=filename, revision=revision,
-                                cache_dir=str(cache_dir), endpoint=endpoint))
+    where = f"{repo_id}/{filename} at revision {revision or 'main'}"
+    try:
+        meta = get_hf_file_metadata(hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint), timeout=30)
+        commit = meta.commit_hash or revision or "main"
+        path = Path(hf_hub_download(repo_id=repo_id, filename=filename, revision=commit,
+                                    cache_dir=str(cache_dir), endpoint=endpoint))
+    except (OfflineModeIsEnabled, LocalEntryNotFoundError, httpx2.TransportError) as e:
+        raise HubUnreachable(f"the model hub ({endpoint or 'https://huggingface.co'}) cannot be reached for "
+                             f"{where} ({' '.join(str(e).split())[:160]})") from None
+    except (RevisionNotFoundError, RepositoryNotFoundError, EntryNotFoundError) as e:
+        raise CheckpointError(f"the model hub has no {where} ({type(e).__name__})") from None
+    except HfHubHTTPError as e:
+        raise HubUnreachable(f"the model hub answered {' '.join(str(e).split())[:160]} for {where}") from None
     try:
         verify(path, sha256)
     except CheckpointError:
+        found = sha256_of(path) if path.is_file() else "none"
         path.resolve().unlink(missing_ok=True)  # the blob, so that a later fetch downloads again
         path.unlink(missing_ok=True)
-        raise
-    log.info("checkpoint %s/%s at %s (sha256 %s)", repo_id, filename, path, sha256)
-    return path
+        raise CheckpointError(f"the hub's {where} is not the pinned file: expected sha256 {sha256}, found "
+                              f"{found}; it was removed from {cache_dir}") from None
+    log.info("checkpoint %s/%s at %s (commit %s, sha256 %s)", repo_id, filename, path, commit, sha256)
+    return path, commit
+
+
+class HubUnreachable(CheckpointError):
+    """The model hub cannot be reached (offline, refused, timed out, or an error status)."""

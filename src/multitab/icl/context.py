@@ -11,28 +11,33 @@ batched, and Orion-MSP's ensemble of table views.
   EnsembleGenerator): every view scales the columns (train mean and std, clipped to +-100), optionally
   applies a Yeo-Johnson power transform, soft-clips outliers beyond 4 (twice-estimated) standard
   deviations, permutes the columns and cyclically shifts the class labels; the views' logits are un-shifted,
-  averaged, and turned into probabilities with temperature 0.9.
+  averaged, and turned into probabilities with temperature 0.9. A view's context is encoded once and read
+  by every chunk and every task (multitab.icl.orion_encoding); `reuse=False` recomputes it per chunk.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from sklearn.preprocessing import PowerTransformer
 
+from multitab.icl import orion_encoding
+from multitab.icl.orion_msp import OrionMSP
+
 Logits = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (1, T, H), (1, n_train) -> (1, T_test, C)
 
 
-def context_rows(n_train: int, max_rows: int, seed: int) -> np.ndarray:
-    """Indices of the training rows used as context (see module docstring)."""
-    if max_rows < 1:
-        raise ValueError(f"{max_rows=} must be >= 1")
-    if n_train <= max_rows:
+def context_rows(n_train: int, max_rows: int | None, seed: int) -> np.ndarray:
+    """Indices of the training rows used as context (see module docstring); `max_rows=None`: all of them."""
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"{max_rows=} must be >= 1 (or None: every training row)")
+    if max_rows is None or n_train <= max_rows:
         return np.arange(n_train)
+    # NOTE[DIFF] (docs/deviations.md D25): the released wrappers take every training row as the context
     return np.sort(np.random.default_rng(seed).choice(n_train, size=max_rows, replace=False))
 
 
@@ -92,58 +97,123 @@ class _ViewScaler:
 class OrionMSPEnsemble:
     """Class probabilities of test rows from `n_estimators` views of the context (see module docstring).
 
-    `logits` is the model (orion_msp.OrionMSP in eval mode); classes are 0..n_classes-1 in `y_context`.
+    `fit(x_context)` fixes what does not depend on labels (the columns kept, the views' column permutations,
+    their scalers and encodings); `predict_proba(y_context, sets)` predicts named sets of test rows for one
+    task, classes 0..n_classes-1 in `y_context`. With `keep` the label-independent encodings of each named
+    set stay for later tasks (the stage predicts every task of a dataset on the same val and test rows).
     # NOTE[DIFF] (docs/deviations.md D24): column permutations are seeded random permutations, not the
     # released wrapper's Latin squares; the views are drawn with `numpy.random.default_rng(seed)`.
     """
 
     def __init__(
-        self, logits: Logits, *, n_estimators: int, seed: int, chunk_size: int, softmax_temperature: float = 0.9,
-        norm_methods: tuple[str, ...] = ("none", "power"), outlier_threshold: float = 4.0,
+        self, model: OrionMSP, *, n_estimators: int, seed: int, chunk_size: int, softmax_temperature: float = 0.9,
+        norm_methods: tuple[str, ...] = ("none", "power"), outlier_threshold: float = 4.0, reuse: bool = True,
     ) -> None:
         if n_estimators < 1:
             raise ValueError(f"{n_estimators=} must be >= 1")
+        if chunk_size < 1:
+            raise ValueError(f"{chunk_size=} must be >= 1")
         unknown = sorted(set(norm_methods) - {"none", "power"})
         if unknown:
             raise ValueError(f"norm_methods {unknown} unknown; use 'none' and/or 'power'")
-        self.logits, self.n_estimators, self.seed, self.chunk_size = logits, n_estimators, seed, chunk_size
+        self.model, self.n_estimators, self.seed, self.chunk_size = model, n_estimators, seed, chunk_size
         self.softmax_temperature, self.norm_methods = softmax_temperature, norm_methods
-        self.outlier_threshold = outlier_threshold
+        self.outlier_threshold, self.reuse = outlier_threshold, reuse
 
-    def predict_proba(self, x_context: np.ndarray, y_context: np.ndarray, x_test: np.ndarray) -> np.ndarray:
-        x_context, x_test = np.asarray(x_context, np.float64), np.asarray(x_test, np.float64)
+    def fit(self, x_context: np.ndarray) -> OrionMSPEnsemble:
+        x_context = np.asarray(x_context, np.float64)
+        keep = np.array([len(np.unique(c)) > 1 for c in x_context.T], dtype=bool)  # constant columns say nothing
+        if not keep.any():
+            keep[:] = True
+        self._keep, self._x_context = keep, x_context[:, keep]
+        self._scalers: dict[str, _ViewScaler] = {}
+        self._encoded: dict[tuple[int, str], orion_encoding.EncodedContext] = {}
+        self._rows: dict[tuple[int, str, str], torch.Tensor] = {}
+        return self
+
+    def _draw(self, n_classes: int) -> tuple[list[np.ndarray], list[tuple[int, int, str]]]:
+        """The column permutations (drawn first: the same for every task) and the members, each a
+        (permutation index, class shift, normalisation): every permutation x shift view under each
+        normalisation in turn, in a seeded order, the first n_estimators (as the released wrapper)."""
+        rng = np.random.default_rng(self.seed)
+        n_columns = self._x_context.shape[1]
+        permutations = [np.arange(n_columns)] + [rng.permutation(n_columns) for _ in range(self.n_estimators - 1)]
+        shifts = rng.permutation(n_classes) if self.n_estimators > 1 else np.zeros(1, dtype=np.int64)
+        views = list(itertools.product(range(len(permutations)), shifts))
+        order = rng.permutation(len(views))
+        members = ((views[i][0], int(views[i][1]), m) for i in order for m in self.norm_methods)
+        return permutations, list(itertools.islice(members, self.n_estimators))
+
+    def _scaler(self, method: str) -> _ViewScaler:
+        if method not in self._scalers:
+            self._scalers[method] = _ViewScaler(self._x_context, method == "power", self.outlier_threshold)
+        return self._scalers[method]
+
+    def _tensor(self, x: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(x, dtype=torch.float32, device=next(self.model.parameters()).device)[None]
+
+    def predict_proba(self, y_context: np.ndarray, sets: Mapping[str, np.ndarray], *,
+                      keep: bool = True) -> dict[str, np.ndarray]:
+        """Probabilities (n_rows, n_classes) of every named set of test rows."""
         y_context = np.asarray(y_context, np.int64)
         n_classes = int(y_context.max()) + 1
         if set(np.unique(y_context)) != set(range(n_classes)):
             raise ValueError(f"context labels must cover 0..{n_classes - 1}; got {sorted(set(y_context.tolist()))}")
-        keep = np.array([len(np.unique(c)) > 1 for c in x_context.T], dtype=bool)  # constant columns say nothing
-        if not keep.any():
-            keep[:] = True
-        x_context, x_test = x_context[:, keep], x_test[:, keep]
-        rng = np.random.default_rng(self.seed)
-        shifts = rng.permutation(n_classes) if self.n_estimators > 1 else np.zeros(1, dtype=np.int64)
-        permutations = [np.arange(x_context.shape[1])] + [rng.permutation(x_context.shape[1])
-                                                          for _ in range(self.n_estimators - 1)]
-        views = list(itertools.product(permutations, shifts))
-        order = rng.permutation(len(views))
-        # every view under each normalisation in turn, the first n_estimators of those (as the released wrapper)
-        members = list(itertools.islice(((views[i], m) for i in order for m in self.norm_methods), self.n_estimators))
-        scalers: dict[str, _ViewScaler] = {}
-        total = np.zeros((len(x_test), n_classes))
-        for (columns, shift), method in members:
-            if method not in scalers:
-                scalers[method] = _ViewScaler(x_context, method == "power", self.outlier_threshold)
-            scale = scalers[method]
-            logits = predict_in_chunks(
-                self.logits, scale(x_context)[:, columns], (y_context + shift) % n_classes,
-                scale(x_test)[:, columns], chunk_size=self.chunk_size, seed=self.seed,
-            )
-            total += np.roll(logits, -int(shift), axis=1)  # back to the original class order
-        mean = total / len(members) / self.softmax_temperature
-        proba = np.exp(mean - mean.max(axis=1, keepdims=True))
-        return proba / proba.sum(axis=1, keepdims=True)
+        sets = {name: np.asarray(x, np.float64)[:, self._keep] for name, x in sets.items()}
+        permutations, members = self._draw(n_classes)
+        totals = {name: np.zeros((len(x), n_classes)) for name, x in sets.items()}
+        with torch.no_grad():
+            for index, shift, method in members:
+                columns, scale = permutations[index], self._scaler(method)
+                labels = (y_context + shift) % n_classes
+                for name, x in sets.items():
+                    if self.reuse:
+                        logits = self._logits(index, method, columns, scale, labels, name, x, keep)
+                    else:
+                        logits = predict_in_chunks(self._recomputed, scale(self._x_context)[:, columns], labels,
+                                                   scale(x)[:, columns], chunk_size=self.chunk_size, seed=self.seed)
+                    totals[name] += np.roll(logits, -shift, axis=1)  # back to the original class order
+                if (index, method) in self._encoded:
+                    self._encoded[(index, method)].labelled.clear()  # a task's keys and values: this member's
+        out = {}
+        for name, total in totals.items():
+            mean = total / len(members) / self.softmax_temperature
+            proba = np.exp(mean - mean.max(axis=1, keepdims=True))
+            out[name] = proba / proba.sum(axis=1, keepdims=True)
+        return out
+
+    def _recomputed(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The whole network on the context and a chunk together (the path without reuse)."""
+        device = next(self.model.parameters()).device
+        out: torch.Tensor = self.model(x.to(device), y.to(device))
+        return out.cpu()
+
+    def _logits(self, index: int, method: str, columns: np.ndarray, scale: _ViewScaler, labels: np.ndarray,
+                name: str, x: np.ndarray, keep: bool) -> np.ndarray:
+        """A member's logits of the set `name` from the view's encoded context and the set's encoded rows."""
+        model = self.model
+        if (index, method) not in self._encoded:
+            self._encoded[(index, method)] = orion_encoding.encode_context(
+                model, self._tensor(scale(self._x_context)[:, columns]))
+        context = self._encoded[(index, method)]
+        rows = self._rows.get((index, method, name))
+        if rows is None:
+            x_view = scale(x)[:, columns]
+            rows = torch.cat([orion_encoding.encode_rows(model, context, self._tensor(x_view[start : start + self.chunk_size]))
+                              for start in range(0, len(x_view), self.chunk_size)], dim=1)
+            if keep:
+                self._rows[(index, method, name)] = rows
+        y = torch.as_tensor(labels, device=rows.device)
+        order = np.random.default_rng(self.seed).permutation(rows.shape[1])  # the chunks of predict_in_chunks
+        out = np.empty((rows.shape[1], int(labels.max()) + 1), dtype=np.float32)
+        for start in range(0, len(order), self.chunk_size):
+            chunk = order[start : start + self.chunk_size]
+            index_tensor = torch.as_tensor(chunk, device=rows.device)
+            out[chunk] = orion_encoding.logits(model, context, y, rows[:, index_tensor])[0].float().cpu().numpy()
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"n_estimators": self.n_estimators, "seed": self.seed, "chunk_size": self.chunk_size,
                 "softmax_temperature": self.softmax_temperature, "norm_methods": list(self.norm_methods),
-                "outlier_threshold": self.outlier_threshold, "column_permutations": "seeded random"}
+                "outlier_threshold": self.outlier_threshold, "column_permutations": "seeded random",
+                "context_encoding": "reused" if self.reuse else "recomputed per chunk"}

@@ -72,7 +72,7 @@ def _attend(
     return attn.out_proj(out.transpose(-3, -2).flatten(-2))
 
 
-class _Block(nn.Module):
+class Block(nn.Module):
     """Pre-norm attention + feed-forward block; keys and values go through `norm1` as the queries do."""
 
     def __init__(self, d: int, n_heads: int, d_hidden: int) -> None:
@@ -92,7 +92,7 @@ class _Encoder(nn.Module):
         super().__init__()
         if d % n_heads:
             raise ValueError(f"{d=} must be divisible by {n_heads=}")
-        self.blocks = nn.ModuleList([_Block(d, n_heads, d_hidden) for _ in range(n_blocks)])
+        self.blocks = nn.ModuleList([Block(d, n_heads, d_hidden) for _ in range(n_blocks)])
         self.rope = _Rotary(d // n_heads, rope_base) if rope_base is not None else None
 
     def forward(self, x: Tensor, **attend: object) -> Tensor:
@@ -102,25 +102,32 @@ class _Encoder(nn.Module):
 
 
 # ------------------------------------------------------------------------------ column embedding (§3.3)
-class _ISAB(nn.Module):
+class ISAB(nn.Module):
     """Induced self-attention: inducing points read the training cells, every cell reads them back."""
 
     def __init__(self, d: int, n_heads: int, d_hidden: int, n_inducing: int) -> None:
         super().__init__()
-        self.multihead_attn1 = _Block(d, n_heads, d_hidden)
-        self.multihead_attn2 = _Block(d, n_heads, d_hidden)
+        self.multihead_attn1 = Block(d, n_heads, d_hidden)
+        self.multihead_attn2 = Block(d, n_heads, d_hidden)
         self.ind_vectors = nn.Parameter(torch.empty(n_inducing, d))
         nn.init.trunc_normal_(self.ind_vectors, std=0.02)
 
     def forward(self, x: Tensor, n_train: int) -> Tensor:  # (..., T, d)
         skip = (x == SKIP_VALUE).all(dim=-1).all(dim=-1)  # a column made only of skip markers stays one
-        inducing = self.ind_vectors.expand(*x.shape[:-2], *self.ind_vectors.shape)
-        hidden = self.multihead_attn1(inducing, x[..., :n_train, :])
+        return self.read(x, self.summarize(x[..., :n_train, :]), skip)
+
+    def summarize(self, x_train: Tensor) -> Tensor:
+        """The inducing points after reading the training cells: (..., n_inducing, d)."""
+        inducing = self.ind_vectors.expand(*x_train.shape[:-2], *self.ind_vectors.shape)
+        return self.multihead_attn1(inducing, x_train)
+
+    def read(self, x: Tensor, hidden: Tensor, skip: Tensor) -> Tensor:
+        """Every cell of `x` reads `hidden` (each cell on its own); `skip`: the columns left as markers."""
         out = self.multihead_attn2(x, hidden)
         return torch.where(skip[..., None, None], torch.full_like(x, SKIP_VALUE), out)
 
 
-def _skippable(layer: nn.Linear, x: Tensor) -> Tensor:
+def skippable(layer: nn.Linear, x: Tensor) -> Tensor:
     """`layer(x)`, with the output set to the skip marker where every input channel is the marker."""
     out = layer(x)
     return torch.where((x == SKIP_VALUE).all(dim=-1, keepdim=True), torch.full_like(out, SKIP_VALUE), out)
@@ -129,7 +136,7 @@ def _skippable(layer: nn.Linear, x: Tensor) -> Tensor:
 class _SetTransformer(nn.Module):
     def __init__(self, n_blocks: int, d: int, n_heads: int, d_hidden: int, n_inducing: int) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList([_ISAB(d, n_heads, d_hidden, n_inducing) for _ in range(n_blocks)])
+        self.blocks = nn.ModuleList([ISAB(d, n_heads, d_hidden, n_inducing) for _ in range(n_blocks)])
 
 
 class _ColumnEmbedding(nn.Module):
@@ -146,11 +153,11 @@ class _ColumnEmbedding(nn.Module):
         # NOTE: the reference prepends n_special columns of skip markers here and drops their embeddings
         # later unread; we leave them out (the columns are independent, so the result is the same).
         cells = x.transpose(1, 2).unsqueeze(-1)  # (B, H, T, 1)
-        src = _skippable(self.in_linear, cells)
+        src = skippable(self.in_linear, cells)
         for block in self.tf_col.blocks:
             src = block(src, n_train)
-        weights = self.ln_w(_skippable(self.out_w, src))
-        biases = self.ln_b(_skippable(self.out_b, src))
+        weights = self.ln_w(skippable(self.out_w, src))
+        biases = self.ln_b(skippable(self.out_b, src))
         return (cells * weights + biases).transpose(1, 2)
 
 
@@ -230,22 +237,30 @@ class _RowInteraction(nn.Module):
         self.pma = _PMAGroup(d)  # in every checkpoint, used only when group_mode == "pma"
         self.out_ln = nn.LayerNorm(d)
 
+    def masks(
+        self, n_features: int, *, window_mode: Literal["reference", "paper"], generator: torch.Generator | None,
+        device: torch.device | None = None,
+    ) -> list[Tensor]:
+        """One attention mask per scale, drawn in the scales' order (one call's random links)."""
+        return [block_sparse_mask(self.n_special + math.ceil(n_features / size), self.n_special, self.window,
+                                  self.n_random, window_mode=window_mode, generator=generator, device=device)
+                for size in self.scales]
+
     def forward(
-        self, feats: Tensor, *, window_mode: Literal["reference", "paper"], generator: torch.Generator | None
+        self, feats: Tensor, *, window_mode: Literal["reference", "paper"], generator: torch.Generator | None,
+        masks: list[Tensor] | None = None,
     ) -> Tensor:  # (B, T, H, d) -> (B, T, n_cls * d)
         B, T, H, d = feats.shape
+        if masks is None:
+            masks = self.masks(H, window_mode=window_mode, generator=generator, device=feats.device)
         specials = torch.cat([self.cls_tokens, self.global_tokens]).expand(B, T, self.n_special, d)
         cls_out = []
-        for encoder, size in zip(self.scale_encoders, self.scales):
+        for encoder, size, mask in zip(self.scale_encoders, self.scales, masks):
             if self.group_mode == "contiguous":
                 grouped = _group_mean(feats, size)
             else:
                 grouped = self.pma(feats, math.ceil(H / size))
             tokens = torch.cat([specials, grouped], dim=2)  # (B, T, n_special + K_s, d)
-            mask = block_sparse_mask(
-                tokens.shape[2], self.n_special, self.window, self.n_random,
-                window_mode=window_mode, generator=generator, device=feats.device,
-            )
             cls_out.append(encoder(tokens, mask=mask)[..., : self.n_cls, :])
         return self.out_ln(torch.stack(cls_out).mean(dim=0)).flatten(-2)  # eqs. 19-20
 
@@ -267,11 +282,11 @@ class _TransformerLayer(nn.Module):
         return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
 
 
-class _CrossAttnBlock(nn.Module):
+class CrossAttnBlock(nn.Module):
     def __init__(self, d: int, n_heads: int, d_hidden: int) -> None:
         super().__init__()
         self.q_norm, self.kv_norm = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = _Block(d, n_heads, d_hidden)
+        self.attn = Block(d, n_heads, d_hidden)
         self.ffn = _TransformerLayer(d, n_heads, d_hidden)
 
     def forward(self, q: Tensor, kv: Tensor, n_context: int | None) -> Tensor:
@@ -289,8 +304,8 @@ class _PerceiverMemory(nn.Module):
         if self.latents is not None:
             nn.init.trunc_normal_(self.latents, std=0.02)
         n = n_layers if n_latents > 0 else 0
-        self.write_layers = nn.ModuleList([_CrossAttnBlock(d, n_heads, d_hidden) for _ in range(n)])
-        self.read_layers = nn.ModuleList([_CrossAttnBlock(d, n_heads, d_hidden) for _ in range(n)])
+        self.write_layers = nn.ModuleList([CrossAttnBlock(d, n_heads, d_hidden) for _ in range(n)])
+        self.read_layers = nn.ModuleList([CrossAttnBlock(d, n_heads, d_hidden) for _ in range(n)])
 
     def forward(self, rows: Tensor, n_train: int, mode: Literal["reference", "split"]) -> Tensor:
         if self.latents is None:
