@@ -6,6 +6,7 @@ the interface, never accuracy."""
 from __future__ import annotations
 
 import atexit
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 from sklearn.base import clone
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from sklearn.utils.estimator_checks import estimator_checks_generator
 
 from _icl_tiny import orion_file, write_icl_params
 from multitab.icl.checkpoint import CheckpointError
@@ -51,9 +52,23 @@ def _one_thread():
 
 # One estimator, with the released memory and two views (the checks cost ~0.5 s each); the split memory's
 # invariance to the other test rows is tests/test_icl_encoding.py's.
-@parametrize_with_checks(
-    [OrionMSPClassifier(checkpoint=CHECKPOINT, sha256=SHA256, n_estimators=2, chunk_size=64)],
-    expected_failed_checks=_expected_failures,
+def _check_id(value: object) -> str:
+    """A test id that is the same in every process: the check's name. (parametrize_with_checks names a test by
+    the estimator's repr, which holds the checkpoint's temporary path: pytest-xdist's workers then collect
+    different tests and the run stops.)"""
+    if isinstance(value, OrionMSPClassifier):
+        return "orion_msp"
+    check = value.func if isinstance(value, functools.partial) else value
+    return str(getattr(check, "__name__", check))
+
+
+_ESTIMATOR = OrionMSPClassifier(checkpoint=CHECKPOINT, sha256=SHA256, n_estimators=2, chunk_size=64)
+
+
+@pytest.mark.parametrize(
+    "estimator, check",
+    list(estimator_checks_generator(_ESTIMATOR, expected_failed_checks=_expected_failures(_ESTIMATOR), mark="xfail")),
+    ids=_check_id,
 )
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
