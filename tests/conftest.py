@@ -24,3 +24,14 @@ def _default_float_mode():
     torch.set_flush_denormal(False)
     yield
     torch.set_flush_denormal(False)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models: one torch thread is fastest on a shared two-core machine (the in-context model tests)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -19,12 +19,7 @@ VARIANTS = {  # over TINY_ORION (max_classes 4)
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _model(variant: str, memory: str, window: str = "reference") -> OrionMSP:

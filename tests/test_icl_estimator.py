@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import estimator_checks_generator
 
@@ -42,12 +41,7 @@ def _expected_failures(estimator: OrionMSPClassifier) -> dict[str, str]:
     return RELEASED_MEMORY if estimator.memory == "reference" else RANDOM_WEIGHTS
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # One estimator, with the released memory and two views (the checks cost ~0.5 s each); the split memory's

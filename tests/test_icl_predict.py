@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from _icl_tiny import TINY_ORION, orion_state, tabicl_file
 from multitab.icl import context, tabicl_model
 from multitab.icl.orion_msp import from_checkpoint
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one torch thread is fastest on a shared two-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 

@@ -15,13 +15,7 @@ from _icl_tiny import orion_file, tabicl_file, write_icl_params
 from _training_tiny import write_tiny_processed
 from stages import icl as stage
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _run(tmp_path, checkpoints, *, datasets=("acs_income",), **over):

@@ -24,13 +24,7 @@ TINY = {  # the released config's keys, tiny values
     "row_group_mode": "contiguous", "perc_num_latents": 4, "perc_layers": 1,
 }
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one torch thread is fastest on a shared two-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 
