@@ -365,6 +365,7 @@ def test_the_first_log_line_names_the_run_and_its_stages_know_the_name(tmp_path)
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.client.schemas.sorting import LogSort
+    from prefect.logging.handlers import APILogWorker
 
     script = "import os, pathlib; pathlib.Path('out').mkdir(exist_ok=True); " \
              "pathlib.Path('out/name').write_text(os.environ.get('MULTITAB_FLOW_RUN', 'unset'))"
@@ -376,10 +377,17 @@ def test_the_first_log_line_names_the_run_and_its_stages_know_the_name(tmp_path)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
 
     state = pipeline(root=str(root), return_state=True)
+    # Prefect sends log records to the API in the background (APILogWorker), so the flow's return does not mean
+    # the server holds them: drain the worker, then read until the line is there (CI once read too early).
+    APILogWorker.drain_all(timeout=30)
+    deadline, first = time.monotonic() + 30, None
     with get_client(sync_client=True) as client:
-        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])),
-                                limit=200, offset=0, sort=LogSort.TIMESTAMP_ASC)
-    first = next(log.message for log in logs if log.message.startswith("Beginning flow run"))
+        while first is None and time.monotonic() < deadline:
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])),
+                                    limit=200, offset=0, sort=LogSort.TIMESTAMP_ASC)
+            first = next((log.message for log in logs if log.message.startswith("Beginning flow run")), None)
+            if first is None:
+                time.sleep(0.2)
     assert first == f"Beginning flow run 'all stages @ {commit[:8]}' for flow 'multitab-pipeline'"
     assert (root / "out" / "name").read_text() == f"all stages @ {commit[:8]}"
 
