@@ -17,6 +17,7 @@ from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import SCHEMAS, get_schema, schema_from_meta
 from multitab.datasets.split import SplitError, canonicalize, split_frames
 from multitab.datasets.standin import write_standin
+from multitab.names import DATASET_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +51,10 @@ def test_schema_matches_table1(name: str, n_num: int, n_cat: int, tasks: dict[st
 def test_unknown_dataset_is_named() -> None:
     with pytest.raises(KeyError, match="unknown dataset 'adult'"):
         get_schema("adult")
+
+
+def test_the_config_package_knows_the_registered_datasets_by_name() -> None:
+    assert tuple(SCHEMAS) == DATASET_NAMES
 
 
 # ----------------------------------------------------------------------------------------------- config

@@ -1,7 +1,12 @@
-"""The model registry: each model's name and the class it builds, written as `module:Class` so that the
-names can be read without importing torch (params.yaml is checked against them before any stage runs).
-multitab.models imports the classes (`MODELS`). Adding a model: its class, one line here, and its
-hyperparameter files (docs/extending.md)."""
+"""The registries' names, readable by the config package, which sits below the packages that define them
+(params.yaml is checked against them before any stage runs).
+
+The model registry: each model's name and the class it builds, written as `module:Class` so that the
+names can be read without importing torch. multitab.models imports the classes (`MODELS`). Adding a model:
+its class, one line here, and its hyperparameter files (docs/extending.md).
+
+The dataset registry: the names of the datasets with a schema (multitab.datasets.schema.SCHEMAS, in its
+order)."""
 
 from __future__ import annotations
 
@@ -19,3 +24,5 @@ MODEL_CLASSES: dict[str, str] = {
     "xgboost": "multitab.models.xgboost_model:XGBoost",
 }
 MODEL_NAMES: tuple[str, ...] = tuple(MODEL_CLASSES)
+
+DATASET_NAMES: tuple[str, ...] = ("aliexpress", "acs_income", "higgs")

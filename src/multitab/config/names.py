@@ -19,8 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from multitab.config._build import ConfigError
-from multitab.datasets.schema import SCHEMAS
-from multitab.names import MODEL_NAMES
+from multitab.names import DATASET_NAMES, MODEL_NAMES
 
 STAGE_NAME_PART = re.compile(r"[A-Za-z0-9_]+")
 
@@ -68,12 +67,12 @@ def check_names(sections: dict[str, Any], source: str) -> None:
     if "datasets" in sections:
         real, declared = sorted(sections["datasets"]), []
     else:
-        real = sorted(SCHEMAS)
+        real = sorted(DATASET_NAMES)
         declared = [name for group in sections.get("runs", {}).values() if isinstance(group.data, dict)
                     for name in group.data.get("datasets", ())]
     any_dataset = sorted({*real, *configs, *declared})
     a_model, a_dataset = "a registered model", "a dataset (datasets:) or a MultiTab-Bench config (bench.configs)"
-    _unknown(source, "datasets", sections.get("datasets", {}), SCHEMAS, "a dataset with a schema")
+    _unknown(source, "datasets", sections.get("datasets", {}), DATASET_NAMES, "a dataset with a schema")
     if "validation" in sections:
         _unknown(source, "validation.policy", sections["validation"].policy, real, "a dataset")
     if "train" in sections:
