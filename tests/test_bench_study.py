@@ -297,7 +297,7 @@ def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
 def test_explained_variance_and_mse_equal_sklearn_exactly():
     from sklearn.metrics import explained_variance_score, mean_squared_error
 
-    from multitab.evaluation.metrics import explained_variance, mse
+    from multitab.metrics import explained_variance, mse
 
     rng = np.random.default_rng(0)
     for n in (1, 2, 7, 3000, 20001):

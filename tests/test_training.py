@@ -26,10 +26,10 @@ from _training_tiny import (
     write_tiny_processed,
     write_tiny_project,
 )
+from multitab import metrics as M
 from multitab.config import load_params
 from multitab.config.train import TrainConfig
 from multitab.datasets.schema import Task
-from multitab.evaluation import metrics as M
 from multitab.exit_codes import BAD_INPUT
 from multitab.hparams import for_run
 from multitab.training import loop as loop_mod

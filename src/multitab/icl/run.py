@@ -28,9 +28,9 @@ import torch
 
 from multitab.config.icl import IclConfig, IclProfile
 from multitab.datasets.schema import Task
-from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.icl import context, tabicl_model
 from multitab.icl.estimator import load_orion
+from multitab.metrics import mean_metric, task_metrics
 from multitab.training.data import load_processed
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from multitab.datasets.schema import Task
-from multitab.evaluation.metrics import mse, task_metrics
+from multitab.metrics import mse, task_metrics
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches
 from multitab.training.device import autocast
 

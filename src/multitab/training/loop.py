@@ -35,7 +35,7 @@ from typing import Any, Literal
 import torch
 from tqdm.auto import tqdm
 
-from multitab.evaluation.metrics import mean_metric
+from multitab.metrics import mean_metric
 from multitab.models.accelerate import accelerate_cpu
 from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from multitab.evaluation.metrics import mean_metric, task_metrics
 from multitab.hparams.keywords import problems
 from multitab.io import remove_stale_temporaries
+from multitab.metrics import mean_metric, task_metrics
 from multitab.models import RUN_KEYWORDS, build_model, model_class
 from multitab.run_config import RunConfig, TrainSettings
 from multitab.training import checkpoint as ckpt

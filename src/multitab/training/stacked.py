@@ -80,7 +80,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
-from multitab.evaluation.metrics import mean_metric
+from multitab.metrics import mean_metric
 from multitab.models import model_class
 from multitab.models.accelerate import ACCELERATED, accelerate_cpu
 from multitab.run_config import RunConfig
