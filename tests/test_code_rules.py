@@ -1,10 +1,12 @@
 """Rules of the code base that a reviewer would otherwise check by eye: private names stay in their
-module, params.yaml is read only by the config package, and the config package sits below the rest (it
-imports only the leaf modules it checks names and values against)."""
+module, params.yaml is read only by the config package, the config package sits below the rest (it
+imports only the leaf modules it checks names and values against), and the library's packages import
+only downwards, in the layer order LAYERS states (docs/architecture.md draws it)."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -14,17 +16,18 @@ CODE = [ROOT / "src" / "multitab", ROOT / "stages", ROOT / "flows", ROOT / "benc
 CONFIG = ROOT / "src" / "multitab" / "config"
 # What the config package may import from the project: itself and the leaf modules holding the facts it
 # checks against (the dataset schemas, the model names, the protocols) or reads with (YAML, files).
-CONFIG_MAY_IMPORT = ("multitab.config", "multitab.io", "multitab.protocol", "multitab.names",
-                     "multitab.datasets.schema")
+CONFIG_MAY_IMPORT = ("multitab.config", "multitab.io", "multitab.protocol", "multitab.names")
 YAML_READERS = {"read_yaml_file", "load_yaml", "safe_load", "load"}
 
 Module = tuple[str, ast.Module]  # (where, tree)
 _PARAMS = re.compile(r"(?<![A-Za-z_])params")  # params.yaml, params_path; not hparams/...
 
 
-def _modules() -> list[Module]:
-    return [(str(path.relative_to(ROOT)), ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
-            for folder in CODE for path in sorted(folder.rglob("*.py"))]
+@functools.cache
+def _modules() -> tuple[Module, ...]:
+    """Every module parsed once for all the rules (read-only: the rules walk the trees)."""
+    return tuple((str(path.relative_to(ROOT)), ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+            for folder in CODE for path in sorted(folder.rglob("*.py")))
 
 
 def _imports(tree: ast.Module) -> Iterator[tuple[int, str, str]]:
@@ -68,6 +71,88 @@ def config_imports(modules: Iterable[Module], config_folder: str) -> list[str]:
 
 
 CONFIG_FOLDER = str(CONFIG.relative_to(ROOT)) + "/"
+LIBRARY = ROOT / "src" / "multitab"
+
+# multitab's packages and top-level modules, bottom layer first. A module may import from its own layer and
+# the layers below it, never from one above: at module level, inside a function and under TYPE_CHECKING
+# alike (an import that runs late is still a dependency, and a cycle once the two ends are loaded). Within
+# a layer anything goes (runs, resolve, runs_check and runs_cli call each other). stages/, flows/ and
+# benchmarks/ sit above all of it; the library never imports them. A new package or top-level module gets
+# a place here.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("io", "names", "protocol", "exit_codes", "markup", "runtime", "provenance", "process", "stage_deps"),
+    ("checkpoint_file", "integrity"),  # files checked against pins and dvc.lock's hashes
+    ("config",),  # params.yaml, strictly typed
+    ("datasets",),  # schemas, sources, splits, preprocessing, MultiTab-Bench
+    ("metrics",),  # per-task metrics: training and the in-context runs score with them
+    ("models",),
+    ("validation",),  # Great Expectations: the training path below never imports it
+    ("hparams",),  # the per-model hyperparameter files
+    ("profiles",),  # step profiles by device
+    ("run_config",),  # a run record's typed view (read without torch)
+    ("training",),
+    ("icl",),  # pretrained in-context models, scored on the processed data with training's data path
+    ("runs", "resolve", "runs_check", "runs_cli"),  # params.yaml runs: -> runs.yaml, resolved once
+    ("evaluation",),  # aggregate: the paper's tables, MultiTab-Bench, the sweeps' selection
+)
+LAYER_OF = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
+ABOVE_THE_LIBRARY = ("stages", "flows", "benchmarks")
+
+
+def _module_name(where: str) -> str:
+    """src/multitab/a/b.py -> multitab.a.b; src/multitab/a/__init__.py -> multitab.a."""
+    parts = Path(where).with_suffix("").parts[1:]  # without src/
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(node: ast.AST, module: str, package: bool) -> list[str]:
+    """The modules an import statement names, relative ones made absolute; `from multitab import x` names
+    multitab.x."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        parent = module.split(".")[:len(module.split(".")) - node.level + (1 if package else 0)]
+        base = ".".join(parent + ([node.module] if node.module else []))
+    if base == "multitab":
+        return [f"multitab.{alias.name}" for alias in node.names]
+    return [base]
+
+
+def _unit(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "multitab" and len(parts) > 1 else None
+
+
+def upward_imports(modules: Iterable[Module]) -> list[str]:
+    """Every import of the library's modules (src/multitab/...) that goes up LAYERS or out to stages/,
+    flows/ or benchmarks/; a package or top-level module without a layer is reported once."""
+    found: list[str] = []
+    unplaced: set[str] = set()
+    for where, tree in modules:
+        module = _module_name(where)
+        unit = _unit(module)
+        if unit is None:
+            continue
+        if unit not in LAYER_OF:
+            unplaced.add(unit)
+            continue
+        for node in ast.walk(tree):
+            for target in _imported(node, module, where.endswith("__init__.py")):
+                if target.split(".")[0] in ABOVE_THE_LIBRARY:
+                    found.append(f"{where}:{node.lineno}: {target} (the library never imports {target.split('.')[0]}/)")
+                    continue
+                other = _unit(target)
+                if other is None or other == unit:
+                    continue
+                if other not in LAYER_OF:
+                    unplaced.add(other)
+                elif LAYER_OF[other] > LAYER_OF[unit]:
+                    found.append(f"{where}:{node.lineno}: {target} ({unit}, layer {LAYER_OF[unit]}, "
+                                 f"imports {other}, layer {LAYER_OF[other]})")
+    return found + [f"multitab.{unit} has no place in LAYERS" for unit in sorted(unplaced)]
 
 
 def test_no_private_name_is_imported_across_modules() -> None:
@@ -85,6 +170,20 @@ def test_the_config_package_imports_only_leaf_modules() -> None:
     assert not found, "multitab.config sits below the other packages:\n" + "\n".join(found)
 
 
+def test_the_library_imports_only_downwards() -> None:
+    library = [(where, tree) for where, tree in _modules() if where.startswith("src/")]
+    assert len(library) > 100, "the library's modules were not found"
+    found = upward_imports(library)
+    assert not found, ("move what both sides need down to a layer both may import "
+                       "(tests/test_code_rules.py LAYERS):\n" + "\n".join(found))
+
+
+def test_every_layer_names_something_that_exists() -> None:
+    missing = [unit for unit in LAYER_OF
+               if not (LIBRARY / unit).is_dir() and not (LIBRARY / f"{unit}.py").is_file()]
+    assert not missing, f"LAYERS names what src/multitab no longer has: {missing}"
+
+
 def test_each_rule_catches_what_it_describes() -> None:
     bad = ("from multitab.io import _private\n"
            "import yaml\nraw = yaml.safe_load(open('params.yaml'))\n")
@@ -95,3 +194,14 @@ def test_each_rule_catches_what_it_describes() -> None:
     upward = "from multitab.training.loop import fit\nimport multitab.models\n"
     assert config_imports([(CONFIG_FOLDER + "x.py", ast.parse(upward))], CONFIG_FOLDER) == [
         f"{CONFIG_FOLDER}x.py:1: multitab.training.loop", f"{CONFIG_FOLDER}x.py:2: multitab.models"]
+    late = ("from multitab.io import write_text\nfrom multitab import metrics\n"
+            "def f():\n    from multitab.evaluation import tables\n    from . import loop\n    import flows.pipeline\n")
+    assert upward_imports([("src/multitab/training/x.py", ast.parse(late))]) == [
+        f"src/multitab/training/x.py:4: multitab.evaluation (training, layer {LAYER_OF['training']}, "
+        f"imports evaluation, layer {LAYER_OF['evaluation']})",
+        "src/multitab/training/x.py:6: flows.pipeline (the library never imports flows/)"]
+    assert upward_imports([("src/multitab/icl/__init__.py", ast.parse("from .records import X\n"))]) == []
+    assert upward_imports([("src/multitab/models/x.py", ast.parse("from ..training import loop\n"))]) == [
+        f"src/multitab/models/x.py:1: multitab.training (models, layer {LAYER_OF['models']}, "
+        f"imports training, layer {LAYER_OF['training']})"]
+    assert upward_imports([("src/multitab/newpkg/x.py", ast.parse(""))]) == ["multitab.newpkg has no place in LAYERS"]
