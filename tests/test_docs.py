@@ -3,10 +3,12 @@ reaches a file that exists, and a heading there when it names one."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -45,3 +47,90 @@ def test_relative_links_resolve(doc: Path) -> None:
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(f"{target}: no heading #{anchor} in {dest.name}")
     assert not broken, f"{doc.relative_to(ROOT)}: {broken}"
+
+
+# A path of the code (src/multitab/..., stages/..., flows/..., benchmarks/..., tests/...) or a dotted module
+# (multitab.x.y, flows.x, stages.x) that a page names.
+CODE_PATH = re.compile(r"(?<![\w/.-])((?:src/multitab|stages|flows|benchmarks|tests)/[\w/.-]*[\w/])")
+DOTTED = re.compile(r"(?<![\w./-])((?:multitab|flows|stages)(?:\.\w+)+)(?![\w/-])")
+NOT_MODULES = {"md", "py", "yaml", "yml", "json", "lock", "html"}
+NEVER_EXISTED = {"multitab.cli"}  # setup.md tells its story: a console script once pointed at it
+
+
+def _top_level_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    base = ROOT.joinpath("src" if parts[0] == "multitab" else "", *parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def stale_code_names(text: str) -> list[str]:
+    """The code paths and dotted modules in `text` that name nothing: a dotted name is a module, or a module
+    and a name defined at its top level (multitab.models.build_model; an attribute after that,
+    multitab.hparams.Hparams.with_point, is not followed)."""
+    stale = [path for path in sorted(set(CODE_PATH.findall(text))) if not (ROOT / path).exists()]
+    for dotted in sorted(set(DOTTED.findall(text)) - NEVER_EXISTED):
+        parts = dotted.split(".")
+        if parts[-1] in NOT_MODULES:
+            continue
+        longest = next((n for n in range(len(parts), 1, -1) if _module_file(parts[:n])), 0)
+        if longest == len(parts):
+            continue
+        module = _module_file(parts[:longest]) if longest else None
+        if module is None or parts[longest] not in _top_level_names(module):
+            stale.append(dotted)
+    return stale
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_the_code_a_page_names_exists(doc: Path) -> None:
+    stale = stale_code_names(doc.read_text())
+    assert not stale, f"{doc.relative_to(ROOT)} names code that is not there (moved or renamed?): {stale}"
+
+
+def test_a_stale_code_name_is_caught() -> None:
+    text = ("`src/multitab/gone.py`, stages/acquire.py, multitab.evaluation.metrics_old, multitab.models.build_model, "
+            "multitab.models.no_such_name, flows.pipeline, docs/flows.md, multitab.runs, multitab.hparams.Hparams.x, "
+            "flows.gone.main")
+    assert stale_code_names(text) == ["src/multitab/gone.py", "flows.gone.main", "multitab.evaluation.metrics_old",
+                                      "multitab.models.no_such_name"]
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+BARE_FILE = re.compile(r"(?<![\w/.-])((?:\w+/)*\w+\.py)\b")
+
+
+def test_architecture_page_names_existing_files_and_draws_the_enforced_layers() -> None:
+    from test_code_rules import LAYERS
+
+    text = ARCHITECTURE.read_text()
+    code = [ROOT / "src", ROOT / "stages", ROOT / "flows", ROOT / "benchmarks", ROOT / "tests"]
+    missing = [name for name in sorted(set(BARE_FILE.findall(text)))
+               if not any(next(folder.rglob(name), None) or (folder.parent / name).is_file() for folder in code)]
+    assert not missing, f"docs/architecture.md names files that are not there: {missing}"
+    block = text[text.index("## The library's layers"):]
+    block = block[block.index("```") + 4:]
+    block = block[:block.index("```")]
+    drawn = [tuple(token.rstrip("/").removesuffix(".py") for token in line[1:].split("  ")[0].split())
+             for line in block.splitlines() if line.startswith(" ") and not line.startswith("  ")]
+    assert drawn[::-1] == list(LAYERS), "the layers drawn in docs/architecture.md differ from tests/test_code_rules.py LAYERS"
+    table = text[text.index("## The stages"):]
+    table = table[:table.index("\n\n", table.index("| Stage"))]
+    named = {name.partition("@")[0] for row in table.splitlines()[3:] for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
+    stages = set(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
+    assert named and named <= stages, f"docs/architecture.md's stage table names stages dvc.yaml lacks: {named - stages}"
