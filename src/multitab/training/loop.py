@@ -4,7 +4,9 @@
 
 Every epoch: shuffle the training split (seeded generator), one optimiser step per batch of 2048 on the
 summed task losses, evaluate on validation, step early stopping on the mean validation metric, save
-`best.pt` on improvement and `last.pt` always (atomically). Afterwards the best weights are tested.
+`best.pt` on improvement and `last.pt` always (atomically). Afterwards the best weights are tested. The
+epoch itself is `train_epoch` here; what follows it (validation, early stopping, history, checkpoints,
+resume) is epochs.py's loop, which stacked training (stacked.py) runs with its own vmapped epoch.
 
 Single-task baselines are one submodel per task behind one module (the models' PerTask wrapper). They
 are trained here with ONE optimiser over all parameters. This equals the authors' one optimiser per task
@@ -24,7 +26,6 @@ seeding and mixed precision in device.py.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -41,12 +42,20 @@ from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
 from multitab.training.device import autocast, resolve_device, seed_everything
 from multitab.training.early_stopping import EarlyStopping
+from multitab.training.epochs import (
+    EpochStats,
+    RunState,
+    history_row,
+    run_epochs,
+    save_epoch,
+    smoothed_note,
+    start_run,
+)
 from multitab.training.evaluate import evaluate, regression_mse
 from multitab.training.losses import MultitaskLoss, task_loss
 
-log = logging.getLogger(__name__)
-
-# What run.py takes from here: the loop's types and the run setup it shares with the loop.
+# What run.py and stacked training take from here: the loop's types and the run setup they share with it
+# (history_row, save_epoch, smoothed_note and EpochStats live in epochs.py and stay importable from here).
 __all__ = ["EpochStats", "RunResult", "RunSettings", "history_row", "make_optimizer", "optimizer_for", "regression_mse",
            "resolve_device", "save_epoch", "seed_everything", "evaluate_best", "smoothed_note", "train", "train_epoch"]
 
@@ -102,16 +111,6 @@ def optimizer_for(params: list[torch.Tensor], settings: RunSettings) -> torch.op
     # the fused kernel (one pass over all parameters) exists on CPU and CUDA for float parameters
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params) or None
     return cls(params, lr=settings.lr, weight_decay=settings.weight_decay, fused=fused)
-
-
-@dataclass
-class EpochStats:
-    loss_sum: torch.Tensor  # summed batch losses (float64, on the device)
-    task_sums: dict[str, torch.Tensor]
-    n_batches: int
-    n_samples: int
-    seconds: float  # wall time of the epoch (CUDA synchronised at the end)
-    data_seconds: float  # host time spent producing batches (the data path), inside `seconds`
 
 
 def train_epoch(
@@ -204,101 +203,43 @@ def train(
     eval_args: dict[str, Any] = {"batch_size": settings.batch_size, "device": device, "precision": settings.precision}
     generator = torch.Generator(device=train_split.device)
     generator.manual_seed(settings.seed)
-    stopper = EarlyStopping(settings.patience, smoothing=settings.early_stopping_smoothing)
-    history: list[dict[str, float]] = []
-    start_epoch, train_seconds, loop_seconds, samples_seen = 0, 0.0, 0.0, 0
-    checkpoint_dir = Path(checkpoint_dir)
-    last = ckpt.resume(checkpoint_dir, run_fingerprint, run_settings)
+    state, last = start_run(model, checkpoint_dir, run_fingerprint, run_settings, settings, generator)
     if last is not None:
-        model.load_state_dict(last["model"])
         optimizer.load_state_dict(last["optimizer"])
         ckpt.set_rng_state(last["rng"], generator)
-        stopper = EarlyStopping.resume(last["early_stopping"], settings.early_stopping_smoothing)
-        history = list(last["history"])
-        start_epoch = int(last["epoch"])
-        train_seconds, loop_seconds = float(last["train_seconds"]), float(last["loop_seconds"])
-        samples_seen = int(last["samples_seen"])
-        log.info("resuming from %s after epoch %d", checkpoint_dir / ckpt.LAST, start_epoch)
-    resumed_from = start_epoch
-    n_train = len(train_split)
-    stopped_early = bool(last is not None and last.get("stopped", False))
-
-    epoch = start_epoch
-    while epoch < settings.max_epochs and not stopped_early:
-        t0 = time.perf_counter()
-        stats = train_epoch(model, forward, optimizer, train_split, generator, loss_fn, settings, device,
-                            epoch=epoch)
-        loss_sum, task_sums, n_batches = stats.loss_sum, stats.task_sums, stats.n_batches
-        t_loop = stats.seconds
-        train_loss = float(loss_sum.item()) / max(n_batches, 1)
-        if not math.isfinite(train_loss):
-            raise FloatingPointError(f"epoch {epoch + 1}: training loss is {train_loss}; lower the learning rate "
-                                     "(train.optim) or check the data")
-        val_metrics, _, _ = evaluate(model, forward, data, "val", train_split, **eval_args)
-        val_mean = mean_metric(val_metrics)
-        improved = stopper.step(val_mean, epoch)
-        epoch_seconds = time.perf_counter() - t0
-        train_seconds += epoch_seconds
-        loop_seconds += t_loop
-        samples_seen += n_train
-        row = history_row(epoch, train_loss, {k: float(v.item()) / max(n_batches, 1) for k, v in task_sums.items()},
-                          val_metrics, val_mean, epoch_seconds=epoch_seconds, data_seconds=stats.data_seconds,
-                          loop_seconds=t_loop, n_train=n_train, criterion=stopper.history_fields(val_mean))
-        history.append(row)
-        log.info("epoch %d: train loss %.4f, val mean %.4f%s%s, %.0f samples/s", epoch + 1, train_loss, val_mean,
-                 smoothed_note(row), " (best)" if improved else "", row["samples_per_second"])
-        epoch += 1
-        stopped_early = stopper.should_stop
-        save_epoch(checkpoint_dir, run_fingerprint, run_settings, epoch=epoch, improved=improved,
-                   model_state=model.state_dict(), val_metrics=val_metrics, optimizer_state=optimizer.state_dict(),
-                   rng=ckpt.rng_state(generator), stopper=stopper, history=history, stopped=stopped_early,
-                   train_seconds=train_seconds, loop_seconds=loop_seconds, samples_seen=samples_seen)
-        if stopped_early:
-            log.info("early stop after epoch %d: no improvement for %d epochs (best epoch %d)",
-                     epoch, stopper.patience, stopper.best_epoch + 1)
-
-    return evaluate_best(model, forward, data, train_split, checkpoint_dir, run_fingerprint, run_settings,
-                         eval_args=eval_args, stopper=stopper, epochs=epoch, stopped_early=stopped_early,
-                         train_seconds=train_seconds, loop_seconds=loop_seconds, samples_seen=samples_seen,
-                         history=history, resumed_from=resumed_from)
+    trainer = _Separate(model, forward, optimizer, data, loss_fn, settings, device, generator, eval_args)
+    run_epochs([state], trainer, max_epochs=settings.max_epochs, n_train=len(train_split))
+    return evaluate_best(model, forward, data, train_split, state.checkpoint_dir, run_fingerprint, run_settings,
+                         eval_args=eval_args, stopper=state.stopper, epochs=state.epoch, stopped_early=state.stopped,
+                         train_seconds=state.train_seconds, loop_seconds=state.loop_seconds,
+                         samples_seen=state.samples_seen, history=state.history, resumed_from=state.resumed_from)
 
 
-def history_row(
-    epoch: int, train_loss: float, task_losses: dict[str, float], val_metrics: dict[str, float], val_mean: float, *,
-    epoch_seconds: float, data_seconds: float, loop_seconds: float, n_train: int,
-    criterion: dict[str, float] | None = None,
-) -> dict[str, float]:
-    """One epoch's row of the history (the curves: metrics.json's history, dvclive); `epoch` 0-based.
-    `criterion`: the early-stopping criterion's own columns (`EarlyStopping.history_fields`: the smoothed
-    mean validation metric when smoothing is on, after `val_mean`; nothing when off)."""
-    return {"epoch": epoch + 1, "train_loss": train_loss,
-            **{f"train_loss_{k}": v for k, v in task_losses.items()},
-            **{f"val_{k}": v for k, v in val_metrics.items()},
-            "val_mean": val_mean, **(criterion or {}), "epoch_seconds": epoch_seconds, "data_seconds": data_seconds,
-            "samples_per_second": n_train / loop_seconds if loop_seconds > 0 else math.nan}
+class _Separate:
+    """The `EpochTrainer` of one run (epochs.py): `train_epoch` with the run's model and optimiser; the
+    optimiser and the global RNGs are live, so its checkpoints store their current states."""
 
+    def __init__(self, model: torch.nn.Module, forward: Callable[..., dict[str, torch.Tensor]],
+                 optimizer: torch.optim.Optimizer, data: ProcessedData, loss_fn: MultitaskLoss, settings: RunSettings,
+                 device: torch.device, generator: torch.Generator, eval_args: dict[str, Any]) -> None:
+        self.model, self.forward, self.optimizer, self.data = model, forward, optimizer, data
+        self.loss_fn, self.settings, self.device, self.generator = loss_fn, settings, device, generator
+        self.eval_args = eval_args
 
-def smoothed_note(row: dict[str, float]) -> str:
-    """The log line's mention of the smoothed criterion (`` (smoothed 0.8123)``), empty when smoothing is off."""
-    return f" (smoothed {row['val_mean_smoothed']:.4f})" if "val_mean_smoothed" in row else ""
+    def train_epoch(self, runs: list[RunState], epoch: int) -> EpochStats:
+        return train_epoch(self.model, self.forward, self.optimizer, self.data.splits["train"], self.generator,
+                           self.loss_fn, self.settings, self.device, epoch=epoch)
 
+    def validate(self, index: int, run: RunState) -> tuple[dict[str, float], float]:
+        val_metrics, _, _ = evaluate(self.model, self.forward, self.data, "val", self.data.splits["train"],
+                                     **self.eval_args)
+        return val_metrics, mean_metric(val_metrics)
 
-def save_epoch(
-    checkpoint_dir: Path, run_fingerprint: str, run_settings: dict[str, Any] | None, *, epoch: int, improved: bool,
-    model_state: dict[str, torch.Tensor], val_metrics: dict[str, float], optimizer_state: dict[str, Any],
-    rng: dict[str, Any], stopper: EarlyStopping, history: list[dict[str, float]], stopped: bool,
-    train_seconds: float, loop_seconds: float, samples_seen: int,
-) -> None:
-    """The checkpoints of a finished epoch (`epoch` 1-based): `best.pt` when it improved, `last.pt` always."""
-    if improved:
-        ckpt.save(checkpoint_dir / ckpt.BEST, {**ckpt.identity(run_fingerprint, run_settings), "epoch": epoch,
-                                               "model": model_state, "val": val_metrics})
-    ckpt.save(checkpoint_dir / ckpt.LAST, {
-        **ckpt.identity(run_fingerprint, run_settings), "epoch": epoch, "model": model_state, "val": val_metrics,
-        "optimizer": optimizer_state, "rng": rng,
-        "early_stopping": stopper.state_dict(), "history": history, "stopped": stopped,
-        "train_seconds": train_seconds, "loop_seconds": loop_seconds, "samples_seen": samples_seen,
-    })
+    def saved_states(self, index: int, run: RunState) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self.optimizer.state_dict(), ckpt.rng_state(self.generator)
+
+    def regroup(self, remaining: list[RunState]) -> None:
+        raise AssertionError("a separate run trains alone")  # run_epochs regroups only a stack that shrinks
 
 
 def evaluate_best(
