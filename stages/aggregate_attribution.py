@@ -39,10 +39,9 @@ def aggregate_attribution(a: argparse.Namespace) -> None:
     params = load_params(a.params)
     attribution = params.attribution
     configs = synthetic_configs({name: params.bench.configs[name] for name in attribution.configs})
-    labels = dict(params.aggregate.models) if "aggregate" in params.sections else {}
     group = params.group(attribution.group)
     settings = StudySettings(model=attribution.claim.model, rivals=attribution.claim.rivals,
-                             alpha=attribution.claim.alpha, labels={**StudySettings().labels, **labels},
+                             alpha=attribution.claim.alpha,
                              patience=group_train(params, attribution.group).patience["default"])
     arms = {arm: [(c, m, s, d, point_id(p)) for c, m, s, d, p in members] for arm, members in arm_runs(params).items()}
     metrics, curves = collect_arms(a.runs, configs, arms)

@@ -64,10 +64,8 @@ def aggregate_study(a: argparse.Namespace) -> None:
     params = load_params(a.params)
     study = params.study
     configs = synthetic_configs({name: params.bench.configs[name] for name in study.configs})
-    labels = dict(params.aggregate.models) if "aggregate" in params.sections else {}
     group = params.group(study.group)
     settings = StudySettings(model=study.claim.model, rivals=study.claim.rivals, alpha=study.claim.alpha,
-                             labels={**StudySettings().labels, **labels},
                              patience=group_train(params, study.group).patience["default"])
     models = list(group.models)
     metrics, curves = collect_study(params, a.runs, configs, models, list(group.seeds))

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from multitab.names import PAPER_ROWS, REGISTRY, table_order
+
 PUBLISHED = Path(__file__).resolve().parents[1] / "src/multitab/evaluation/paper/published"
-LABELS = {"STL": "stl_mlp", "MTL": "mtl_shared_bottom", "MMoE": "mmoe", "PLE": "ple", "TabT": "tab_transformer",
-          "FT-T": "ft_transformer", "SAINT": "saint", "XGB": "xgboost", "STEM": "stem",
-          "MultiTab-Net": "multitab_net"}
+# the paper's label -> registry name, in the paper's order (the order the noise is drawn in)
+LABELS = {REGISTRY[name].label: name for name in table_order() if REGISTRY[name].label in PAPER_ROWS}
 TYPES = {"click": "binary", "conversion": "binary", "income": "binary", "marital": "multiclass",
          "target": "binary"}
 

@@ -14,22 +14,11 @@ from multitab.datasets.schema import SCHEMAS, DatasetSchema, Feature, RawColumn,
 from multitab.hparams import BENCH, load
 from multitab.models import MODELS, as_schema, build_model, hyperparameters
 from multitab.models.multitab_net import INTER_SAMPLE
+from multitab.names import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
-_TRANSFORMER = {"d_embedding": 8, "n_blocks": 1, "n_heads": 2, "ffn_d_hidden": 16, "head_d_hidden": (16,)}
-_EXTRACTION = {"d_embedding": 4, "n_layers": 2, "n_task_experts": 1, "n_shared_experts": 2, "expert_d_hidden": (32, 16)}
-TINY: dict[str, dict[str, Any]] = {
-    "multitab_net": _TRANSFORMER,
-    "saint": _TRANSFORMER,
-    "ft_transformer": _TRANSFORMER,
-    "tab_transformer": _TRANSFORMER,
-    "stl_mlp": {"d_embedding": 4, "d_hidden": (32, 16)},
-    "mtl_shared_bottom": {"d_embedding": 4, "shared_d_hidden": (32, 16), "tower_d_hidden": (8,)},
-    "mmoe": {"d_embedding": 4, "n_experts": 3, "expert_d_hidden": (32, 16), "tower_d_hidden": (8,)},
-    "ple": _EXTRACTION,
-    "stem": _EXTRACTION,
-    "maya": {"d_embedding": 8, "n_heads": 2, "n_branches": 3, "ffn_d_hidden": 16, "decoder_ffn_d_hidden": 16},
-}
+# each registered torch model's tiny configuration, from its registry entry (multitab.names)
+TINY: dict[str, dict[str, Any]] = {name: dict(e.tiny) for name, e in REGISTRY.items() if e.tiny is not None}
 OWN_TESTS = {"xgboost": "tests/test_xgboost.py"}
 TORCH_MODELS = [n for n, cls in MODELS.items() if isinstance(cls, type) and issubclass(cls, nn.Module)]
 # (registry name, overrides): every torch model, and the variants with code paths of their own

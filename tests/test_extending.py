@@ -1,6 +1,7 @@
-"""docs/extending.md cannot rot: in a copy of the repository, a toy model is added the way the page says
-(its class, its line in the registry, its hyperparameter file) and a run group that trains it is a
-params.yaml change only; `dvc repro` then trains the new run through the repository's own `train` stage."""
+"""docs/extending.md cannot rot: a toy model is added the way the page says (its class, its entry in the
+registry, its hyperparameter file) and reaches Table 3 and the learning curves with nothing else changed; in a
+copy of the repository a run group that trains it is a params.yaml change only, and `dvc repro` trains the new
+run through the repository's own `train` stage."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
+import pytest
 import yaml
 
+from _aggregate_fakes import published_runs, write_run
 from _toy_dvc import repo_dvc_yaml
 from _training_tiny import write_tiny_processed
+from multitab.config import load_params
+from multitab.names import REGISTRY, ModelEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,8 +76,9 @@ def test_a_toy_model_and_a_toy_run_group_run_through_dvc_repro(tmp_path: Path) -
 
     # A model: its class, its line in the registry, its hyperparameter file (docs/extending.md)
     (root / "src" / "multitab" / "models" / "toy.py").write_text(TOY)
-    _edit(root / "src" / "multitab" / "names.py", '    "xgboost": "multitab.models.xgboost_model:XGBoost",\n',
-          '    "xgboost": "multitab.models.xgboost_model:XGBoost",\n    "toy": "multitab.models.toy:Toy",\n')
+    xgboost = '    "xgboost": ModelEntry("multitab.models.xgboost_model:XGBoost", "XGB", epochs=False),\n'
+    _edit(root / "src" / "multitab" / "names.py", xgboost,
+          xgboost + '    "toy": ModelEntry("multitab.models.toy:Toy", "Toy", {"width": 4}),\n')
     (root / "hparams" / "authors" / "higgs" / "toy.yaml").write_text(
         "model: {width: 8}\noptim: {optimizer: adam, lr: 0.01, weight_decay: 0.0, max_epochs: 10}\n")
     # A run group: params.yaml only
@@ -113,3 +120,66 @@ def test_a_toy_model_and_a_toy_run_group_run_through_dvc_repro(tmp_path: Path) -
     # the toy's file, with protocol `paper`'s optimiser laid over it (Adam, weight decay 1e-5)
     assert toy["hparams"]["model"] == {"width": 8} and toy["optimizer"] == {"optimizer": "adam", "lr": 0.01,
                                                                           "weight_decay": 1e-05}
+
+
+def test_a_new_model_reaches_table3_and_the_learning_curves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its class, its registry entry and its hyperparameter file are all a model needs: the tables list every
+    registered model (params.yaml's `aggregate.models: all`) under the registry's label, the curves too."""
+    import torch
+
+    from multitab.datasets.schema import get_schema
+    from multitab.evaluation.paper.paper_tables import table3
+    from multitab.evaluation.paper.published import load_published
+    from multitab.evaluation.paper.report import Outputs, write_curves
+    from multitab.evaluation.paper.results import PaperResults
+    from multitab.evaluation.paper.runs import RunSet, load_runs
+    from multitab.evaluation.tables import Cell
+    from multitab.hparams import load
+    from multitab.models import build_model
+
+    # its class, in a module of its own; its entry in the registry; its hyperparameter file
+    (tmp_path / "toy_registry_model.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(REGISTRY, "toy", ModelEntry("toy_registry_model:Toy", "Toy", {"width": 4}))
+    shutil.copytree(ROOT / "hparams" / "protocol", tmp_path / "hparams" / "protocol")
+    (tmp_path / "hparams" / "authors" / "higgs").mkdir(parents=True)
+    (tmp_path / "hparams" / "authors" / "higgs" / "toy.yaml").write_text(
+        "model: {width: 8}\noptim: {optimizer: adam, lr: 0.01, weight_decay: 0.0, max_epochs: 10}\n")
+    schema = get_schema("higgs")
+    model = build_model("toy", schema, load("higgs", "toy", root=tmp_path).model)  # the class, by its entry
+    assert model.body.out_features == 8 and set(model(torch.zeros(2, schema.n_num), torch.zeros(2, 0).long())) == {
+        t.name for t in schema.tasks}
+
+    # its runs as the train stage writes them, beside the paper's models' (Table 3's published means)
+    runs = tmp_path / "runs"
+    published_runs(runs, seeds=(0,), noise=0.0)
+    for d in ("aliexpress", "acs_income", "higgs"):
+        record = json.loads((runs / d / "mmoe" / "seed0" / "metrics.json").read_text())
+        test = {t: v + 0.001 for t, v in record["test"].items()}
+        write_run(runs, d, "toy", 0, test, record["task_types"], test_mse=record["test_mse"], curve=[0.5, 0.6])
+    params = ROOT / "params.yaml"
+    before = params.read_bytes()
+    results = PaperResults(RunSet(load_runs(runs)), load_params(params).aggregate, load_published())
+
+    t3 = table3(results)
+    rows = [str(r[0]) for r in t3.rows]
+    assert rows == ["STL", "MTL", "MMoE", "PLE", "TabT", "FT-T", "SAINT", "XGB", "STEM", "MultiTab-Net", "MAYA", "Toy"]
+    toy, mmoe = t3.rows[-1], t3.rows[rows.index("MMoE")]
+    for column, ours, theirs in zip(t3.header[1:], toy[1:], mmoe[1:]):
+        assert isinstance(ours, Cell) and isinstance(theirs, Cell) and ours.value is not None, column
+        assert ours.paper is None  # not a model of the paper: no published value beside it
+        if not column.endswith("Δm"):  # a metric in percent: MMoE's + 0.1
+            assert ours.value - theirs.value == pytest.approx(0.1), column  # type: ignore[operator]
+
+    out = Outputs(tables=tmp_path / "t", figures=tmp_path / "f", plots=tmp_path / "p", report=tmp_path / "report.md",
+                  metrics=tmp_path / "metrics.json")
+    for folder in (out.tables, out.figures, out.plots):
+        folder.mkdir()
+    monkeypatch.setattr("multitab.evaluation.figures.save_figure", lambda *a, **k: [tmp_path / "f" / "c.png"])
+    write_curves(results, runs, out)
+    curve = pd.read_csv(out.plots / "learning_curves_val_mean.csv")
+    toy_curve = curve[curve.model == "Toy"]
+    assert sorted(toy_curve.dataset.unique()) == ["acs_income", "aliexpress", "higgs"]
+    assert list(toy_curve[toy_curve.dataset == "higgs"].value) == pytest.approx([0.5, 0.6])
+    assert "XGB" not in set(curve.model)  # boosting rounds: no curve (the registry's `epochs`)
+    assert params.read_bytes() == before  # nothing else: params.yaml names no model for the tables

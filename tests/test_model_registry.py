@@ -11,7 +11,7 @@ from _models_tiny import SCHEMA, TINY
 from multitab.datasets.schema import get_schema
 from multitab.hparams import load
 from multitab.models import MODELS, RUN_KEYWORDS, build_model, hyperparameters
-from multitab.names import MODEL_CLASSES, MODEL_NAMES
+from multitab.names import MODEL_CLASSES, MODEL_NAMES, PAPER_ROWS, REGISTRY, table_order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,6 +25,20 @@ def test_the_registry_is_one_table() -> None:
     for name, path in MODEL_CLASSES.items():
         module, _, cls = path.partition(":")
         assert MODELS[name].__module__ == module and MODELS[name].__name__ == cls
+
+
+def test_the_tables_list_the_papers_models_in_its_order_then_ours() -> None:
+    import pandas as pd
+
+    from multitab.evaluation.paper.published import FOLDER
+
+    published = pd.read_csv(FOLDER / "paper_table3_test_results.csv").columns
+    assert list(PAPER_ROWS) == [c for c in published if c not in ("dataset", "task", "metric")]
+    labels = [entry.label for entry in REGISTRY.values()]
+    assert len(set(labels)) == len(labels) and set(PAPER_ROWS) <= set(labels)
+    assert [REGISTRY[name].label for name in table_order()] == [*PAPER_ROWS, "MAYA"]
+    # a new model goes after them, whatever its place in the registry
+    assert table_order({"toy": REGISTRY["maya"], **REGISTRY})[-2:] == ("toy", "maya")
 
 
 def test_registry_and_build_model_from_meta() -> None:

@@ -1,28 +1,83 @@
-"""The registries' names, readable by the config package, which sits below the packages that define them
-(params.yaml is checked against them before any stage runs).
+"""The model registry: one entry per model, everything the pipeline needs to know of it by name, readable
+without importing torch (params.yaml is checked against the names before any stage runs). Adding a model:
+its class, one entry here, and its hyperparameter files (docs/extending.md).
 
-The model registry: each model's name and the class it builds, written as `module:Class` so that the
-names can be read without importing torch. multitab.models imports the classes (`MODELS`). Adding a model:
-its class, one line here, and its hyperparameter files (docs/extending.md).
+An entry holds the class as `module:Class` (multitab.models imports it: `MODELS`), the label the tables and
+figures print (the paper's row name where the paper has the model: the published values are matched by it),
+its tiny test configuration (the model contract's tests build it with these keywords over the authors'
+MultiTab-Bench file) and whether it trains in epochs (a learning curve). The tables list the paper's models in
+the paper's order, then the others in the registry's (`table_order`). Figures colour a model by its position in
+the figure, so a new model needs no colour.
 
 The dataset registry: the names of the datasets with a schema (multitab.datasets.schema.SCHEMAS, in its
-order)."""
+order), here so that the config package, below the datasets package, can check params.yaml against them.
+"""
 
 from __future__ import annotations
 
-MODEL_CLASSES: dict[str, str] = {
-    "multitab_net": "multitab.models.multitab_net:MultiTabNet",
-    "tab_transformer": "multitab.models.tab_transformer:TabTransformer",
-    "ft_transformer": "multitab.models.ft_transformer:FTTransformer",
-    "saint": "multitab.models.saint:SAINT",
-    "stl_mlp": "multitab.models.stl_mlp:STLMLP",
-    "mtl_shared_bottom": "multitab.models.mtl_shared_bottom:MTLSharedBottom",
-    "mmoe": "multitab.models.mmoe:MMoE",
-    "ple": "multitab.models.ple:PLE",
-    "stem": "multitab.models.stem:STEM",
-    "maya": "multitab.models.maya:MAYA",
-    "xgboost": "multitab.models.xgboost_model:XGBoost",
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    cls: str  # `module:Class`
+    label: str  # as tables and figures print it; the paper's row name for a model of the paper
+    # constructor keywords small enough for the model contract's tests (tests/_models_tiny.py); None for a model
+    # that is no torch module (XGBoost: its own test file)
+    tiny: Mapping[str, Any] | None = field(default=None, compare=False)
+    epochs: bool = True  # trains in epochs (a learning curve); False: boosting rounds
+
+
+_TRANSFORMER = {"d_embedding": 8, "n_blocks": 1, "n_heads": 2, "ffn_d_hidden": 16, "head_d_hidden": (16,)}
+_EXTRACTION = {"d_embedding": 4, "n_layers": 2, "n_task_experts": 1, "n_shared_experts": 2, "expert_d_hidden": (32, 16)}
+
+REGISTRY: dict[str, ModelEntry] = {
+    "multitab_net": ModelEntry("multitab.models.multitab_net:MultiTabNet", "MultiTab-Net", _TRANSFORMER),
+    "tab_transformer": ModelEntry("multitab.models.tab_transformer:TabTransformer", "TabT", _TRANSFORMER),
+    "ft_transformer": ModelEntry("multitab.models.ft_transformer:FTTransformer", "FT-T", _TRANSFORMER),
+    "saint": ModelEntry("multitab.models.saint:SAINT", "SAINT", _TRANSFORMER),
+    "stl_mlp": ModelEntry("multitab.models.stl_mlp:STLMLP", "STL", {"d_embedding": 4, "d_hidden": (32, 16)}),
+    "mtl_shared_bottom": ModelEntry("multitab.models.mtl_shared_bottom:MTLSharedBottom", "MTL",
+                                    {"d_embedding": 4, "shared_d_hidden": (32, 16), "tower_d_hidden": (8,)}),
+    "mmoe": ModelEntry("multitab.models.mmoe:MMoE", "MMoE",
+                       {"d_embedding": 4, "n_experts": 3, "expert_d_hidden": (32, 16), "tower_d_hidden": (8,)}),
+    "ple": ModelEntry("multitab.models.ple:PLE", "PLE", _EXTRACTION),
+    "stem": ModelEntry("multitab.models.stem:STEM", "STEM", _EXTRACTION),
+    "maya": ModelEntry("multitab.models.maya:MAYA", "MAYA", {"d_embedding": 8, "n_heads": 2, "n_branches": 3,
+                                                             "ffn_d_hidden": 16, "decoder_ffn_d_hidden": 16}),
+    "xgboost": ModelEntry("multitab.models.xgboost_model:XGBoost", "XGB", epochs=False),
 }
-MODEL_NAMES: tuple[str, ...] = tuple(MODEL_CLASSES)
+# The rows of the paper's Table 3, in its order (the published tables' columns, evaluation/paper/published/):
+# a fact of the paper, not a list a new model joins
+PAPER_ROWS = ("STL", "MTL", "MMoE", "PLE", "TabT", "FT-T", "SAINT", "XGB", "STEM", "MultiTab-Net")
+
+MODEL_CLASSES: dict[str, str] = {name: entry.cls for name, entry in REGISTRY.items()}
+MODEL_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def table_order(names: Mapping[str, ModelEntry] | None = None) -> tuple[str, ...]:
+    """The registry's names in the tables' row order: the paper's models as the paper lists them, then the
+    others in the registry's order. `names`: the registry (None: `REGISTRY` as it is now)."""
+    names = REGISTRY if names is None else names
+    rank = {label: i for i, label in enumerate(PAPER_ROWS)}
+    return tuple(sorted(names, key=lambda n: rank.get(names[n].label, len(rank))))  # sorted is stable
+
+
+def label(model: str) -> str:
+    """The label of a run name: a registered model's label, variants keeping their suffix
+    (`multitab_net@single_none` -> `MultiTab-Net@single_none`); an unregistered name as it is."""
+    base, _, variant = model.partition("@")
+    entry = REGISTRY.get(base)
+    text = entry.label if entry is not None else base
+    return f"{text}@{variant}" if variant else text
+
+
+def trains_in_epochs(model: str) -> bool:
+    """Whether the run name's model trains in epochs (False: XGBoost's boosting rounds: no learning curve)."""
+    entry = REGISTRY.get(model.partition("@")[0])
+    return entry is None or entry.epochs
+
 
 DATASET_NAMES: tuple[str, ...] = ("aliexpress", "acs_income", "higgs")

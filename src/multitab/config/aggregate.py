@@ -15,6 +15,7 @@ from typing import Literal
 
 from multitab.config._build import ConfigError
 from multitab.config.bench import BenchDatasetConfig
+from multitab.names import label, table_order
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,9 @@ class FiguresConfig:
 @dataclass(frozen=True)
 class AggregateConfig:
     baseline: str  # the single-task baseline b of Equation 5
-    models: dict[str, str]  # registry name -> the paper's label, in the tables' row order
+    # the tables' rows: `all` (every registered model, in the registry's table order: multitab.names.table_order)
+    # or registry names, in row order; the labels are the registry's
+    models: Literal["all"] | tuple[str, ...]
     seeds: tuple[int, ...] | None  # the seeds every run set must hold; null = every seed found per dataset
     pairing: Literal["mean", "seed"]  # per-seed Δm against the STL seed-mean (paper) or STL's same seed
     regression_metric: Literal["ev", "mse"]  # Δm on explained variance (paper) or MSE (lower is better)
@@ -52,18 +55,21 @@ class AggregateConfig:
     datasets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.baseline not in self.models:
+        if self.baseline not in self.rows:
             raise ConfigError(f"aggregate.baseline={self.baseline!r} is not in aggregate.models")
         if self.std_ddof not in (0, 1):
             raise ConfigError(f"aggregate.std_ddof={self.std_ddof} must be 0 or 1")
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"aggregate.seeds={list(self.seeds)} has duplicates")
 
+    @property
+    def rows(self) -> tuple[str, ...]:
+        """The models the tables list, in row order (`models`, with `all` read from the registry now)."""
+        return table_order() if self.models == "all" else tuple(self.models)
+
     def label(self, model: str) -> str:
-        """The paper's label of a run name; variants keep their suffix (`MultiTab-Net@single_none`)."""
-        base, _, variant = model.partition("@")
-        label = self.models.get(base, base)
-        return f"{label}@{variant}" if variant else label
+        """The registry's label of a run name; variants keep their suffix (`MultiTab-Net@single_none`)."""
+        return label(model)
 
 
 # ------------------------------------------------------------------------------------------ MultiTab-Bench

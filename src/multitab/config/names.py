@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from multitab.config._build import ConfigError
-from multitab.names import DATASET_NAMES, MODEL_NAMES
+from multitab.names import DATASET_NAMES, REGISTRY
 
 STAGE_NAME_PART = re.compile(r"[A-Za-z0-9_]+")
 
@@ -60,7 +60,7 @@ def check_names(sections: dict[str, Any], source: str) -> None:
     check_stage_names(sections, source)
     # the registry's names, and any a program registered at run time (the tests' tiny models)
     registry = sys.modules.get("multitab.models")
-    models = sorted(set(MODEL_NAMES) | set(getattr(registry, "MODELS", {})))
+    models = sorted(set(REGISTRY) | set(getattr(registry, "MODELS", {})))
     configs = sorted(sections["bench"].configs) if "bench" in sections else []
     # The datasets are the `datasets:` entries. A project without that section (the tests' small ones) has no
     # stage that makes processed data: its run groups name processed folders given directly (data/processed/<name>).
@@ -117,11 +117,12 @@ def check_names(sections: dict[str, Any], source: str) -> None:
                  f"one of runs.{attribution.group}.models")
     if "aggregate" in sections:
         agg = sections["aggregate"]
-        _unknown(source, "aggregate.models", agg.models, models, a_model)
+        if agg.models != "all":
+            _unknown(source, "aggregate.models", agg.models, models, a_model)
         _unknown(source, "aggregate.datasets", agg.datasets, [*real, *declared], "a dataset")
         _unknown(source, "aggregate.significance", [agg.significance.model, *agg.significance.baselines],
-                 agg.models, "one of aggregate.models")
-        _unknown(source, "aggregate.figures.models", agg.figures.models, agg.models, "one of aggregate.models")
+                 agg.rows, "one of aggregate.models")
+        _unknown(source, "aggregate.figures.models", agg.figures.models, agg.rows, "one of aggregate.models")
         for row in agg.ablation:
             model, _, variant = row.model.partition("@")
             _unknown(source, "aggregate.ablation", [model], models, f"a registered model (in {row.model!r})")

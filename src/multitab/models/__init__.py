@@ -7,7 +7,7 @@ non-torch models).
 every one of them (no constructor default is used: the pipeline's come from one hyperparameter file per run,
 multitab.hparams, checked complete when the run matrix is expanded; in a notebook,
 ``multitab.hparams.load(dataset, name).model`` gives the authors' selection under the default protocol).
-The registry is multitab.names.MODEL_CLASSES: multitab_net, stl_mlp, mtl_shared_bottom, mmoe, ple, stem,
+The registry is multitab.names.REGISTRY: multitab_net, stl_mlp, mtl_shared_bottom, mmoe, ple, stem,
 tab_transformer, ft_transformer, saint, maya, xgboost.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
-from multitab.names import MODEL_CLASSES
+from multitab.names import MODEL_CLASSES, REGISTRY
 
 
 def _import(path: str) -> type[Any]:
@@ -62,10 +62,13 @@ def file_keywords(name: str) -> list[str]:
 
 
 def model_class(name: str) -> type[Any]:
-    try:
+    """The class of a registered model: `MODELS`'s, or the registry entry's (one added since this module was
+    imported)."""
+    if name in MODELS:
         return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown model {name!r}; registered: {sorted(MODELS)}") from None
+    if name in REGISTRY:
+        return _import(REGISTRY[name].cls)
+    raise KeyError(f"unknown model {name!r}; registered: {sorted({*MODELS, *REGISTRY})}")
 
 
 def build_model(name: str, schema: DatasetSchema | Mapping[str, Any], hparams: Mapping[str, Any]) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation.curves import read_curve
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
 from multitab.evaluation.significance import t_test_greater
+from multitab.names import REGISTRY
 
 METRICS_COLUMNS = ["config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev", "val_ev",
                    "best_epoch", "epochs", "max_epochs", "stopped_early", "train_seconds", "samples_per_second",
@@ -24,7 +25,6 @@ METRICS_COLUMNS = ["config", "groups", "correlation", "degrees", "model", "seed"
 CURVES_COLUMNS = ["config", "model", "seed", "epoch", "val_mean", "train_loss"]
 FIGURE5_GROUPS = ("correlation", "complexity", "count")
 FIGURE6_GROUPS = ("nonuniform",)
-DEFAULT_LABELS = {"stl_mlp": "STL", "mmoe": "MMoE", "ple": "PLE", "stem": "STEM", "multitab_net": "MultiTab-Net"}
 
 
 class StudyError(ValueError):
@@ -62,14 +62,14 @@ class StudySettings:
     model: str = "multitab_net"  # the claim's model
     rivals: tuple[str, ...] = ("mmoe", "ple", "stem")
     alpha: float = 0.05
-    labels: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_LABELS))
     dpi: int = 150
     budget: Budget | None = None  # None: every verdict stands (a study's own report, a committed record)
     patience: int = 5  # early stopping's patience (params train.patience.default): the convergence rule
     loss_factor: float = 3.0  # a run's last training loss above this x its best same-model seed's: flagged
 
     def label(self, model: str) -> str:
-        return self.labels.get(model, model)
+        """A registered model's label (multitab.names); any other name as it is."""
+        return REGISTRY[model].label if model in REGISTRY else model
 
 
 # ------------------------------------------------------------------------------------------ collect

@@ -250,9 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 {c: params.bench.configs[c] for c in configs}), models, seeds)
             if metrics.empty:
                 raise StudyError(f"{fp32.out}, {bf16.out}: no run of the pair yet; `make precision-pair` trains them")
-            labels = dict(params.aggregate.models) if "aggregate" in params.sections else {}
             settings = StudySettings(model=params.study.claim.model, rivals=params.study.claim.rivals,
-                                     alpha=params.study.claim.alpha, labels={**StudySettings().labels, **labels})
+                                     alpha=params.study.claim.alpha)
             a.out.mkdir(parents=True, exist_ok=True)
             write_csv(metrics, a.out / "metrics.csv")
             write_pair(metrics, a.out, settings)

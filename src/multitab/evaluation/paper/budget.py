@@ -16,6 +16,7 @@ from typing import Any
 
 from multitab.evaluation.bench.numbers import Budget
 from multitab.evaluation.paper.runs import Run, RunSet
+from multitab.names import trains_in_epochs
 
 PAPER_SEEDS = 5  # the paper's seeds per run (params.yaml: "paper: [0, 1, 2, 3, 4]")
 PAPER_TRAINING = "every training row, early stopping within 100 epochs (50 for AliExpress), 5 seeds"
@@ -24,8 +25,9 @@ NOT_TESTED = "not tested at this budget"
 
 
 def no_epochs(model: str) -> bool:
-    """Gradient boosting trains in boosting rounds, not epochs: no epoch cap, no learning curve."""
-    return model.split("@")[0] == "xgboost"
+    """Gradient boosting trains in boosting rounds, not epochs: no epoch cap, no learning curve (the registry's
+    `epochs`)."""
+    return not trains_in_epochs(model)
 
 
 def span(values: Iterable[Any]) -> str:

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from multitab.datasets.schema import DatasetSchema
 from multitab.models.accelerate import ACCELERATED
+from multitab.names import REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -175,16 +176,14 @@ def complexity(model: Any, schema: DatasetSchema, *, batch_size: int = 1) -> dic
     return {"params": params, "flops": 2 * macs, "macs": macs, "batch_size": batch_size}
 
 
-# How the paper's Table 4 names the models it counts (published/paper_table4_params_flops.csv).
-_TABLE4_LABELS = {"SAINT": "saint", "MMoE": "mmoe", "PLE": "ple", "STEM": "stem", "MultiTab-Net": "multitab_net"}
-
-
 def paper_table4() -> dict[tuple[str, str], tuple[float, float]]:
     """The paper's Table 4, (registry name, dataset) -> (params, FLOPs) in millions, read from the published
     CSV shipped with the package (multitab.evaluation.paper.published)."""
     from multitab.evaluation.paper.published import load_published
 
-    return {(_TABLE4_LABELS[label], ds): v for (label, ds), v in load_published().table4.items()}
+    # the published table names a model by its label (published/paper_table4_params_flops.csv)
+    names = {entry.label: name for name, entry in REGISTRY.items()}
+    return {(names[label], ds): v for (label, ds), v in load_published().table4.items()}
 
 
 PAPER_TABLE4 = paper_table4()

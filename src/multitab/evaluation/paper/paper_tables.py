@@ -27,7 +27,7 @@ def _pct(value: float | None) -> float | None:
 
 
 def _models(results: PaperResults) -> list[str]:
-    return list(results.config.models)
+    return list(results.config.rows)
 
 
 IclRecords = Mapping[tuple[str, str], Sequence[Mapping[str, Any]]]

@@ -33,13 +33,12 @@ from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_
 from multitab.icl.records import read_records
 from multitab.io import atomic_path, write_json
 from multitab.markup import md_text
+from multitab.names import trains_in_epochs
 
 log = logging.getLogger(__name__)
 
 FIGURE5_GROUPS = ("correlation", "complexity", "count")
 FIGURE6_GROUPS = ("nonuniform",)
-# models trained without epochs (boosting rounds): no learning curve
-NO_EPOCHS = ("xgboost",)
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ def _summary(results: PaperResults, tables: Sequence[Table]) -> dict[str, object
     delta: dict[str, dict[str, object]] = {}
     for d in cfg.datasets:
         delta[d] = {}
-        for m in cfg.models:
+        for m in cfg.rows:
             v = results.delta_m(d, m)
             delta[d][cfg.label(m)] = _json_value(v)
     by_name = {t.name: t for t in tables}
@@ -139,9 +138,10 @@ def _curve_rows(curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:
     """results/plots/learning_curves_<curve>.csv (dvc plots) and results/figures/learning_curves.*;
-    returns the paths and the report section. XGBoost has no epochs (boosting rounds, one log line): no curve."""
+    returns the paths and the report section. A model that trains in boosting rounds (XGBoost: one log line, the
+    registry's `epochs`) has no curve."""
     cfg = results.config
-    models = [m for m in cfg.models if m.split("@")[0] not in NO_EPOCHS]
+    models = [m for m in cfg.rows if trains_in_epochs(m)]
     labels = [cfg.label(m) for m in models]
     written: list[Path] = []
     val_curves = {}
@@ -160,7 +160,7 @@ def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[l
     written += paths
     have = {d: [c for c in f.columns if f[c].notna().any()] for d, f in val_curves.items()}
     rel = os.path.relpath(paths[0], out.report.parent)
-    no_epochs = [cfg.label(m) for m in cfg.models if m.split("@")[0] in NO_EPOCHS]
+    no_epochs = [cfg.label(m) for m in cfg.rows if not trains_in_epochs(m)]
     lines = [f"## Learning curves{' [' + STANDIN_MARK + ']' if standin else ''}", "",
              f"![Learning curves]({rel})", "",
              "Seed mean of the per-epoch validation mean metric (the early-stopping criterion) from each run's dvclive "

@@ -119,7 +119,7 @@ def inputs_section(results: PaperResults) -> list[str]:
         data = MISSING if flag is None else (STANDIN_MARK if flag else "real")
         if d in results.synthetic and flag is False:
             data = "MultiTab-Bench (generated)"
-        names = [*cfg.models, *(r.model for r in cfg.ablation if r.model not in cfg.models)]
+        names = [*cfg.rows, *(r.model for r in cfg.ablation if r.model not in cfg.rows)]
         if d not in cfg.datasets:
             names = [cfg.baseline, *cfg.figures.models]
         complete = [m for m in names if results.runs.matrix(d, m) is not None]
@@ -131,7 +131,7 @@ def inputs_section(results: PaperResults) -> list[str]:
     if unused:
         lines += ["", f"Runs of datasets named neither in aggregate.datasets nor in bench.configs (not used): "
                       f"{md_text(', '.join(unused))}."]
-    shown = {*cfg.models, *(r.model for r in cfg.ablation)}
+    shown = {*cfg.rows, *(r.model for r in cfg.ablation)}
     extra = [f"{d}/{m}" for d in cfg.datasets for m in results.runs.models(d) if m not in shown]
     if extra:
         lines += ["", "Run sets in no table (add them to aggregate.models or aggregate.ablation): "
@@ -187,8 +187,7 @@ def bench_inputs(results: PaperResults, runs_dir: Path | None, budget: Budget | 
     metrics, _ = collect(runs_dir, results.synthetic, models)
     if metrics.empty:
         return None
-    settings = StudySettings(baseline=cfg.baseline, labels={**cfg.models},
-                             model=cfg.significance.model,
+    settings = StudySettings(baseline=cfg.baseline, model=cfg.significance.model,
                              rivals=tuple(m for m in cfg.figures.models if m != cfg.significance.model),
                              budget=budget)
     return BenchInputs(metrics, settings, models)
