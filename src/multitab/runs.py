@@ -169,6 +169,8 @@ def hparams_file(selection: str, kind: str, dataset: str, model: str) -> str:
 
 def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run]:
     """key -> Run of every run of `groups` (default: every group), in params.yaml's order."""
+    from multitab.runs_arms import settings_group_runs
+
     kinds = data_names(params)
     out: dict[str, Run] = {}
     for name, group in params.runs.items():
@@ -194,47 +196,6 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
                 raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
             out[run.key] = run
     return out
-
-
-def settings_group_runs(params: Params, name: str) -> list[Run] | None:
-    """The runs of group `name` when it trains arm settings (multitab.config.attribution.trains_arm): the
-    attribution group's, and the study's under `protocol: authors_code` (the authors' arm's settings); None
-    for any other group."""
-    from multitab.config.attribution import study_runs
-
-    if params.runs[name].data == "attribution":
-        return attribution_runs(params, name)
-    members = study_runs(params) if "study" in params.sections and params.study.group == name else None
-    if members is None:
-        return None
-    return point_runs(params, name, "study", members, group_train(params, name).hparams)
-
-
-def attribution_runs(params: Params, name: str) -> list[Run]:
-    """The runs of the attribution study's group `name` (multitab.config.attribution): every arm x configuration x
-    model x seed, keyed `<group>-<data>-<model>-<point>-<seed>` by the settings it trains with, so that the
-    arms' shared runs have one key (the list holds them once per arm; `expand` keeps one)."""
-    from multitab.config.attribution import arm_runs
-
-    members = [run for runs in arm_runs(params).values() for run in runs]
-    return point_runs(params, name, "attribution", members, "authors")
-
-
-def point_runs(params: Params, name: str, kind: str, members: Iterable[tuple[str, str, int, str, dict[str, Any]]],
-               selection: str) -> list[Run]:
-    """The runs of group `name` from `members` (config, model, seed, data name, point: an arm's settings), their
-    data of kind `kind` (DATA_KINDS) and each its configuration's hyperparameter file of `selection`, keyed
-    `<group>-<data>-<model>-<point>-<seed>` and written under `<out>/<data>/<model>/<point>/seed<S>`."""
-    group = params.runs[name]
-    data_pattern, verdict_pattern = DATA_KINDS[kind]
-    runs = []
-    for config, model, seed, data, point in members:
-        folder = f"{data}/{model}/{point_id(point)}/seed{seed}"
-        runs.append(Run(group=name, dataset=data, model=model, seed=seed, point=point,
-                        data=data_pattern.format(data), verdict=verdict_pattern.format(data),
-                        out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
-                        opt_in=group.opt_in, hparams_file=hparams_file(selection, "study", config, model)))
-    return runs
 
 
 def declared_runs(params: Params) -> dict[tuple[str, str, int], str]:
