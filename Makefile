@@ -105,10 +105,10 @@ validation-pages: $(STAMP) $(ASSETS)
 # (runs.yaml); `make repro` and plain `dvc repro` leave it out.
 # Outputs: results/study_report/ (report.md, figures, tables, metrics.csv).
 study: $(STAMP) $(ASSETS)
-	$(BIN)/python -m flows.pipeline --groups study --targets aggregate_study
+	$(BIN)/python -m flows.pipeline --groups study --targets 'group_report@study*'
 
-# Where a study that is still training stands: the aggregate_study stage's script over the runs finished so
-# far (absent runs read `missing`), written to results/study_interim/, outside DVC; safe while `make study`
+# Where a study that is still training stands: the script of stage group_report@study over the runs finished
+# so far (absent runs read `missing`), written to results/study_interim/, outside DVC; safe while `make study`
 # runs (it only reads finished runs' metrics.json and curves).
 study-interim: $(STAMP)
 	$(BIN)/python -m stages.aggregate_study --params params.yaml --runs results/study_runs --out results/study_interim
@@ -123,7 +123,7 @@ sweep: $(STAMP) $(ASSETS)
 # time, through the same DVC stages and Prefect flow (a run two arms share is one train@ stage).
 # Outputs: results/attribution_report/ (report.md, ladder.{csv,md}, figures/ladder.png).
 attribution: $(STAMP) $(ASSETS)
-	$(BIN)/python -m flows.pipeline --groups attribution --targets aggregate_attribution
+	$(BIN)/python -m flows.pipeline --groups attribution --targets group_report@attribution
 
 # The paired fp32/bf16 comparison (run group runs.study_bf16; docs/study.md, "bf16"): the study's runs of that
 # group's configurations in fp32 (run group study, results/study_runs, shared with `make study`) and in bf16

@@ -1,5 +1,7 @@
-"""synthesize@<config>: one MultiTab-Bench dataset (params: bench.data, bench.configs.<config>) written to
-data/synthetic/<config>/{train,val,test}.parquet + meta.json, in the processed format of the real datasets."""
+"""synthesize@<key>: one synthetic dataset (runs.yaml's synthetic_data: a MultiTab-Bench configuration's,
+data/synthetic/<config>, or a folder of the study's or the attribution study's; params: bench.data,
+bench.configs.<config>, the profile's section) written as {train,val,test}.parquet + meta.json, in the processed
+format of the real datasets."""
 
 from __future__ import annotations
 

@@ -60,8 +60,9 @@ def test_a_dataset_per_seed_differs_between_seeds_and_repeats_for_the_same_seed(
     pd.testing.assert_frame_equal(one["train"], again["train"])
     assert not np.allclose(one["train"].to_numpy(), two["train"].to_numpy()) and meta["generator"]["seed"] == 2
     # the arms' data: per_run gives each run seed its own folder, generated with that seed
-    entries = document(params, ["attribution"])["attribution_data"]
-    assert entries["p06_pd3_t3_tr_raw_s1"]["data_seed"] == 1 and entries["p06_pd3_t3_ho_std_fixed"]["data_seed"] == -1
+    folders = document(params, ["attribution"])["synthetic_data"]
+    entries = {k.removeprefix("attribution-"): f["options"] for k, f in folders.items() if k.startswith("attribution-")}
+    assert entries["p06_pd3_t3_tr_raw_s1"]["data-seed"] == 1 and entries["p06_pd3_t3_ho_std_fixed"]["data-seed"] == -1
     assert list(entries) == ["p06_pd3_t3_tr_raw_s0", "p06_pd3_t3_tr_raw_s1", "p06_pd3_t3_ho_raw_s0",
                              "p06_pd3_t3_ho_raw_s1", "p06_pd3_t3_ho_raw_fixed", "p06_pd3_t3_ho_std_fixed"]
 
@@ -95,7 +96,7 @@ def test_arms_expand_to_train_stages_sharing_the_runs_their_settings_share():
     assert params.attribution.changes()["A6_mask_t_t"] == "mask=t_t"
     # the default run matrix holds none of them
     assert not [k for k in document(params)["train_runs"] if k.startswith("attribution-")]
-    assert document(params)["attribution_data"] == {}
+    assert not [k for k in document(params)["synthetic_data"] if k.startswith("attribution-")]
 
 
 def test_each_arm_changes_exactly_one_factor_and_the_first_sets_them_all():
@@ -217,10 +218,13 @@ def test_protocol_authors_code_makes_the_study_the_authors_arm():
     params = _study("authors_code")
     doc = document(params, ["study"])
     # the data: the authors' options, a dataset per run seed (seed 0 and 1 differ, every model of a seed shares it)
-    assert doc["study_configs"] == [] and doc["study_reports"] == ["authors_code"]
-    assert doc["study_authors_data"] == {
-        f"p06_pd3_t3_tr_raw_s{s}": {"name": f"p06_pd3_t3_tr_raw_s{s}", "config": "p06_pd3_t3",
-                                    "evaluation": "training_rows", "targets": "raw", "data_seed": s} for s in (0, 1)}
+    assert list(doc["group_reports"]) == ["study-authors_code"]
+    assert {k: f for k, f in doc["synthetic_data"].items() if k.startswith("study-")} == {
+        f"study-p06_pd3_t3_tr_raw_s{s}": {
+            "options": {"config": "p06_pd3_t3", "profile": "study", "evaluation": "training_rows", "targets": "raw",
+                        "data-seed": s},
+            "out": f"data/study/p06_pd3_t3_tr_raw_s{s}", "verdict": f"data/validated/study/p06_pd3_t3_tr_raw_s{s}.json",
+            "profile_data": "study.data"} for s in (0, 1)}
     runs = expand(params, ["study"])
     assert set(runs) == {k for k in doc["train_runs"] if k.startswith("study-")} == {
         "study-p06_pd3_t3_tr_raw_s0-stl_mlp-optadamw0-epauthors-0", "study-p06_pd3_t3_tr_raw_s1-stl_mlp-optadamw0-epauthors-1",
@@ -251,8 +255,9 @@ def test_protocol_authors_code_makes_the_study_the_authors_arm():
 def test_protocol_paper_leaves_the_study_as_it_was():
     params = _study("paper")
     doc = document(params, ["study"])
-    assert doc["study_configs"] == ["p06_pd3_t3"] and doc["study_reports"] == ["study"]
-    assert doc["study_authors_data"] == {}
+    assert list(doc["group_reports"]) == ["study"]
+    assert {k: f["options"] for k, f in doc["synthetic_data"].items() if k.startswith("study-")} == {
+        "study-p06_pd3_t3": {"config": "p06_pd3_t3", "profile": "study"}}
     runs = expand(params, ["study"])
     assert set(runs) == {f"study-p06_pd3_t3-{m}-{s}" for m in ("stl_mlp", "mmoe", "multitab_net") for s in (0, 1)}
     net = runs["study-p06_pd3_t3-multitab_net-1"]

@@ -226,14 +226,20 @@ def test_label_correlations_stage(params: dict, tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------------
 # DVC wiring.
-def test_dvc_yaml_stages_read_only_their_params() -> None:
+def test_dvc_yaml_stages_read_only_their_params(params: dict) -> None:
+    from multitab.runs_stages import synthetic_data
+
     dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     syn = dvc["stages"]["synthesize"]
-    assert syn["foreach"] == "${bench.configs}"
-    assert syn["do"]["params"] == ["bench.data", "bench.configs.${key}"]
-    assert "--out data/synthetic/${key}" in syn["do"]["cmd"] and syn["do"]["outs"] == [
-        "data/synthetic/${key}"
-    ]
+    assert syn["foreach"] == "${synthetic_data}"
+    assert syn["do"]["params"] == ["bench.data", "bench.configs.${item.options.config}", "${item.profile_data}"]
+    assert syn["do"]["cmd"].endswith("--out ${item.out}") and syn["do"]["outs"] == ["${item.out}"]
+    # runs.yaml's entry of each configuration: data/synthetic/<config>, its own params (bench.data twice)
+    assert synthetic_data(parse_params(params), []) == {
+        c: {"options": {"config": c}, "out": f"data/synthetic/{c}", "verdict": f"data/validated/synthetic/{c}.json",
+            "profile_data": "bench.data"}
+        for c in params["bench"]["configs"]
+    }
     lc = dvc["stages"]["label_correlations"]
     assert lc["params"] == ["bench.label_correlations"]
     assert [next(iter(o)) for o in lc["outs"]] == ["results/label_correlations"]

@@ -255,12 +255,14 @@ def test_opt_in_groups_are_in_runs_yaml_only_when_asked_for():
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
     assert active_groups(params) == ["real", "ablation", "bench"]
     default = document(params)
-    assert default["opt_in_groups"] == [] and default["study_configs"] == default["study_reports"] == []
+    assert default["opt_in_groups"] == [] and default["group_reports"] == {}
+    assert list(default["synthetic_data"]) == list(params.bench.configs)  # MultiTab-Bench's folders alone
     assert default["sweep_selections"] == [] and {r["group"] for r in default["train_runs"].values()} == {
         "real", "ablation", "bench"}
     study = document(params, ["study"])
-    assert study["opt_in_groups"] == ["study"] and study["study_configs"] == list(params.study.configs)
-    assert study["study_reports"] == ["study"] and len(study["train_runs"]) == len(default["train_runs"]) + 9 * 5 * 3
+    assert study["opt_in_groups"] == ["study"] and list(study["synthetic_data"]) == [
+        *params.bench.configs, *(f"study-{c}" for c in params.study.configs)]
+    assert list(study["group_reports"]) == ["study"] and len(study["train_runs"]) == len(default["train_runs"]) + 9 * 5 * 3
     assert active_groups(params, ["sweep_*"]) == ["real", "ablation", "bench", "sweep_mlp", "sweep_inter_sample"]
     with pytest.raises(ConfigError, match="no run group matches 'stduy'"):
         active_groups(params, ["stduy"])
@@ -287,9 +289,8 @@ def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
     import yaml
 
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    iterates = {"synthesize_study": "${study_configs}", "validate_study": "${study_configs}",
-                "synthesize_study_authors": "${study_authors_data}", "validate_study_authors": "${study_authors_data}",
-                "aggregate_study": "${study_reports}", "sweep_select": "${sweep_selections}", "train": "${train_runs}"}
+    iterates = {"synthesize": "${synthetic_data}", "validate_synthetic": "${synthetic_data}",
+                "group_report": "${group_reports}", "sweep_select": "${sweep_selections}", "train": "${train_runs}"}
     for stage, lists in iterates.items():  # runs.yaml's lists: empty unless it holds the opt-in groups
         assert stages[stage]["foreach"] == lists, stage
 

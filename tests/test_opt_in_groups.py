@@ -37,7 +37,7 @@ def _project(root: Path) -> Path:
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "hparams", root / "hparams")  # the authors' files (the study's: multitab_bench)
     write_tiny_hparams(root, ["stl_mlp"])  # and the tiny dataset's
-    names = ["runs", "train", "synthesize_study", "validate_study", "aggregate_study", "sweep_select"]
+    names = ["runs", "train", "synthesize", "validate_synthetic", "group_report", "sweep_select"]
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     params = {
         "protocol": "paper",
@@ -51,6 +51,7 @@ def _project(root: Path) -> Path:
                           "grid": {"lr": [0.001], "dropout": [0.0, 0.1]}},
         },
         "orchestration": raw["orchestration"],
+        "validation": raw["validation"],  # the MultiTab-Bench folder's verdict (validate_synthetic) tracks it
     }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text(yaml.safe_dump(repo_dvc_yaml(names, params), sort_keys=False))
@@ -58,10 +59,16 @@ def _project(root: Path) -> Path:
     (root / "data" / "validated").mkdir(parents=True)
     (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": True}))
     sync_runs_file(root)  # what make repro writes
+    # the default DAG's MultiTab-Bench folder (synthesize@p06_pd3_t3, validate_synthetic@p06_pd3_t3), up to date
+    (root / "data" / "synthetic" / "p06_pd3_t3").mkdir(parents=True)
+    (root / "data" / "synthetic" / "p06_pd3_t3" / "meta.json").write_text("{}")
+    (root / "data" / "validated" / "synthetic").mkdir()
+    (root / "data" / "validated" / "synthetic" / "p06_pd3_t3.json").write_text(json.dumps({"success": True}))
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
     _dvc(root, "init", "-q")
+    _dvc(root, "commit", "-f", "synthesize@p06_pd3_t3", "validate_synthetic@p06_pd3_t3")
     subprocess.run([*git, "add", "-A"], cwd=root, check=True, env=env)
     subprocess.run([*git, "commit", "-qm", "init"], cwd=root, check=True, env=env)  # dvclive reads HEAD
     return root
@@ -76,11 +83,11 @@ def test_plain_dvc_repro_runs_only_the_default_dag_and_the_opt_in_groups_are_rea
     # the default DAG is up to date: plain `dvc status` lists no stage and `dvc repro` runs nothing
     assert json.loads(_dvc(root, "status", "--json") or "{}") == {}
     assert "Running stage" not in _dvc(root, "repro")
-    # `make study` (flows.pipeline --groups study --targets aggregate_study) reaches the study's stages ...
+    # `make study` (flows.pipeline --groups study --targets 'group_report@study*') reaches the study's stages ...
     sync_runs_file(root, groups=["study"])
-    study = select(read_stage_graph(root), ["aggregate_study"]).order
-    assert {"synthesize_study@p06_pd3_t3", "validate_study@p06_pd3_t3", "train@study-p06_pd3_t3-mmoe-0",
-            "aggregate_study@study"} <= set(study)
+    study = select(read_stage_graph(root), ["group_report@study*"]).order
+    assert {"synthesize@study-p06_pd3_t3", "validate_synthetic@study-p06_pd3_t3", "train@study-p06_pd3_t3-mmoe-0",
+            "group_report@study"} <= set(study)
     assert not [s for s in study if "sweep" in s or s.startswith("train@real")]
     # ... `make sweep` (--groups 'sweep_*' --targets sweep_select) the grid points and the selection
     sync_runs_file(root, groups=["sweep_*"])
@@ -94,7 +101,8 @@ def test_plain_dvc_repro_runs_only_the_default_dag_and_the_opt_in_groups_are_rea
 
 def test_makefile_targets_name_their_groups() -> None:
     text = (ROOT / "Makefile").read_text()
-    assert "flows.pipeline --groups study --targets aggregate_study" in text
+    assert "flows.pipeline --groups study --targets 'group_report@study*'" in text
+    assert "flows.pipeline --groups attribution --targets group_report@attribution" in text
     assert "flows.pipeline --groups 'sweep_*' --targets sweep_select" in text
 
 

@@ -5,7 +5,7 @@
   renderings) and `figures` (the Δm bar figures, learning curves, `save_figure`).
 - `paper/`: what the `aggregate` stage writes for the paper's tables and figures (results/report.md,
   results/tables, results/figures, results/index.html), and the complexity stage's counts (Table 4).
-- `bench/`: the MultiTab-Bench study (`make study`, stage `aggregate_study`, results/study_report).
+- `bench/`: the MultiTab-Bench study (`make study`, stage `group_report@study`, results/study_report).
 - `sweep`: the hyperparameter sweeps' selection and report (stage `sweep_select`).
 
 The per-task metrics are multitab.metrics (training and the in-context runs score with them, and both sit

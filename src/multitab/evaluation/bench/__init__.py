@@ -1,4 +1,4 @@
-"""The MultiTab-Bench study (`make study`, stage `aggregate_study`, params `study`, results/study_report).
+"""The MultiTab-Bench study (`make study`, stage `group_report@study`, params `study`, results/study_report).
 
 - `numbers`: the runs' metrics and curves as rows, Δm per seed, its summary, the paper's claim per
   configuration, convergence, the study's budget;

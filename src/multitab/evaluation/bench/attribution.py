@@ -224,7 +224,7 @@ def write_attribution(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.Data
 def read_arms_csv(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
-        raise StudyError(f"{path}: arms CSV not found (written by `aggregate_attribution`)")
+        raise StudyError(f"{path}: arms CSV not found (written by stage `group_report@attribution`)")
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     if list(frame.columns) != ARMS_COLUMNS:
         raise StudyError(f"{path}: columns {list(frame.columns)}; expected {ARMS_COLUMNS}")

@@ -129,7 +129,7 @@ def collect(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig], models
 def read_metrics_csv(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
-        raise StudyError(f"{path}: metrics CSV not found (written by `aggregate_study` or `collect`)")
+        raise StudyError(f"{path}: metrics CSV not found (written by stage `group_report@study` or `collect`)")
     frame = pd.read_csv(path, dtype={"config": str, "model": str, "task": str, "groups": str, "degrees": str})
     missing = [c for c in ("config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev")
                if c not in frame.columns]
