@@ -92,7 +92,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("run_config",),  # a run record's typed view (read without torch)
     ("training",),
     ("icl",),  # pretrained in-context models, scored on the processed data with training's data path
-    ("runs", "resolve", "runs_check", "runs_cli"),  # params.yaml runs: -> runs.yaml, resolved once
+    ("runs", "runs_arms", "runs_stages", "resolve", "runs_check", "runs_cli"),  # params.yaml runs: -> runs.yaml, resolved once
     ("evaluation",),  # aggregate: the paper's tables, MultiTab-Bench, the sweeps' selection
 )
 LAYER_OF = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}

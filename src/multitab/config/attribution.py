@@ -48,7 +48,7 @@ def data_name(config: str, settings: Mapping[str, Any], seed: int) -> str:
 
 
 def data_entry(config: str, settings: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """runs.yaml's `attribution_data` item: what the synthesize stage writes for one data folder."""
+    """One data folder of an arm: what the synthesize stage writes for it (an entry of runs.yaml's `synthetic_data`)."""
     per_run = settings["data_seed"] == "per_run"
     return {"name": data_name(config, settings, seed), "config": config, "evaluation": settings["evaluation"],
             "targets": settings["targets"], "data_seed": seed if per_run else -1}
