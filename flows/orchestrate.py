@@ -1,8 +1,9 @@
 """The Prefect flow over the DVC DAG: one task per stage that has work to do, retries only where a retry
 can help, task states and artifacts that say what DVC did. The CLI and the overview are in
-flows/pipeline.py; the DVC side (graph, what is stale, config) in flows/dag.py; reading DVC's output in
-flows/dvc_output.py; GPU slots in flows/gpu.py; memory (stages admitted by their expected peak, a kill
-named as probably out of memory) in flows/memory.py; the run summary and its artifacts in flows/summary.py.
+flows/pipeline.py; the stage's task (its `dvc repro`, retries and states) in flows/stage_task.py; the DVC
+side (graph, what is stale, config) in flows/dag.py; reading DVC's output in flows/dvc_output.py; GPU
+slots in flows/gpu.py; memory (stages admitted by their expected peak, a kill named as probably out of
+memory) in flows/memory.py; the run summary and its artifacts in flows/summary.py.
 
 Task states (the badge on the flow run page): "Ran", "Restored" (from DVC's run cache), "Up to date"
 (DVC found nothing to do once its upstream had run), each with " (attempt N)" when it succeeded on a
@@ -18,27 +19,23 @@ from __future__ import annotations
 import os
 import re
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, runtime, task
-from prefect.cache_policies import NO_CACHE
-from prefect.client.schemas.objects import TaskRun
+from prefect import flow, get_run_logger
 from prefect.futures import PrefectFuture, as_completed
-from prefect.states import Cancelled, Completed, Failed, State
-from prefect.tasks import Task
+from prefect.states import Failed, State
 
 from flows import memory
 from flows.dag import load_config, read_stage_graph, select, sync_runs_file
-from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
-from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slot, gpu_slots_of
-from flows.integrity import check_restored, preflight
+from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slots_of
+from flows.integrity import preflight
 from flows.provenance import label_run, run_name, run_provenance
+from flows.stage_task import pop_failures, run_stage
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
-from multitab.exit_codes import BAD_INPUT, INTERRUPTED
+from multitab.exit_codes import BAD_INPUT
 from multitab.integrity import IntegrityError
 from multitab.io import write_json
 
@@ -49,220 +46,10 @@ ALLOWED_ROOTS_ENV = "MULTITAB_ALLOWED_ROOTS"
 # run the worker executes uses as its project, whatever `root` the run names.
 WORKER_ROOT_ENV = "MULTITAB_WORKER_ROOT"
 
-# Set when the run is being stopped (Ctrl-C / SIGTERM, flows.pipeline): no stage starts or is retried.
-STOPPING = threading.Event()
 # flows.pipeline's handler that stops the whole run on SIGINT / SIGTERM (None: a deployment's run, where
 # Prefect's own SIGTERM handling is the runner's way to cancel). Prefect's flow engine puts its SIGTERM
 # handler in place around the flow; the flow puts this one back over it.
 STOP_HANDLER: Any = None
-
-# Why each attempt of a task run failed (AwaitingRetry states carry no message), filled by the task and read
-# by the flow; both run in this process with the thread-pool runner.
-_FAILED_ATTEMPTS: dict[Any, list[str]] = {}
-_FAILED_ATTEMPTS_LOCK = threading.Lock()
-
-
-# Module-level functions, not inline code: a served deployment cloudpickles the flow and its tasks by value,
-# and a function referenced by name keeps the (unpicklable) lock out of that payload.
-def _record_failure(task_run_id: str, message: str) -> None:
-    with _FAILED_ATTEMPTS_LOCK:
-        _FAILED_ATTEMPTS.setdefault(task_run_id, []).append(message)
-
-
-def _pop_failures(task_run_id: str) -> list[str]:
-    with _FAILED_ATTEMPTS_LOCK:
-        return _FAILED_ATTEMPTS.pop(task_run_id, [])
-
-
-# How many stage attempts are under way (_repro), so that a stop lets each log how it ended before the exit.
-_ATTEMPTS = threading.Condition()
-_ATTEMPTS_RUNNING = [0]
-
-
-def _count_attempt(step: int) -> None:
-    with _ATTEMPTS:
-        _ATTEMPTS_RUNNING[0] += step
-        _ATTEMPTS.notify_all()
-
-
-def wait_for_attempts(timeout: float) -> None:
-    """Until no stage attempt is under way (their commands were stopped: each logs that it was interrupted),
-    at most `timeout` seconds."""
-    with _ATTEMPTS:
-        _ATTEMPTS.wait_for(lambda: _ATTEMPTS_RUNNING[0] == 0, timeout)
-
-
-# -------------------------------------------------------------------------------------------- task
-
-
-class StageFailed(RuntimeError):
-    """One stage's `dvc repro` failed: the stage, the stage's exit code, the cause in one line, and
-    whether a retry can help: not for multitab.exit_codes.BAD_INPUT, nor for a stage that was interrupted
-    (exit INTERRUPTED or killed by SIGINT: Ctrl-C) or stopped with the run (`stopped`)."""
-
-    def __init__(self, stage: str, code: int, cause: str, attempt: int, stopped: bool = False) -> None:
-        self.stage, self.code, self.cause, self.attempt = stage, code, cause, attempt
-        interrupted = stopped or code in (INTERRUPTED, -signal.SIGINT)
-        self.retryable = code != BAD_INPUT and not interrupted
-        kind = ("interrupted, not retried" if interrupted else "bad input, not retried" if code == BAD_INPUT
-                else f"attempt {attempt}")
-        super().__init__(f"stage {stage} exited with code {code} ({kind}): {cause}")
-
-
-def _retry_unless_bad_input(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:
-    """Prefect's retry_condition_fn: retry a crash, a kill, a lock or an OOM; never a BAD_INPUT exit, and
-    nothing while the run is being stopped."""
-    if STOPPING.is_set():
-        return False
-    error = state.data
-    if not isinstance(error, BaseException):
-        try:
-            error = state.result(raise_on_failure=False)
-        except Exception:  # noqa: BLE001 - no result to inspect: retry as before
-            return True
-    return not (isinstance(error, StageFailed) and not error.retryable)
-
-
-
-STATE_NAMES = {"ran": "Ran", "up_to_date": "Up to date", "restored": "Restored"}
-
-
-@task(
-    name="dvc-stage",
-    task_run_name="{stage}",
-    cache_policy=NO_CACHE,
-    persist_result=False,
-    retry_condition_fn=_retry_unless_bad_input,
-)
-def run_stage(
-    stage: str,
-    root: str,
-    gpus: list[str] | None = None,
-    lock_retries: int = 20,
-    upstream_failed: list[str] | None = None,
-    sync_remote: bool = False,
-    checkpoints: str | None = None,
-) -> State[dict[str, Any]]:
-    """`dvc --wait-for-lock repro --single-item <stage>`; completes in a state named after what DVC did
-    (Ran / Up to date / Restored), or "Not run" (nothing started) when `upstream_failed` names stages.
-    A GPU stage (`gpus`: the devices it may use) first takes a slot of a device's global concurrency
-    limit, shared by every flow run and worker of this host, and sees only that device. With
-    `sync_remote` (flows/remote.py) a stage another machine completed is restored from DVC's remote
-    (`repro --pull`), a completed stage is pushed there, and the `checkpoints` folder is copied there while
-    the stage runs (and back, before it starts, when this checkout has none)."""
-    if upstream_failed:
-        return Cancelled(name="Not run", message=f"upstream stage {', '.join(upstream_failed)} did not complete")
-    log = get_run_logger()
-    if not sync_remote:
-        checkpoints = None
-    if gpus:
-        with gpu_slot(gpus, log) as device:
-            return _synced_repro(stage, root, device, lock_retries, log, sync_remote, checkpoints)
-    return _synced_repro(stage, root, None, lock_retries, log, sync_remote, checkpoints)
-
-
-def _synced_repro(
-    stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, sync: bool, checkpoints: str | None
-) -> State[dict[str, Any]]:
-    """_repro, with the DVC remote's part when `sync` is on."""
-    if not sync:
-        return _repro(stage, root, gpu, lock_retries, log, pull=False)
-    from flows import remote
-
-    attempt = runtime.task_run.run_count
-    try:
-        if checkpoints:
-            n = remote.restore_checkpoints(root, stage, checkpoints)
-            if n:
-                log.info("restored %d checkpoint file(s) of %s from the DVC remote into %s", n, stage, checkpoints)
-            with remote.mirrored_checkpoints(root, stage, checkpoints):
-                state = _repro(stage, root, gpu, lock_retries, log, pull=True)
-        else:
-            state = _repro(stage, root, gpu, lock_retries, log, pull=True)
-        if state.data["outcome"] == "restored":  # it came from the remote: nothing to send back
-            return state
-        t0 = time.monotonic()
-        remote.push(root, stage)
-        if checkpoints:
-            remote.drop_checkpoints(root, stage)
-    except (remote.RemoteError, OSError) as e:
-        error = StageFailed(stage, 1, f"DVC remote: {e}", attempt)
-        _record_failure(str(runtime.task_run.id), str(error))
-        log.error("%s", error)
-        raise error from e
-    log.info("pushed %s's outputs and run-cache entry to the DVC remote (%.1f s)", stage, time.monotonic() - t0)
-    return state
-
-
-def _repro(
-    stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool = False
-) -> State[dict[str, Any]]:
-    _count_attempt(1)
-    try:
-        return _repro_attempt(stage, root, gpu, lock_retries, log, pull)
-    finally:
-        _count_attempt(-1)
-
-
-def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool
-                   ) -> State[dict[str, Any]]:
-    env = dict(os.environ)
-    # The stages' `python -m stages...` must mean the interpreter running this flow (the project's venv).
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpu
-    # --pull: a stage DVC's run cache knows (from any machine, flows/remote.py) is restored with its outputs
-    dvc_args = ["--wait-for-lock", "repro", "--single-item", *(["--pull"] if pull else []), stage]
-    # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command
-    cmd = [sys.executable, "-m", "multitab.process", *dvc_args]
-    attempt = runtime.task_run.run_count
-    budget = memory.ACTIVE
-    if budget is not None and attempt > 1:  # a retry waits until its expected peak (raised by a kill) fits
-        budget.wait_to_fit(stage, STOPPING)
-    log.info("attempt %d: dvc %s%s", attempt, " ".join(dvc_args), f" (GPU {gpu})" if gpu is not None else "")
-    lock_waits = 0
-    while True:
-        if STOPPING.is_set():
-            raise StageFailed(stage, INTERRUPTED, "the run is being stopped (Ctrl-C / SIGTERM)", attempt,
-                              stopped=True)
-        kills_before = memory.oom_kills()
-        rc, lines, peak = stream_command(cmd, root, env, log)
-        if rc == 0:
-            outcome = dvc_outcome(lines)
-            if budget is not None:
-                budget.measure(stage, peak, ran=outcome == "ran", failed=False)
-            if outcome == "restored":  # copied from cache objects DVC does not hash: before any stage reads them
-                try:
-                    check_restored(root, stage)
-                except IntegrityError as e:
-                    error = StageFailed(stage, BAD_INPUT, str(e), attempt)
-                    _record_failure(str(runtime.task_run.id), str(error))
-                    log.error("%s", error)
-                    raise error from None
-            info = {"outcome": outcome, "lock_waits": lock_waits, "attempts": attempt}
-            name = STATE_NAMES[outcome] + (f" (attempt {attempt})" if attempt > 1 else "")
-            return Completed(data=info, name=name, message=f"{STATE_NAMES[outcome]} on attempt {attempt}")
-        if any(LOCK_ERROR.search(line) for line in lines) and lock_waits < lock_retries:
-            lock_waits += 1
-            delay = min(0.5 * 2 ** (lock_waits - 1), 10.0)
-            log.warning("DVC lock busy; trying again in %.1f s (%d/%d)", delay, lock_waits, lock_retries)
-            time.sleep(delay)
-            continue
-        code, stopped = exit_code(lines, rc), STOPPING.is_set()
-        # killed by the flow's stop (SIGTERM), a stage has no line of its own, and `cause` would offer the
-        # out-of-memory killer as a reason
-        if stopped and code != INTERRUPTED:
-            why = "stopped with the run (Ctrl-C / SIGTERM)"
-        elif memory.killed_by_sigkill(code):
-            why = memory.out_of_memory_line(stage, code, peak, kills_before, budget)
-        else:
-            why = disk_full(lines, root) or cause(lines, code)
-        if budget is not None:
-            budget.measure(stage, peak, ran=False, failed=True)
-        error = StageFailed(stage, code, why, attempt, stopped=stopped)
-        _record_failure(str(runtime.task_run.id), str(error))
-        log.error("%s", error)
-        raise error
 
 
 # -------------------------------------------------------------------------------------------- flow
@@ -276,7 +63,7 @@ def _collect(stage: str, future: PrefectFuture[Any], started: float) -> StageRes
     state: State[Any] = future.state
     if state.is_cancelled() or state.is_pending():  # Not run: an upstream stage failed
         return StageResult(stage, "not_run", error=state.message)
-    failures = _pop_failures(str(future.task_run_id))
+    failures = pop_failures(str(future.task_run_id))
     seconds = round(time.monotonic() - started, 2)
     if state.is_completed():
         info = future.result()

@@ -25,9 +25,9 @@ failure (a crash, a kill, an out-of-memory error) is retried `retries` times aft
 stage that keeps failing stops only its descendants ("Not run", naming the stage), and every independent stage
 still runs. The summary (ran / up to date / restored from DVC's run cache / retried / failed and why / not
 run) is printed, written to `orchestration.summary` and published as the flow run's `pipeline-summary`
-artifact; the exit status is non-zero when a stage failed. The Prefect side is flows/orchestrate.py, the DVC
-side flows/dag.py; with `orchestration.sync_remote` the DVC remote shared by several machines, flows/remote.py
-(and flows/fleet.py).
+artifact; the exit status is non-zero when a stage failed. The Prefect side is flows/orchestrate.py (a stage's
+task: flows/stage_task.py), the DVC side flows/dag.py; with `orchestration.sync_remote` the DVC remote shared
+by several machines, flows/remote.py (and flows/fleet.py).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ from multitab.io import os_error_line
 from multitab.process import raise_deferred_ctrl_c
 
 if TYPE_CHECKING:
-    from flows.orchestrate import PipelineFailed, StageFailed, pipeline, run_stage
+    from flows.orchestrate import PipelineFailed, pipeline
+    from flows.stage_task import StageFailed, run_stage
 
 __all__ = [
     "OrchestrationConfig",
@@ -78,15 +79,17 @@ __all__ = [
     "select",
 ]
 
-_PREFECT_NAMES = {"PipelineFailed", "StageFailed", "pipeline", "run_stage"}
+# name -> the module under flows/ that defines it
+_PREFECT_NAMES = {"PipelineFailed": "orchestrate", "pipeline": "orchestrate", "StageFailed": "stage_task",
+                  "run_stage": "stage_task"}
 
 
 def __getattr__(name: str) -> Any:
     """The Prefect flow and task, imported on first use (Prefect takes seconds to import)."""
     if name in _PREFECT_NAMES:
-        from flows import orchestrate
+        import importlib
 
-        return getattr(orchestrate, name)
+        return getattr(importlib.import_module(f"flows.{_PREFECT_NAMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -208,7 +211,7 @@ def stop_everything_on_signals() -> None:
     and training resumes from its last checkpoint, so the same command continues the run."""
 
     def stop(signum: int, frame: Any) -> None:
-        from flows.orchestrate import STOPPING, wait_for_attempts
+        from flows.stage_task import STOPPING, wait_for_attempts
 
         STOPPING.set()  # no stage starts or is retried from now on
         for s in (signal.SIGINT, signal.SIGTERM):

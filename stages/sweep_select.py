@@ -17,7 +17,8 @@ import logging
 from pathlib import Path
 
 from multitab.config import load_params
-from multitab.evaluation.sweep import collect, write_sweep_outputs
+from multitab.evaluation.sweep import collect
+from multitab.evaluation.sweep_report import write_sweep_outputs
 from multitab.profiles import group_train
 from multitab.runs import data_names
 from stages._common import parser, run

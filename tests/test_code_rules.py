@@ -80,7 +80,8 @@ LIBRARY = ROOT / "src" / "multitab"
 # benchmarks/ sit above all of it; the library never imports them. A new package or top-level module gets
 # a place here.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("io", "names", "protocol", "exit_codes", "markup", "runtime", "provenance", "process", "stage_deps"),
+    ("io", "names", "protocol", "exit_codes", "markup", "runtime", "provenance", "process", "stage_deps",
+     "fleet_setup"),
     ("checkpoint_file", "integrity"),  # files checked against pins and dvc.lock's hashes
     ("config",),  # params.yaml, strictly typed
     ("datasets",),  # schemas, sources, splits, preprocessing, MultiTab-Bench

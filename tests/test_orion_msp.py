@@ -11,7 +11,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from multitab.icl.orion_msp import OrionMSP, block_sparse_mask, from_checkpoint
+from multitab.icl.orion_blocks import block_sparse_mask
+from multitab.icl.orion_msp import OrionMSP, from_checkpoint
 
 # the reference's model files, installed by `make test` (Makefile: REFERENCE) from PyPI tabtune==0.2.1
 REFERENCE = Path(__file__).resolve().parents[1] / ".cache/reference/tabtune/tabtune/models/orion_msp/model"

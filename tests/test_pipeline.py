@@ -307,7 +307,7 @@ def test_a_full_disk_under_dvc_names_the_cache_and_what_to_do(tmp_path, monkeypa
     when its message says, the space left, and what to do. DVC's lines as DVC 3.67 printed them with its cache
     on a full 256 kB tmpfs (a small file: shutil names the copy; a file over 1 GB goes through copyfileobj,
     whose error names nothing)."""
-    from flows import orchestrate
+    from flows import stage_task
 
     root = make_project(tmp_path / "p", {"a": write_stage("a")})
     cache = root / ".dvc" / "cache"
@@ -315,7 +315,7 @@ def test_a_full_disk_under_dvc_names_the_cache_and_what_to_do(tmp_path, monkeypa
                 f"device: '{root}/out/a' -> '{cache}/files/md5/ec/.li1VKvKvysB-QAbwJakgEQ.tmp'")
     lines = ["Running stage 'a':", "> python scripts/a.py", *([transfer] if copy_named else []),
              "ERROR: failed to reproduce 'a': [Errno 28] No space left on device"]
-    monkeypatch.setattr(orchestrate, "stream_command", lambda *a, **k: (255, lines, 0))
+    monkeypatch.setattr(stage_task, "stream_command", lambda *a, **k: (255, lines, 0))
     summary = run(root, retries=0)
     error = summary["stages"]["a"]["error"]
     assert error.startswith("stage a exited with code 255 (attempt 1): no space left on device for DVC "), error

@@ -21,7 +21,8 @@ from _toy_dvc import repo_dvc_yaml
 from _training_tiny import write_tiny_hparams, write_tiny_processed
 from multitab.config import ConfigError, load_params, parse_params
 from multitab.config.runs import PAPER_GRIDS
-from multitab.evaluation.sweep import Point, Sweep, SweepError, collect, write_sweep_outputs
+from multitab.evaluation.sweep import Point, Sweep, SweepError, collect
+from multitab.evaluation.sweep_report import write_sweep_outputs
 from multitab.hparams import apply_protocol, load, protocol_overlay, read
 from multitab.models import build_model
 from multitab.profiles import plain

@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from multitab.icl.orion_msp import ISAB, SKIP_VALUE, Block, CrossAttnBlock, OrionMSP, skippable
+from multitab.icl.orion_blocks import ISAB, SKIP_VALUE, Block, CrossAttnBlock, skippable
+from multitab.icl.orion_msp import OrionMSP
 
 
 @dataclass
@@ -63,7 +64,7 @@ def _project_kv(attn: nn.MultiheadAttention, kv: Tensor) -> tuple[Tensor, Tensor
 
 
 def _attend_kv(attn: nn.MultiheadAttention, q: Tensor, key: Tensor, value: Tensor) -> Tensor:
-    """Multi-head attention of `q` over projected `key`/`value` (as orion_msp._attend, without rope or mask)."""
+    """Multi-head attention of `q` over projected `key`/`value` (as orion_blocks._attend, without rope or mask)."""
     d = q.shape[-1]
     assert attn.in_proj_bias is not None
     query = F.linear(q, attn.in_proj_weight[:d], attn.in_proj_bias[:d])
@@ -124,7 +125,7 @@ def encode_context(model: OrionMSP, x: Tensor) -> EncodedContext:
 
 def _read_memory(block: CrossAttnBlock, rows: Tensor, latents: Tensor,
                  kv: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """One memory read layer under memory="split" (orion_msp.CrossAttnBlock); `kv`: the context's keys and
+    """One memory read layer under memory="split" (orion_blocks.CrossAttnBlock); `kv`: the context's keys and
     values of its self-attention (None: `rows` are the context, whose own keys and values are returned)."""
     x = block.attn(block.q_norm(rows), block.kv_norm(latents)) + rows
     ffn = block.ffn
