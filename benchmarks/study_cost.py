@@ -309,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in a.record or []:
         try:
             record_metrics[str(r)] = pd.read_csv(r / "metrics.csv", usecols=["config", "model", "seed", "epochs", "n_train"])
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"--record {r}: cannot read its metrics.csv ({e}); give a study record folder "
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"--record {r}: cannot read its metrics.csv ({err}); give a study record folder "
                              "(results/study/<name>)") from None
         missing = {(c, m) for c in configs for m in models} - set(epochs_per_run(record_metrics[str(r)], False))
         if missing:

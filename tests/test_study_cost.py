@@ -104,3 +104,12 @@ def test_the_epochs_come_from_the_record_at_the_target_size_when_there_is_one() 
 
 def test_the_device_initialisation_is_timed_in_a_fresh_process() -> None:
     assert 0 <= study_cost.device_init_seconds("cpu") < 60
+
+
+def test_a_record_without_runs_is_refused_before_anything_is_measured(tmp_path) -> None:
+    with pytest.raises(SystemExit, match="cannot read its metrics.csv"):
+        study_cost.main(["--record", str(tmp_path), "--out", str(tmp_path / "out.json")])
+    (tmp_path / "metrics.csv").write_text("config,model,seed,epochs,n_train\np02_pd3_t3,mmoe,0,12,70000\n")
+    with pytest.raises(SystemExit, match="no runs of"):
+        study_cost.main(["--record", str(tmp_path), "--out", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()
