@@ -12,15 +12,27 @@
 #   .venv/bin/pip download --no-deps --only-binary=:all: -d .whl rtdl_revisiting_models==0.0.2
 # then run on the device with `carry: [".whl"]` and the command `MULTITAB_COMMIT=<sha> bash benchmarks/gpu_session.sh`
 # (the working tree travels without its git history: the records take the commit from MULTITAB_COMMIT).
-# Checked on a CPU in a virtual environment holding only those packages and a tiny scale:
-# `DEVICE=cpu SAMPLES=4000 MEASURE=4000 ROWS=4096 MEMBERS=2 bash benchmarks/gpu_session.sh`).
+# Check it before spending device time: `bash benchmarks/gpu_session.sh --dry-run` runs every step on the CPU at
+# tiny sizes (DEVICE=cpu, 2,000 samples, stacks of 2 seeds, 2 stages sharing, 256 rows in stacked_throughput,
+# each step's time limit x SLACK = 4; records under a temporary $OUT; tests/test_gpu_session.py, marked slow: 7.6
+# minutes on the 2-core CPU at nice 19 beside a load of 4.5, most of it process and model start-up). It exits
+# non-zero when a step failed. Variables set in the environment still win.
 set -u
+if [ "${1:-}" = "--dry-run" ]; then
+  TEPOCHS=${TEPOCHS:-2} DEVICE=${DEVICE:-cpu} SAMPLES=${SAMPLES:-2000} MEASURE=${MEASURE:-2000} ROWS=${ROWS:-256} MEMBERS=${MEMBERS:-2}
+  SEEDS=${SEEDS:-2} SHARE=${SHARE:-2} SLACK=${SLACK:-4} PY=${PY:-.venv/bin/python}
+  OUT=${OUT:-$(mktemp -d /tmp/gpu_session_dry.XXXXXX)}
+elif [ $# -gt 0 ]; then
+  echo "usage: bash benchmarks/gpu_session.sh [--dry-run]" >&2; exit 2
+fi
 OUT=${OUT:-results/benchmarks/gpu}
 DEVICE=${DEVICE:-cuda}
 SAMPLES=${SAMPLES:-1000000}     # the paper's samples per configuration
 MEASURE=${MEASURE:-100000}      # measured at this many samples, scaled linearly to SAMPLES
 ROWS=${ROWS:-65536}             # stacked_throughput's training rows per epoch
-MEMBERS=${MEMBERS:-5}           # seeds per stack (the study's 5)
+MEMBERS=${MEMBERS:-5}           # stacked_throughput's seeds per stack
+SEEDS=${SEEDS:-5}               # the projected study's seeds (the paper's 5; stacked: one stack of them)
+SLACK=${SLACK:-1}               # each step's time limit x this
 SHARE=${SHARE:-3}               # stacked stages sharing the GPU in the last step
 PY=${PY:-python3}
 mkdir -p "$OUT"
@@ -34,13 +46,18 @@ else
 fi
 nvidia-smi -L 2>/dev/null || echo "no nvidia-smi (DEVICE=$DEVICE)"
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-record=results/study/multitab_bench_n100k_3seeds_cap40   # its median epochs per model
-step() { echo "== $*"; local t0=$SECONDS; timeout "$@"; echo "== rc=$? in $((SECONDS - t0)) s"; }
-step 180 $PY benchmarks/stacked_throughput.py --device "$DEVICE" --members "$MEMBERS" --rows "$ROWS" --epochs 3 \
+record=results/study/multitab_bench_n100k_3seeds_cap40   # its epochs per run (taken at 100,000 samples)
+failed=0   # the script's exit status: 1 when any step failed (the later steps still run)
+step() {
+  echo "== $*"; local t0=$SECONDS rc
+  timeout "$@"; rc=$?
+  echo "== rc=$rc in $((SECONDS - t0)) s"; [ "$rc" -eq 0 ] || failed=1
+}
+step $((180 * SLACK)) $PY benchmarks/stacked_throughput.py --device "$DEVICE" --members "$MEMBERS" --rows "$ROWS" --epochs "${TEPOCHS:-3}" \
   --threads 2 --out "$OUT/stacked_throughput_$DEVICE.json"
-step 150 $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds 5 --record "$record" \
+step $((150 * SLACK)) $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds "$SEEDS" --record "$record" \
   --measure-samples "$MEASURE" --stack --workers 1 --out "$OUT/study_cost_${DEVICE}_stacked.json"
-step 100 $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds 5 --record "$record" \
+step $((100 * SLACK)) $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds "$SEEDS" --record "$record" \
   --measure-samples "$MEASURE" --workers 1 --out "$OUT/study_cost_$DEVICE.json"
 if [ "$SHARE" -gt 1 ]; then
   mkdir -p "$OUT/concurrency"
@@ -48,12 +65,16 @@ if [ "$SHARE" -gt 1 ]; then
   t0=$SECONDS
   pids=()
   for i in $(seq "$SHARE"); do
-    timeout 200 $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds 5 --record "$record" \
+    timeout $((200 * SLACK)) $PY benchmarks/study_cost.py --device "$DEVICE" --n-samples "$SAMPLES" --seeds "$SEEDS" --record "$record" \
       --measure-samples "$MEASURE" --stack --workers "$SHARE" \
       --out "$OUT/concurrency/study_cost_${DEVICE}_stacked_${SHARE}way_$i.json" > "/tmp/gpu_session_way$i.log" 2>&1 &
     pids+=($!)
   done
-  wait "${pids[@]}"   # these only: a bare `wait` also waits for the log's tee, which never ends
+  for pid in "${pids[@]}"; do   # these only: a bare `wait` also waits for the log's tee, which never ends
+    wait "$pid" || failed=1
+  done
   echo "== $SHARE at once: $((SECONDS - t0)) s of wall time (one alone: the stacked step above)"
   tail -n 3 /tmp/gpu_session_way*.log   # into this log: the device tool returns at most 8 files
 fi
+echo "== gpu_session: $([ "$failed" -eq 0 ] && echo 'every step passed' || echo 'a step FAILED') (records in $OUT)"
+exit "$failed"

@@ -6,20 +6,27 @@ dataset at `--n-samples` (the study's generator, `bench.configs` settings) and t
 for `--measure-epochs` epochs through `multitab.training.run_training` (the train stage's own code: data
 loading, model build, per-epoch validation, test evaluation), with the study's training settings
 (`runs.study.train` over `train`, params.yaml) and `train.num_threads` threads. Measured per (model, t):
-seconds per epoch (the median of the epochs after the first; validation and checkpoints included) and
-start-up seconds (the run's wall time less its steady-state epochs: data loading, model build, first-epoch
-warm-up, test evaluation; plus one `python -m stages.train --help` process start: a stage's interpreter
-and imports). Then
+seconds per epoch (the median of the epochs after the first; validation and checkpoints included) and the
+start-up, split in two: a FIXED part that does not grow with the rows (the first epoch's excess over the steady
+epochs: kernel selection, allocator growth; and, once per stage process, one `python -m stages.train --help`
+start, a stage's interpreter and imports, plus the device's initialisation in a fresh process, CUDA's context)
+and a PER-ROW part (the rest of the run's wall time less its epochs: data loading, model build, test
+evaluation). Then
 
-    projected wall = sum over configs, models, seeds of (start-up + E x seconds per epoch) / workers
+    projected wall = sum over configs, models, seeds of
+                     (fixed + per-row start-up x scale + E x seconds per epoch x scale) / workers
 
-with E the epochs per run: `--epochs` (an assumption, stated in the output), or the median epochs per model
-recorded in a study record's convergence.csv (`--record results/study/<name>`), and `workers` stages at
-once (orchestration.workers; one thread each: perfect packing assumed, DVC/Prefect overhead per stage not
-included beyond the interpreter start). The paper's cap (100 epochs) is reported as the worst case.
-With `--measure-samples M` the datasets are synthesised at M samples and the per-epoch and start-up
-seconds scaled by n_samples / M (an epoch's cost is linear in the training rows at a fixed batch size),
-so that the projection is cheap to take; the output says so.
+with scale = n_samples / measured samples (1 unless `--measure-samples`: an epoch's cost is linear in the
+training rows at a fixed batch size, so only per-row work is scaled; the fixed part is not), `workers` stages
+at once (orchestration.workers; one thread each: perfect packing assumed, DVC/Prefect overhead per stage not
+included beyond the interpreter start) and E the epochs per run: `--epochs` (an assumption, stated in the
+output), or from a study record (`--record results/study/<name>`, its metrics.csv): per configuration and
+model, the median over the seeds for separate runs, and for a stack (`--stack`) the MAX over its members, since
+a stacked run lasts until its slowest member stops (its epoch taken at the full stack's cost throughout: an
+upper bound where the cost falls as members leave). `--record` may be given more than once: the record whose
+training rows equal the projection's (`epochs_measured_at_rows` in the output) is used; else the largest, and
+the output says that the projection assumes that size's epoch count at n_samples. The paper's cap (100
+epochs) is reported as the worst case.
 
 The compute floor: the same study's arithmetic at this machine's best matrix-product rate, i.e. what no
 software could beat at this precision. Training FLOPs per run = E x (3 F x training rows + F x validation
@@ -40,12 +47,11 @@ fp32) and writes `study_cost_cpu_bf16.json` by default.
 `--stack` projects the study with `train.stack_seeds: true` (docs/training.md, "Stacked seeds"): each
 measured model trains its `--seeds` seeds as one stacked run (`run_training_stacked`, the train_stack
 stage's code), and per member it counts the stacked epoch and start-up shared out over the members and one
-interpreter start per stack. A member that stops early leaves the stack, so a run costs its own epochs at
-the per-member rate (assumed not to change as the stack shrinks). A model that cannot stack (dropout) is
+stage start per stack, for the stack's slowest member's epochs (above). A model that cannot stack (dropout) is
 measured alone, with the reason in `stack_refused`. Default output `study_cost_cpu_stacked.json`.
 
 Run:  flock /tmp/multitab-bench.lock python benchmarks/study_cost.py [--n-samples 100000] [--seeds 5]
-      [--epochs 20 | --record results/study/<name>] [--precision fp32|bf16] [--stack]
+      [--epochs 20 | --record results/study/<name> ...] [--precision fp32|bf16] [--stack]
       [--out results/benchmarks/study_cost_cpu.json]
 Timings taken while other jobs share the CPU are high: say so when quoting them (the output records the
 load average).
@@ -102,6 +108,65 @@ def process_start_seconds() -> float:
     if done.returncode != 0:
         raise SystemExit(f"`python -m stages.train --help` failed (a stage process cannot start here):\n{done.stderr}")
     return time.perf_counter() - t0
+
+
+def device_init_seconds(device: str) -> float:
+    """Seconds a fresh process takes to initialise `device` after importing torch (CUDA's context; ~0 on the
+    CPU): paid once per stage process, at any row count."""
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    code = ("import sys, time, torch; d = sys.argv[1]; t0 = time.perf_counter(); torch.zeros(1, device=d)\n"
+            "if d.startswith('cuda'): torch.cuda.synchronize(d)\nprint(time.perf_counter() - t0)")
+    done = subprocess.run([sys.executable, "-c", code, device], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path})
+    if done.returncode != 0:
+        raise SystemExit(f"initialising {device} in a fresh process failed:\n{done.stderr}")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def split_startup(wall: float, epoch_seconds: list[float], members: int) -> dict[str, float]:
+    """One measured run's (or stack member's) seconds per steady epoch and its start-up in two parts: `warmup`,
+    the first epoch's excess over the steady epochs (fixed: kernel selection, allocator growth, not more work
+    at more rows), and `startup_per_row`, the wall time left over per member (data loading, model build, test
+    evaluation: scaled with the rows). `epoch_seconds` are the per-member epoch seconds, first epoch first."""
+    steady = epoch_seconds[1:] or epoch_seconds
+    per_epoch = statistics.median(steady)
+    warmup = max(0.0, epoch_seconds[0] - per_epoch)
+    # the epochs as run: the first one's warm-up is counted in `warmup`, the rest at the steady rate
+    rest = max(0.0, wall / members - per_epoch * len(epoch_seconds) - warmup)
+    return {"seconds_per_epoch": per_epoch, "warmup": warmup, "startup_per_row": rest, "startup": warmup + rest}
+
+
+def run_seconds(m: dict[str, float], epochs: float, scale: float, stage_start: float) -> float:
+    """Projected seconds of one run (one stack member) from its measurement `m` (split_startup's keys and
+    `stack_members`): the stage's fixed start shared by the stack's members, the fixed warm-up, and the per-row
+    start-up and `epochs` steady epochs scaled by `scale` (target rows / measured rows)."""
+    return (stage_start / m["stack_members"] + m["warmup"]
+            + (m["startup_per_row"] + epochs * m["seconds_per_epoch"]) * scale)
+
+
+def epochs_per_run(metrics: pd.DataFrame, stacked: bool) -> dict[tuple[str, str], float]:
+    """Epochs per run by (configuration, model) from a study record's metrics.csv (one row per task): the
+    median over the seeds for separate runs, the max for a stack (it runs until its slowest member stops)."""
+    runs = metrics.drop_duplicates(["config", "model", "seed"]).groupby(["config", "model"])["epochs"]
+    got = runs.max() if stacked else runs.median()
+    return {(str(c), str(m)): float(v) for (c, m), v in got.items()}
+
+
+def choose_epoch_record(rows_by_record: dict[str, int], target_rows: int) -> tuple[str, bool]:
+    """The record whose epochs the projection takes, and whether it was measured at the target's training rows:
+    the one at `target_rows` when given, else the largest (its epoch count assumed to hold at the target)."""
+    at_target = [r for r, n in rows_by_record.items() if n == target_rows]
+    if at_target:
+        return at_target[0], True
+    return max(rows_by_record, key=lambda r: rows_by_record[r]), False
+
+
+def record_train_rows(metrics: pd.DataFrame, record: Path) -> int:
+    rows = set(metrics["n_train"].astype(int))
+    if len(rows) != 1:
+        raise SystemExit(f"{record}/metrics.csv: runs at {sorted(rows)} training rows; a record for the projection "
+                         "must hold one size")
+    return rows.pop()
 
 
 # (rows, inner, columns) of matrix products the study's models run at batch 2048: an MLP layer, a batched
@@ -175,17 +240,16 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
         # steady state: the epochs after the first (which pays one-off warm-up), validation and checkpoints
         # included; a stacked epoch is the sum of its members' shares (each member's row holds its share)
         per_epoch_all = [sum(float(h[e]["epoch_seconds"]) for _, h in runs) / members for e in range(len(history))]
-        steady = per_epoch_all[1:] or per_epoch_all
-        per_epoch = statistics.median(steady)
-        out[model] = {"wall": wall, "epochs": record["epochs"], "seconds_per_epoch": per_epoch,
-                      "startup": max(0.0, wall / members - per_epoch * record["epochs"]),
+        split = split_startup(wall, per_epoch_all, members)
+        per_epoch = split["seconds_per_epoch"]
+        out[model] = {"wall": wall, "epochs": record["epochs"], **split,
                       "stack_members": members, **({"stack_refused": refused} if refused else {}),
                       "samples_per_second": record["samples_per_second"],
                       "n_train": record["n_rows"]["train"], "n_val": record["n_rows"]["val"],
                       "n_test": record["n_rows"]["test"],
                       "forward_flops_per_sample": forward_flops(schema, model, params.protocol, config.batch_size)}
         print(f"  {name} {model}: {per_epoch:.1f} s/epoch ({record['samples_per_second']:.0f} samples/s), "
-              f"start-up + test evaluation + warm-up {out[model]['startup']:.1f} s"
+              f"warm-up {split['warmup']:.1f} s, start-up + test evaluation {split['startup_per_row']:.1f} s"
               + (f" (per member of a stack of {members})" if members > 1 else "")
               + (f"; not stacked: {refused}" if refused else ""), flush=True)
     return out
@@ -197,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-samples", type=int, default=100_000)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--epochs", type=float, default=None, help="assumed epochs per run (default 20)")
-    p.add_argument("--record", type=Path, default=None, help="a study record: epochs per model from convergence.csv")
+    p.add_argument("--record", type=Path, action="append", default=None,
+                   help="a study record: epochs per run from its metrics.csv; repeat it to give records at other "
+                        "sizes (the one at the projection's training rows is used, else the largest)")
     p.add_argument("--measure-epochs", type=int, default=2, help="epochs per measured run (>= 2: the first is warm-up)")
     p.add_argument("--measure-samples", type=int, default=None,
                    help="measure on datasets of this size and scale seconds per epoch by the training rows "
@@ -239,18 +305,24 @@ def main(argv: list[str] | None = None) -> int:
     n_tasks = {c: raw.bench.configs[c].n_tasks for c in configs}
     representative = {t: next(c for c in configs if n_tasks[c] == t) for t in sorted(set(n_tasks.values()))}
 
-    epochs_by_model: dict[str, float]
-    if a.record is not None:
-        conv = pd.read_csv(a.record / "convergence.csv")
-        epochs_by_model = {m: float(conv.loc[conv.model == m, "median_epochs"].median()) for m in models}
-        epochs_source = f"median epochs per model in {a.record}/convergence.csv"
-    else:
-        e = a.epochs if a.epochs is not None else 20.0
-        epochs_by_model = dict.fromkeys(models, e)
-        epochs_source = f"assumed {e:g} epochs per run (early stopping; not measured)"
+    record_metrics: dict[str, pd.DataFrame] = {}
+    for r in a.record or []:
+        try:
+            record_metrics[str(r)] = pd.read_csv(r / "metrics.csv", usecols=["config", "model", "seed", "epochs", "n_train"])
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"--record {r}: cannot read its metrics.csv ({err}); give a study record folder "
+                             "(results/study/<name>)") from None
+        missing = {(c, m) for c in configs for m in models} - set(epochs_per_run(record_metrics[str(r)], False))
+        if missing:
+            raise SystemExit(f"--record {r}: metrics.csv has no runs of {sorted(missing)[:3]}...; give a record of "
+                             "the whole study")
+    rows_by_record = {r: record_train_rows(df, Path(r)) for r, df in record_metrics.items()}
 
     load0 = os.getloadavg()[0]
-    start = process_start_seconds()
+    start = process_start_seconds() + device_init_seconds(device)
+    if kind == "cuda":  # the context is paid in `start`: not in the first measured model's warm-up
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize(device)
     print(f"study cost: {a.n_samples:,} samples (measured at {measure_samples:,}, scaled linearly), measuring {a.measure_epochs} epoch(s) per model on t = "
           f"{sorted(representative)}; stage process start {start:.1f} s", flush=True)
     measured: dict[int, dict[str, dict[str, float]]] = {}
@@ -259,13 +331,33 @@ def main(argv: list[str] | None = None) -> int:
             measured[t] = measure(params, config, name, models, a.measure_epochs, Path(tmp),
                                   stack=a.seeds if a.stack else 1)
 
-    def run_seconds(model: str, t: int, epochs: float) -> float:
-        m = measured[t][model]
-        return start / m["stack_members"] + m["startup"] * scale + epochs * m["seconds_per_epoch"] * scale
+    stacked = {m: any(per_t[m]["stack_members"] > 1 for per_t in measured.values()) for m in models}
+    target_rows = round(next(iter(measured.values()))[models[0]]["n_train"] * scale)
+    epochs_measured_at_rows: int | None = None
+    epochs: dict[tuple[str, str], float]
+    if record_metrics:
+        chosen, at_target = choose_epoch_record(rows_by_record, target_rows)
+        epochs_measured_at_rows = rows_by_record[chosen]
+        medians = epochs_per_run(record_metrics[chosen], stacked=False)
+        maxima = epochs_per_run(record_metrics[chosen], stacked=True)
+        epochs = {(c, m): (maxima if stacked[m] else medians)[c, m] for c in configs for m in models}
+        epochs_source = (f"{chosen}/metrics.csv: per configuration and model, the median epochs over the seeds "
+                         "(separate runs)" + (", the max over the seeds for a stack (it runs until its slowest "
+                                              "member stops)" if any(stacked.values()) else "")
+                         + (f"; measured at {epochs_measured_at_rows:,} training rows, the projection's size"
+                            if at_target else
+                            f"; measured at {epochs_measured_at_rows:,} training rows: ASSUMED to hold at "
+                            f"{target_rows:,}"))
+    else:
+        e = a.epochs if a.epochs is not None else 20.0
+        epochs = {(c, m): e for c in configs for m in models}
+        epochs_source = f"assumed {e:g} epochs per run (early stopping; not measured)"
+    epochs_by_model = {m: statistics.median(epochs[c, m] for c in configs) for m in models}
 
-    per_model = {m: sum(run_seconds(m, n_tasks[c], epochs_by_model[m]) for c in configs) * a.seeds for m in models}
+    per_model = {m: sum(run_seconds(measured[n_tasks[c]][m], epochs[c, m], scale, start) for c in configs) * a.seeds
+                 for m in models}
     total = sum(per_model.values())
-    worst = sum(run_seconds(m, n_tasks[c], 100.0) for c in configs for m in models) * a.seeds
+    worst = sum(run_seconds(measured[n_tasks[c]][m], 100.0, scale, start) for c in configs for m in models) * a.seeds
 
     # the compute floor: the study's training arithmetic at this machine's best matrix-product rate
     peak = matmul_peak(config.precision, config.num_threads, device=device)
@@ -278,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         m = measured[t][model]
         return scale * (epochs * epoch_flops(m) + m["forward_flops_per_sample"] * m["n_test"])
 
-    flops_per_model = {m: sum(run_flops(m, n_tasks[c], epochs_by_model[m]) for c in configs) * a.seeds for m in models}
+    flops_per_model = {m: sum(run_flops(m, n_tasks[c], epochs[c, m]) for c in configs) * a.seeds for m in models}
     floor = sum(flops_per_model.values()) / (peak["best"] * workers)
     # how close the training code runs to that rate: training FLOP/s in the measured steady-state epochs
     fraction_of_peak = {str(t): {m: round(epoch_flops(v) / v["seconds_per_epoch"] / peak["best"], 3)
@@ -288,13 +380,21 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
         "load_average_at_start": load0, "load_average_at_end": os.getloadavg()[0],
         "n_samples": a.n_samples, "measured_at_samples": measure_samples,
-        "scaling": "seconds per epoch and start-up x n_samples / measured_at_samples" if scale != 1 else "none",
+        "scaling": ("seconds per epoch and the per-row start-up x n_samples / measured_at_samples; the warm-up and "
+                    "the stage start fixed") if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
         "commit": git_commit(ROOT), "torch": torch.__version__,
         "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
+        "fixed_seconds": "per stage: stage_process_start_seconds (interpreter, imports, device initialisation); "
+                         "per run: measured.*.warmup",
         "measured": {str(t): v for t, v in measured.items()}, "epochs_per_run": epochs_by_model,
+        "epochs_per_run_by_config": {c: {m: epochs[c, m] for m in models} for c in configs},
+        "epochs_rule": ("stacked: the max over a stack's members per configuration and model; separate: the median"
+                        if any(stacked.values()) else "the median over the seeds per configuration and model")
+                       if record_metrics else "assumed",
+        "epochs_measured_at_rows": epochs_measured_at_rows, "target_train_rows": target_rows,
         "epochs_source": epochs_source,
         "core_seconds_per_model": {m: round(v, 1) for m, v in per_model.items()},
         "projected_wall_seconds": round(total / workers, 1),

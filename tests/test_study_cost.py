@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from _benchmarks import load_benchmark
@@ -61,3 +62,54 @@ def test_a_record_outside_a_repository_takes_its_commit_from_the_environment(
     assert head != "0123abc" and len(head) == 40
     monkeypatch.setenv("PATH", str(tmp_path))  # no git on the machine
     assert git_commit(tmp_path) == "0123abc"
+
+
+def test_the_fixed_start_up_is_not_scaled_with_the_rows() -> None:
+    """A run of 3 epochs (the first 2 s slower: warm-up) in 10 s of wall time: 5 s of per-row start-up (data,
+    test evaluation) scale with the rows, the warm-up and the stage start do not."""
+    m = {**study_cost.split_startup(10.0, [3.0, 1.0, 1.0], members=1), "stack_members": 1}
+    assert m["seconds_per_epoch"] == 1.0 and m["warmup"] == 2.0 and m["startup_per_row"] == 5.0
+    assert study_cost.run_seconds(m, epochs=20, scale=1, stage_start=4.0) == 4 + 2 + 5 + 20
+    assert study_cost.run_seconds(m, epochs=20, scale=10, stage_start=4.0) == 4 + 2 + (5 + 20) * 10
+
+
+def test_a_stack_member_shares_the_stage_start_and_the_stacked_epochs() -> None:
+    # a stack of 5 whose epochs took 5, 2, 2 s in all (1, 0.4, 0.4 s per member) in 20 s of wall time
+    m = {**study_cost.split_startup(20.0, [1.0, 0.4, 0.4], members=5), "stack_members": 5}
+    assert m["seconds_per_epoch"] == pytest.approx(0.4) and m["warmup"] == pytest.approx(0.6)
+    assert m["startup_per_row"] == pytest.approx(20 / 5 - 0.4 * 3 - 0.6)
+    assert study_cost.run_seconds(m, epochs=10, scale=2, stage_start=5.0) == pytest.approx(
+        1 + 0.6 + (2.2 + 10 * 0.4) * 2)
+
+
+def test_a_stack_runs_its_slowest_members_epochs() -> None:
+    """metrics.csv has a row per task: each run counts once; separate runs take the median over the seeds, a
+    stack the max."""
+    runs = [("c1", "mmoe", s, e) for s, e in ((0, 10), (1, 12), (2, 30))] + [("c1", "stem", s, 8) for s in range(3)]
+    metrics = pd.DataFrame([(c, m, s, e, 70_000, task) for c, m, s, e in runs for task in ("y1", "y2")],
+                           columns=["config", "model", "seed", "epochs", "n_train", "task"])
+    assert study_cost.epochs_per_run(metrics, stacked=False) == {("c1", "mmoe"): 12.0, ("c1", "stem"): 8.0}
+    assert study_cost.epochs_per_run(metrics, stacked=True) == {("c1", "mmoe"): 30.0, ("c1", "stem"): 8.0}
+    assert study_cost.record_train_rows(metrics, Path("r")) == 70_000
+    with pytest.raises(SystemExit, match="one size"):
+        study_cost.record_train_rows(metrics.assign(n_train=[70_000] * 11 + [700_000]), Path("r"))
+
+
+def test_the_epochs_come_from_the_record_at_the_target_size_when_there_is_one() -> None:
+    rows = {"small": 70_000, "paper": 700_000}
+    assert study_cost.choose_epoch_record(rows, 700_000) == ("paper", True)
+    assert study_cost.choose_epoch_record({"small": 70_000}, 700_000) == ("small", False)
+    assert study_cost.choose_epoch_record(rows, 7_000_000) == ("paper", False)
+
+
+def test_the_device_initialisation_is_timed_in_a_fresh_process() -> None:
+    assert 0 <= study_cost.device_init_seconds("cpu") < 60
+
+
+def test_a_record_without_runs_is_refused_before_anything_is_measured(tmp_path) -> None:
+    with pytest.raises(SystemExit, match="cannot read its metrics.csv"):
+        study_cost.main(["--record", str(tmp_path), "--out", str(tmp_path / "out.json")])
+    (tmp_path / "metrics.csv").write_text("config,model,seed,epochs,n_train\np02_pd3_t3,mmoe,0,12,70000\n")
+    with pytest.raises(SystemExit, match="no runs of"):
+        study_cost.main(["--record", str(tmp_path), "--out", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()
