@@ -1,6 +1,8 @@
 """An import made slow in a subprocess, to interrupt a program while it is still importing: a
 sitecustomize.py (put first on the child's PYTHONPATH) that, in the process whose command line names
-`program`, touches a marker file when `module` starts importing, then sleeps `seconds`."""
+`program`, touches a marker file when `module` starts importing, then sleeps `seconds`. That process gets
+Python's Ctrl-C handler even where the test run inherited an ignored SIGINT (a background job), as a
+program started in a terminal has it."""
 
 from __future__ import annotations
 
@@ -22,6 +24,12 @@ _SITECUSTOMIZE = textwrap.dedent("""
 
     if os.environ.get("SLOW_IMPORT_IN") in sys.orig_argv:
         sys.meta_path.insert(0, _Slow())
+        # A terminal's foreground program has Python's Ctrl-C handler; one started from a background job
+        # (`nohup make test &`) inherits an ignored SIGINT, which the program rightly leaves ignored, and
+        # the tests' Ctrl-C would then do nothing. The program here is the terminal's.
+        import signal
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 """)
 
 
