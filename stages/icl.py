@@ -64,7 +64,8 @@ def write_all(params_path: str, data: Path, synthetic: Path, lock_path: Path, ou
              for name in {"tabicl_regressor", *config.checkpoints}}
     lines = ["# Pretrained in-context baselines (test metric per task)", "",
              f"Pretrained, no training on these datasets. Profile `{profile_name}` on {device.type}: context of at "
-             f"most {profile.context_size or 'all'} training rows ({config.context_rule} seeded sample); test rows in "
+             f"most {profile.context_size or 'all'} training rows ({config.context_rule} seeded sample); "
+             f"{f'at most {profile.eval_rows:,} val and test rows scored per split (seeded sample)' if profile.eval_rows else 'every val and test row scored'}; test rows in "
              f"seeded chunks of {profile.chunk_size or 'a whole split'}; ensemble views "
              f"{', '.join(f'{m} {n}' for m, n in profile.n_estimators.items())}.", "",
              "| dataset | model | seed | test | checkpoint |", "|---|---|---|---|---|"]

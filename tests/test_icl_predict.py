@@ -33,6 +33,18 @@ def test_context_rows_are_a_seeded_sample():
     assert not np.array_equal(rows, context.context_rows(100, 10, seed=4))
 
 
+def test_scored_rows_are_a_seeded_sample_per_split():
+    assert context.eval_rows(5, 10, seed=0, split="test").tolist() == [0, 1, 2, 3, 4]
+    assert context.eval_rows(7, None, seed=0, split="test").tolist() == list(range(7))
+    rows = context.eval_rows(100, 10, seed=3, split="test")
+    assert len(set(rows.tolist())) == 10 and rows.tolist() == sorted(rows.tolist())
+    assert np.array_equal(rows, context.eval_rows(100, 10, seed=3, split="test"))
+    assert not np.array_equal(rows, context.eval_rows(100, 10, seed=4, split="test"))
+    assert not np.array_equal(rows, context.eval_rows(100, 10, seed=3, split="val"))
+    with pytest.raises(ValueError, match="max_rows=0"):
+        context.eval_rows(100, 0, seed=3, split="test")
+
+
 @pytest.mark.parametrize(("memory", "chunking_matters"), [("reference", True), ("split", False)])
 def test_chunks_fix_the_numbers(memory, chunking_matters):
     model = _orion(memory)

@@ -52,6 +52,21 @@ def test_with_checkpoints_every_task_gets_a_record(tmp_path, caplog):
     assert "Profile `cpu` on cpu" in summary
 
 
+def test_a_profile_with_eval_rows_scores_a_sample_of_each_split_and_says_so(tmp_path, caplog):
+    write_tiny_processed(tmp_path / "processed" / "acs_income", n={"train": 80, "val": 30, "test": 30})
+    orion, orion_sha = orion_file(tmp_path)
+    profiles = {"cpu": {"context_size": 50, "chunk_size": 16, "eval_rows": 12, "n_estimators": {"orion_msp": 1, "tabicl": 1}},
+                "gpu": {"context_size": None, "chunk_size": None, "eval_rows": None, "n_estimators": {"orion_msp": 32, "tabicl": 8}}}
+    with caplog.at_level(logging.INFO, logger="multitab.icl.run"):
+        assert _run(tmp_path, {"orion_msp": (orion, orion_sha), "tabicl": None}, profiles=profiles) == 0
+    assert "task marital: 24 val+test rows predicted from 50 context rows" in caplog.text
+    record = json.loads((tmp_path / "out/acs_income/orion_msp/seed0/metrics.json").read_text())
+    assert record["eval_rows"] == {"at_most": 12, "splits": {"val": {"scored": 12, "rows": 30},
+                                                             "test": {"scored": 12, "rows": 30}}}
+    assert set(record["test"]) == {"click", "marital"}
+    assert "at most 12 val and test rows scored per split" in (tmp_path / "out" / "summary.md").read_text()
+
+
 def test_without_checkpoints_nothing_runs_and_the_summary_says_how_to_get_one(tmp_path):
     write_tiny_processed(tmp_path / "processed" / "acs_income", n={"train": 40, "val": 10, "test": 10})
     assert _run(tmp_path, {"orion_msp": None, "tabicl": None}) == 0

@@ -35,6 +35,7 @@ class IclProfile:
 
     context_size: int | None = field(metadata=bounded(ge=1))  # training rows as context, at most; null: all (D25)
     chunk_size: int | None = field(metadata=bounded(ge=1))  # test rows per call (D23); null: a split in one call
+    eval_rows: int | None = field(metadata=bounded(ge=1))  # val / test rows scored per split, at most (D27); null: all
     n_estimators: dict[str, int]  # ensemble views per model (D26)
 
     def __post_init__(self) -> None:

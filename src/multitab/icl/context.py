@@ -18,6 +18,7 @@ batched, and Orion-MSP's ensemble of table views.
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +40,18 @@ def context_rows(n_train: int, max_rows: int | None, seed: int) -> np.ndarray:
         return np.arange(n_train)
     # NOTE[DIFF] (docs/deviations.md D25): the released wrappers take every training row as the context
     return np.sort(np.random.default_rng(seed).choice(n_train, size=max_rows, replace=False))
+
+
+def eval_rows(n_rows: int, max_rows: int | None, seed: int, split: str) -> np.ndarray:
+    """Indices of the rows of `split` that are scored: all of them, or at most `max_rows` as a uniform sample
+    without replacement seeded by the run's seed and the split's name, in file order."""
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"{max_rows=} must be >= 1 (or None: every row)")
+    if max_rows is None or n_rows <= max_rows:
+        return np.arange(n_rows)
+    # NOTE[DIFF] (docs/deviations.md D27): the released wrappers score every row of a split
+    stream = np.random.default_rng([seed, zlib.crc32(split.encode())])
+    return np.sort(stream.choice(n_rows, size=max_rows, replace=False))
 
 
 def predict_in_chunks(

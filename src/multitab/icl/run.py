@@ -74,12 +74,13 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
     status = {t.name: NOT_APPLICABLE if not _applicable(model, t) else NOT_RUN for t in data.schema.tasks}
     run = _Run(dataset, model, seed, config, profile_name, profile, device)
     if not runnable:  # nothing to predict: no split is read
-        return run.record(status, {"val": {}, "test": {}}, {}, None, 0.0)
+        return run.record(status, {"val": {}, "test": {}}, {}, None, 0.0, None)
     data = load_processed(data_dir)
     train, splits = data.splits["train"], {s: data.splits[s] for s in ("val", "test")}
     rows = context.context_rows(len(train), profile.context_size, seed)
     x_context = _features(train)[rows]
-    x_eval = {s: _features(d) for s, d in splits.items()}
+    scored = {s: context.eval_rows(len(d), profile.eval_rows, seed, s) for s, d in splits.items()}
+    x_eval = {s: _features(d)[scored[s]] for s, d in splits.items()}
     targets = {name: v.numpy()[rows] for name, v in train.targets().items()}
     metrics: dict[str, dict[str, float]] = {"val": {}, "test": {}}
     used: dict[str, str] = {}
@@ -110,10 +111,12 @@ def evaluate(data_dir: str | Path, *, model: str, seed: int, config: IclConfig, 
                  "(profile %s, %s)", dataset, model, seed, task.name, sum(len(x) for x in x_eval.values()),
                  len(rows), profile.n_estimators[model], task_seconds, profile_name, device.type)
         for s, d in splits.items():
-            metrics[s] |= task_metrics([task], {task.name: d.targets()[task.name].numpy()}, {task.name: preds[s]})
+            truth = d.targets()[task.name].numpy()[scored[s]]
+            metrics[s] |= task_metrics([task], {task.name: truth}, {task.name: preds[s]})
         status[task.name] = "ok"
     return run.record(status, metrics, {n: (str(files[n][0]), sha) for n, sha in used.items()},
-                      (len(rows), len(train)), seconds)
+                      (len(rows), len(train)), seconds,
+                      {s: {"scored": len(scored[s]), "rows": len(d)} for s, d in splits.items()})
 
 
 @dataclasses.dataclass
@@ -161,7 +164,7 @@ class _Run:
 
     def record(self, status: dict[str, str], metrics: dict[str, dict[str, float]],
                checkpoints: dict[str, tuple[str, str]], rows: tuple[int, int] | None,
-               seconds: float) -> dict[str, Any]:
+               seconds: float, scored: dict[str, dict[str, int]] | None) -> dict[str, Any]:
         return {
             "dataset": self.dataset, "model": self.model, "seed": self.seed, "kind": PRETRAINED,
             "status": status, "val": metrics["val"], "test": metrics["test"],
@@ -171,6 +174,7 @@ class _Run:
             "profile": self.profile_name, "device": self.device.type,
             "context": {"rule": self.config.context_rule, "size": self.profile.context_size,
                         "rows_used": rows[0] if rows else None, "train_rows": rows[1] if rows else None},
+            "eval_rows": {"at_most": self.profile.eval_rows, "splits": scored},
             "chunk_size": self.profile.chunk_size, "n_estimators": self.profile.n_estimators[self.model],
             "context_encoding": "reused across chunks and tasks" if self.model == "orion_msp" else "one call per task",
             "orion": dataclasses.asdict(self.config.orion) if self.model == "orion_msp" else None,
