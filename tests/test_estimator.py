@@ -172,6 +172,10 @@ def test_bad_input_is_refused_naming_what(one_torch_thread: None) -> None:
         est.predict(X.assign(**{"wage/hour": [1.0, 2.0, 3.0, np.nan] + [0.0] * 56}))
     with pytest.raises(ValueError, match=r"columns \['spend'\] are both a feature"):
         MultiTaskEstimator("stl_mlp", **TINY).fit(X.assign(spend=1.0), Y)
+    with pytest.raises(ValueError, match=r"task 'marital status' is binary but holds 3 distinct labels"):
+        MultiTaskEstimator("stl_mlp", task_types={"marital status": "binary"}, **TINY).fit(X, Y)
+    with pytest.raises(ValueError, match=r"validation_data: feature column\(s\) \['wage/hour'\] missing"):
+        MultiTaskEstimator("stl_mlp", **TINY).fit(X, Y, validation_data=(X.drop(columns="wage/hour"), Y))
     with pytest.raises(ValueError, match=r"model.n_blocks: not a keyword of stl_mlp"):
         MultiTaskEstimator("stl_mlp", model_params={"n_blocks": 2}).fit(X, Y)
 

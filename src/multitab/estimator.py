@@ -110,6 +110,7 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
             raise ValueError(f"{h.file}: model.{wrong[0][0]}: {wrong[0][1]}")
         optim = None if h.optim is None else {**h.optim, **({"lr": self.lr} if self.lr is not None else {}),
                                               **({"max_epochs": self.max_epochs} if self.max_epochs else {})}
+        # a hyperparameter file holds no batch size: the paper's 2048 (params.yaml's train.batch_size) then
         return Hparams(values, optim, h.file, None), self.batch_size or batch_size or 2048
 
     def _targets(self, Y: pd.DataFrame) -> None:
@@ -119,7 +120,14 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         if unknown:
             raise ValueError(f"task_types names {unknown}, not columns of y ({list(Y.columns)})")
         self.task_types_ = {t: given.get(t) or task_type(Y[t]) for t in Y.columns}
-        self.classes_ = {t: np.unique(Y[t].to_numpy()) for t, kind in self.task_types_.items() if kind != "regression"}
+        self.classes_ = {t: np.unique(Y[t].dropna().to_numpy()) for t, kind in self.task_types_.items()
+                         if kind != "regression"}
+        for t, kind in self.task_types_.items():
+            if kind not in ("binary", "multiclass", "regression"):
+                raise ValueError(f"task_types[{t!r}] = {kind!r}: expected binary, multiclass or regression")
+            if kind == "binary" and len(self.classes_[t]) != 2:
+                raise ValueError(f"task {t!r} is binary but holds {len(self.classes_[t])} distinct labels "
+                                 f"{self.classes_[t].tolist()[:10]}; call it multiclass in task_types")
 
     def _encode_targets(self, Y: pd.DataFrame, where: str) -> pd.DataFrame:
         """Class indices (classification) and floats (regression) of `Y`'s task columns."""
@@ -178,6 +186,10 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
                      for k, r in rows.items()}
         else:
             x_val, y_val = as_frame(validation_data[0], "x"), as_frame(validation_data[1], "y")
+            lacking = [c for c in frame.columns if c not in x_val.columns]
+            if lacking:
+                raise ValueError(f"validation_data: feature column(s) {lacking} missing (X has {list(frame.columns)})")
+            check_finite(x_val)
             parts = {"train": pd.concat([frame.reset_index(drop=True), labels.reset_index(drop=True)], axis=1),
                      "val": pd.concat([x_val.reset_index(drop=True),
                                        self._encode_targets(y_val, "validation_data").reset_index(drop=True)], axis=1)}
