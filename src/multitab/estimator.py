@@ -96,7 +96,10 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         from multitab.hparams import Hparams, apply_protocol, protocol_overlay, read, tuples
         from multitab.hparams.keywords import problems
         from multitab.hparams.recipe import project_root, recipe
+        from multitab.names import REGISTRY
 
+        if self.model not in REGISTRY:
+            raise ValueError(f"model={self.model!r} is not a registered model; the registry: {list(REGISTRY)}")
         root = project_root()
         batch_size: int | None = None
         if self.hparams is None:
