@@ -10,16 +10,21 @@
 
     h, batch_size = recipe("mmoe", n_features=60)   # h.model["d_embedding"] == 8; h.record()["source"] == "recipe"
 
+A run of the pipeline on a dataset without its selection's file (hparams/authors/<dataset>/<model>.yaml) reads
+its model's recipe (multitab.runs.hparams_file), resolved for the dataset's number of features; its metrics.json
+says `recipe` (`hparams.source`).
+
 The files are data, read with yaml.safe_load; a resolved recipe is complete and typed as a hyperparameter file
 must be (multitab.hparams.keywords), or refused naming the file and the keyword.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from multitab.hparams import HPARAMS, OPTIM_KEYS, OPTIMIZERS, Hparams, HparamsError, tuples
+from multitab.hparams import HPARAMS, OPTIM_KEYS, OPTIMIZERS, Hparams, HparamsError, read, tuples
 from multitab.hparams.keywords import problems
 from multitab.io import read_yaml_file
 
@@ -74,3 +79,27 @@ def recipe(model: str, n_features: int, *, root: Path | None = None) -> tuple[Hp
     about: Any = data.get("source")
     return Hparams(model=tuples(values), optim=optim, file=shown, about=about if isinstance(about, dict) else {}), \
         batch_size
+
+
+def is_recipe(file: str) -> bool:
+    """Whether a run's file (relative to the project root) is a recipe."""
+    return file.startswith(f"{HPARAMS}/{RECIPE}/")
+
+
+def read_run_file(root: Path, file: str, model: str, n_features: Callable[[], int]) -> Hparams:
+    """The hyperparameters of a run's file: a recipe resolved for the run's data (`n_features()`: its number of
+    features; the pipeline's batch is train.batch_size), any other file as multitab.hparams.read reads it."""
+    if is_recipe(file):
+        return recipe(model.partition("@")[0], n_features(), root=root)[0]
+    return read(root / file, file)
+
+
+def n_features(dataset: str) -> int:
+    """The number of features of a dataset of `datasets:` (its schema's), which its runs' recipes are resolved for."""
+    from multitab.config import ConfigError
+    from multitab.datasets.schema import get_schema
+
+    try:
+        return len(get_schema(dataset).features)
+    except KeyError as e:
+        raise ConfigError(f"{e.args[0]}: its runs' recipe needs its number of features") from None
