@@ -84,7 +84,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "fleet_setup"),
     ("checkpoint_file", "integrity"),  # files checked against pins and dvc.lock's hashes
     ("config",),  # params.yaml, strictly typed
-    ("datasets",),  # schemas, sources, splits, preprocessing, MultiTab-Bench
+    ("datasets", "infer"),  # schemas, sources, splits, preprocessing, MultiTab-Bench; a table's feature kinds
     ("metrics",),  # per-task metrics: training and the in-context runs score with them
     ("models",),
     ("validation",),  # Great Expectations: the training path below never imports it
@@ -93,6 +93,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("run_config",),  # a run record's typed view (read without torch)
     ("training",),
     ("icl",),  # pretrained in-context models, scored on the processed data with training's data path
+    ("estimator", "tables"),  # the models as a scikit-learn estimator, trained by the training loop
     ("runs", "runs_arms", "runs_stages", "resolve", "runs_check", "runs_cli"),  # params.yaml runs: -> runs.yaml, resolved once
     ("evaluation",),  # aggregate: the paper's tables, MultiTab-Bench, the sweeps' selection
 )

@@ -234,3 +234,22 @@ def test_a_matrix_above_the_cap_is_refused_saying_how_to_raise_it(
     assert "raise orchestration.max_train_stages in" in err, err
     _edit(params, lambda raw: raw["orchestration"].update(max_train_stages=stages))
     assert main(["--params", str(params), "--out", str(tmp_path / "runs.yaml")]) == 0
+
+
+def test_a_dataset_without_the_authors_file_trains_with_the_recipe_resolved_for_its_width(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = _small(["mmoe"])
+    raw["runs"]["real"]["data"] = {"datasets": ["acs_income", "aliexpress"]}
+    params = _project(tmp_path, raw)
+    for dataset in ("acs_income", "aliexpress"):
+        (tmp_path / "hparams" / "authors" / dataset / "mmoe.yaml").unlink()
+    out = tmp_path / "runs.yaml"
+    assert main(["--params", str(params), "--out", str(out)]) == 0
+    runs = yaml.safe_load(out.read_text())["train_runs"]
+    for dataset, d_embedding in (("acs_income", 16), ("aliexpress", 8)):  # 10 features; 75, above 50
+        run = runs[f"real-{dataset}-mmoe-0"]
+        assert run["hparams_file"] == "hparams/recipe/mmoe.yaml"
+        assert run["hparams"]["source"] == "recipe" and run["hparams"]["model"]["d_embedding"] == d_embedding
+    out.unlink()
+    (tmp_path / "hparams" / "recipe" / "mmoe.yaml").unlink()  # neither: the authors' file is named
+    assert "hparams/authors/acs_income/mmoe.yaml: hyperparameter file not found" in _refused(params, capsys)

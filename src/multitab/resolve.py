@@ -31,6 +31,7 @@ from typing import Any
 from multitab.config import ConfigError, Params
 from multitab.config.train import TrainConfig
 from multitab.hparams import HPARAMS, Hparams, protocol_overlay, read, resolve
+from multitab.hparams.recipe import is_recipe, n_features, read_run_file
 from multitab.profiles import plain, run_params, run_train
 from multitab.run_config import RunConfig, TrainSettings
 from multitab.runs import Run, data_names
@@ -105,10 +106,13 @@ class Files:
             raise ConfigError(str(e)) from None
         self._read: dict[str, Hparams] = {}
 
-    def read(self, file: str) -> Hparams:
-        if file not in self._read:
-            self._read[file] = read(self.root / file, file)
-        return self._read[file]
+    def read(self, file: str, run: Any = None) -> Hparams:
+        """`file` read (a recipe: resolved for `run`'s dataset)."""
+        key = f"{file}@{run.dataset}" if run is not None and is_recipe(file) else file
+        if key not in self._read:
+            self._read[key] = (read_run_file(self.root, file, run.model, lambda: n_features(run.dataset))
+                               if run is not None else read(self.root / file, file))
+        return self._read[key]
 
 
 def resolve_run(params: Params, run: Any, files: Files, sources: dict[str, str] | None = None) -> dict[str, Any]:
@@ -121,7 +125,7 @@ def resolve_run(params: Params, run: Any, files: Files, sources: dict[str, str] 
     arm = run.point if trains_arm(params, run.group) else None
     where = param_source(params, run.group, run.model, arm)
     try:
-        file = files.read(run.hparams_file)
+        file = files.read(run.hparams_file, run)
     except FileNotFoundError as e:
         raise ConfigError(_missing(params, run, str(e))) from None
     except (OSError, ValueError) as e:

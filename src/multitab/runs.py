@@ -158,15 +158,23 @@ def data_names(params: Params) -> dict[str, tuple[str, ...]]:
     }
 
 
-def hparams_file(selection: str, kind: str, dataset: str, model: str) -> str:
+def hparams_file(selection: str, kind: str, dataset: str, model: str, root: Path | None = None) -> str:
     """The one hyperparameter file of a run (multitab.hparams): the selection's (`swept`: hparams/swept/, per
     dataset or configuration, written by a sweep; `authors`: their MultiTab-Bench folder for every MultiTab-Bench
-    and study configuration). No fallback: a swept file that does not exist is refused when the run is resolved
-    (multitab.resolve). A grid point starts from the authors' (selection `authors`)."""
+    and study configuration). A dataset of `datasets:` without the authors' file (under the project `root`, when given)
+    trains with its model's recipe (multitab.hparams.recipe). No other fallback: a swept file that does not exist
+    is refused when the run is resolved (multitab.resolve). A grid point starts from the authors' (selection
+    `authors`), or the recipe."""
+    from multitab.hparams.recipe import recipe_file
+
     base = model.partition("@")[0]
     if selection == "swept":
         return selection_file("swept", dataset, base)
-    return selection_file("authors", BENCH if kind in ("bench", "study") else dataset, base)
+    file = selection_file("authors", BENCH if kind in ("bench", "study") else dataset, base)
+    if root is not None and kind == "datasets" and not (root / file).exists() and (root / recipe_file(base)).is_file():
+        return recipe_file(base)
+    return file
+
 
 
 def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run]:
@@ -193,7 +201,8 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
             selection = "authors" if point else group_train(params, name).hparams
             run = Run(group=name, dataset=dataset, model=model, seed=seed, point=point, data=data,
                       verdict=verdict, out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
-                      opt_in=group.opt_in, hparams_file=hparams_file(selection, kind, dataset, model))
+                      opt_in=group.opt_in,
+                      hparams_file=hparams_file(selection, kind, dataset, model, Path(params.source).parent))
             if run.key in out:
                 raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
             out[run.key] = run

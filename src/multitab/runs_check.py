@@ -17,6 +17,7 @@ Each refusal is one ConfigError line naming the run, the file or the params key,
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, Params
-from multitab.hparams import HPARAMS, POINT_KEYS, Hparams, protocol_overlay, read, resolve
+from multitab.hparams import HPARAMS, POINT_KEYS, Hparams, protocol_overlay, resolve
 from multitab.hparams.keywords import expected, fits, keyword_types, problems
+from multitab.hparams.recipe import is_recipe, n_features, read_run_file
 from multitab.profiles import group_train, run_train
 from multitab.runs import Run, Stack, expand, stacked
 
@@ -165,9 +167,9 @@ def _check_files(params: Params, runs: Iterable[Run], root: Path) -> None:
         config, point = run_train(params, run.group, run.model, run.point)
         base, _ = config.resolve(run.model)
         file, tail = run.hparams_file, f"(run {run.key} reads it; docs/extending.md, \"A model\")"
-        if file not in files:
+        if file not in files or is_recipe(file):
             try:
-                files[file] = read(root / file, file)
+                files[file] = read_run_file(root, file, run.model, functools.partial(n_features, run.dataset))
             except (OSError, ValueError) as e:
                 raise ConfigError(f"{e} {tail}") from None
             _refuse(f"{file}: model", problems(base, files[file].model), tail)

@@ -33,36 +33,61 @@ log = logging.getLogger(__name__)
 class Processed:
     frames: dict[str, pd.DataFrame]
     meta: dict[str, Any]
+    coder: FeatureCoder | None = None  # the fitted feature transforms (for rows of a later frame)
 
 
-def _numerical(cfg: PreprocessConfig, frames: dict[str, pd.DataFrame], names: list[str]) -> dict[str, np.ndarray]:
-    if not names:
-        return {k: np.zeros((len(v), 0), dtype=np.float32) for k, v in frames.items()}
-    train = frames["train"][names].to_numpy(dtype=np.float32, copy=True)
-    if cfg.numerical == "none":
-        return {k: v[names].to_numpy(dtype=np.float32) for k, v in frames.items()}
-    if cfg.numerical == "standard":
-        scaler = StandardScaler().fit(train)
-        return {k: scaler.transform(v[names].to_numpy(dtype=np.float32)).astype(np.float32) for k, v in frames.items()}
-    rng = np.random.default_rng(cfg.seed)
-    if cfg.noise > 0:
-        # Noise once, before fitting, so features with few distinct values get a smooth quantile map.
-        stds = train.std(axis=0)
-        scale = (cfg.noise / np.maximum(stds, cfg.noise)).astype(np.float32)
-        train += scale * rng.standard_normal(train.shape, dtype=np.float32)
-    n_quantiles = max(min(len(train) // 30, cfg.max_quantiles), 10)
-    qt = QuantileTransformer(
-        n_quantiles=n_quantiles,
-        output_distribution="normal",
-        subsample=cfg.subsample,
-        random_state=cfg.seed,
-        copy=False,
-    )
-    qt.fit(train)
-    out = {"train": qt.transform(train).astype(np.float32, copy=False)}
-    for k in ("val", "test"):
-        out[k] = qt.transform(frames[k][names].to_numpy(dtype=np.float32)).astype(np.float32, copy=False)
-    return out
+@dataclass
+class FeatureCoder:
+    """The feature transforms fit on a training split (`fit_features`), for rows of any later frame: the
+    numerical transform (None: `numerical: none`) and the categorical codes (None: no categorical feature)."""
+
+    numerical: list[str]
+    categorical: list[str]
+    scaler: QuantileTransformer | StandardScaler | None
+    encoder: OrdinalEncoder | None
+    cardinalities: dict[str, int]
+
+    def encode(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(x_num float32 (n, n_num), x_cat int64 (n, n_cat)) of `frame`'s feature columns; a category unseen
+        in train is code 0."""
+        x = frame[self.numerical].to_numpy(dtype=np.float32)
+        x_num = x if self.scaler is None else self.scaler.transform(x).astype(np.float32, copy=False)
+        return x_num, self.codes(frame)
+
+    def codes(self, frame: pd.DataFrame) -> np.ndarray:
+        """The categorical codes (n, n_cat) of `frame`: 1..K for the training values, 0 for one unseen there."""
+        if self.encoder is None:
+            return np.zeros((len(frame), 0), dtype=np.int64)
+        return (self.encoder.transform(frame[self.categorical].to_numpy()) + 1).astype(np.int64)
+
+
+def fit_features(cfg: PreprocessConfig, train: pd.DataFrame, numerical: list[str], categorical: list[str]
+                 ) -> tuple[FeatureCoder, tuple[np.ndarray, np.ndarray]]:
+    """The transforms fit on `train` and `train` transformed (its numerical features with the fitting noise)."""
+    x = train[numerical].to_numpy(dtype=np.float32, copy=True)
+    scaler: QuantileTransformer | StandardScaler | None = None
+    if cfg.numerical == "standard" and numerical:
+        scaler = StandardScaler().fit(x)
+        x = scaler.transform(x).astype(np.float32)
+    elif cfg.numerical == "quantile" and numerical:
+        rng = np.random.default_rng(cfg.seed)
+        if cfg.noise > 0:
+            # Noise once, before fitting, so features with few distinct values get a smooth quantile map.
+            stds = x.std(axis=0)
+            scale = (cfg.noise / np.maximum(stds, cfg.noise)).astype(np.float32)
+            x += scale * rng.standard_normal(x.shape, dtype=np.float32)
+        n_quantiles = max(min(len(x) // 30, cfg.max_quantiles), 10)
+        scaler = QuantileTransformer(n_quantiles=n_quantiles, output_distribution="normal", subsample=cfg.subsample,
+                                     random_state=cfg.seed, copy=False)
+        scaler.fit(x)
+        x = scaler.transform(x).astype(np.float32, copy=False)
+    encoder, cardinalities = None, {}
+    if categorical:
+        encoder = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1, dtype=np.float64)
+        encoder.fit(train[categorical].to_numpy())
+        cardinalities = {n: len(c) + 1 for n, c in zip(categorical, encoder.categories_)}
+    coder = FeatureCoder(numerical, categorical, scaler, encoder, cardinalities)
+    return coder, (x, coder.codes(train))
 
 
 def preprocess(
@@ -74,16 +99,11 @@ def preprocess(
             raise ValueError(f"{schema.name}/{split}: split has zero rows; nothing to preprocess")
     num_names = [f.name for f in schema.features if f.kind == "numerical"]
     cat_names = [f.name for f in schema.features if f.kind == "categorical"]
-    num = _numerical(cfg, frames, num_names)
-
-    cats: dict[str, np.ndarray] = {}
-    cardinalities: dict[str, int] = {}
-    if cat_names:
-        enc = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1, dtype=np.float64)
-        enc.fit(frames["train"][cat_names].to_numpy())
-        for split, df in frames.items():
-            cats[split] = (enc.transform(df[cat_names].to_numpy()) + 1).astype(np.int64)
-        cardinalities = {n: len(c) + 1 for n, c in zip(cat_names, enc.categories_)}
+    coder, train_x = fit_features(cfg, frames["train"], num_names, cat_names)
+    encoded = {split: train_x if split == "train" else coder.encode(df) for split, df in frames.items()}
+    num = {split: x[0] for split, x in encoded.items()}
+    cats = {split: x[1] for split, x in encoded.items()}
+    cardinalities = coder.cardinalities
 
     target_stats: dict[str, dict[str, float]] = {}
     for t in schema.tasks:
@@ -115,7 +135,7 @@ def preprocess(
         out[split] = pd.DataFrame(cols)
 
     meta = processed_meta(schema, cfg, info, cardinalities, target_stats, {k: len(v) for k, v in out.items()})
-    return Processed(out, meta)
+    return Processed(out, meta, coder)
 
 
 def processed_meta(

@@ -21,6 +21,7 @@ Grid points are runs of stages/train.py (train@<sweep group>-...) under
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config.runs import RunGroup
-from multitab.hparams import POINT_KEYS, ROPE, Hparams, read
+from multitab.hparams import POINT_KEYS, ROPE, Hparams
+from multitab.hparams.recipe import n_features, read_run_file
 from multitab.io import read_json
 from multitab.profiles import plain
 from multitab.runs import grid_points, hparams_file, point_id
@@ -147,8 +149,8 @@ def collect(sweeps_dir: Path, groups: Mapping[str, RunGroup], kinds: Mapping[str
         assert group.sweep is not None
         for (kind, dataset), model in itertools.product(group.data_names(dict(kinds)), group.models):
             points = [Point(coords=c, order=i) for i, c in enumerate(grid_points(group.grid))]
-            file = hparams_file("authors", kind, dataset, model)
-            authors = read(root / file, file)
+            file = hparams_file("authors", kind, dataset, model, root)
+            authors = read_run_file(root, file, model, functools.partial(n_features, dataset))
             sweep = Sweep(dataset, model, group.sweep, group.grid, group.seeds, points, authors, authors.published)
             for p in points:
                 for seed in group.seeds:
