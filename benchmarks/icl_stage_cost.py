@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from multitab.provenance import cpu_model, git_commit
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -89,13 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         records = [json.loads(f.read_text()) for f in sorted((work / "out").rglob("metrics.json"))]
     per_run = [{"dataset": r["dataset"], "model": r["model"], "seconds": round(r["seconds"], 1),
                 "profile": r["profile"], "device": r["device"], "context_rows": r["context"]["rows_used"],
+                "scored_rows": r["eval_rows"]["splits"], "chunk_size": r["chunk_size"],
                 "n_estimators": r["n_estimators"], "tasks_run": sum(v == "ok" for v in r["status"].values())}
                for r in records]
+    # the data it ran on: each split file's sha256 (the stand-ins' bytes depend on their generator's code)
+    data = {name: {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted((Path(args.data) / name).glob("*"))
+                   if f.is_file()} for name in raw["icl"]["datasets"]}
     result = {"what": "icl stage, released-size random-weight models (cost only)", "profile": args.profile,
               "datasets": raw["icl"]["datasets"],
+              "profile_settings": raw["icl"]["profiles"][args.profile], "orion": raw["icl"]["orion"],
+              "commit": git_commit(ROOT), "data": data,
               "wall_seconds": round(wall, 1), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
               "peak_rss_gb": round(usage.ru_maxrss * 1024 / 1e9, 2), "load_average_at_start": load,
-              "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "runs": per_run}
+              "load_average_at_end": os.getloadavg(), "cpu": cpu_model() or platform.machine(),
+              "cores": os.cpu_count(), "torch_threads": "torch default (the stage's)", "runs": per_run}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
