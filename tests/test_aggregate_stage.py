@@ -430,3 +430,39 @@ def test_stage_refuses_a_run_trained_under_other_settings(tmp_path: Path, capsys
     path.write_text(json.dumps(record))
     assert run_stage(tmp_path, params) == BAD_INPUT
     assert "records no `params`" in capsys.readouterr().err
+
+
+def test_pretrained_in_context_models_stand_beside_the_bench_runs(tmp_path: Path) -> None:
+    """A MultiTab-Bench configuration the icl stage evaluated: the bench section gains a table with each
+    multitask model's and each pretrained model's test EV (task mean, seed mean); Orion-MSP's regression
+    cells keep the record's words, a configuration without a record reads missing."""
+    params = make_inputs(tmp_path)
+    tasks = [f"task_{i}" for i in range(3)]
+    icl = tmp_path / "results_icl"
+    for model, test, status in (("tabicl", {t: 0.5 + 0.01 * i for i, t in enumerate(tasks)}, "ok"),
+                                ("orion_msp", {}, "not applicable")):
+        folder = icl / "p06_pd3_t3" / model / "seed0"
+        folder.mkdir(parents=True)
+        record = {"dataset": "p06_pd3_t3", "model": model, "seed": 0, "status": dict.fromkeys(tasks, status),
+                  "test": test, "val": test, "checkpoints": {}}
+        (folder / "metrics.json").write_text(json.dumps(record))
+    out = tmp_path / "results"
+    assert aggregate.main([
+        "--params", str(params), "--runs", str(tmp_path / "runs"), "--complexity", str(tmp_path / "complexity.csv"),
+        "--tables", str(out / "tables"), "--figures", str(out / "figures"), "--plots", str(out / "plots"),
+        "--metrics", str(out / "metrics.json"), "--report", str(out / "report.md"), "--index", str(out / "index.html"),
+        "--icl", str(icl),
+    ]) == 0
+    report = (out / "report.md").read_text()
+    section = report[report.index("### Pretrained in-context models on the same data"): report.index("## Table 2")]
+    header = next(line for line in section.splitlines() if line.startswith("| Configuration"))
+    assert header.endswith("| Orion-MSP (pretrained) | TabICL (pretrained) |") and "MultiTab-Net" in header
+    row = next(line for line in section.splitlines() if line.startswith("| p06_pd3_t3 |")).split(" | ")
+    means = []
+    for seed in (0, 1, 2):
+        record = json.loads((tmp_path / f"runs/p06_pd3_t3/multitab_net/seed{seed}/metrics.json").read_text())
+        means.append(100 * sum(record["test"].values()) / len(record["test"]))
+    assert row[header.split(" | ").index("MultiTab-Net")] == f"{sum(means) / 3:.2f}"
+    assert row[-2] == "not applicable" and row[-1] == "51.00 |"
+    assert next(line for line in section.splitlines() if line.startswith("| p02_pd3_t3 |")).endswith(
+        "| missing | missing |")

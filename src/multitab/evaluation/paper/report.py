@@ -24,6 +24,7 @@ from multitab.evaluation import figures
 from multitab.evaluation.bench.numbers import convergence
 from multitab.evaluation.curves import CURVES, seed_mean_curves
 from multitab.evaluation.paper import paper_tables as pt
+from multitab.evaluation.paper.bench_icl import icl_beside_bench
 from multitab.evaluation.paper.published import Published
 from multitab.evaluation.paper.report_html import report_page
 from multitab.evaluation.paper.report_markdown import Provenance, bench_inputs, bench_section, render_report
@@ -179,10 +180,12 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     """Compute and write every output; returns the paths written. `runs_dir`: where the runs' dvclive
     learning-curve logs are (None: no curves). `provenance`: the commit, params hash and the study's budget
     the report's first screen states (None: unknown, and every MultiTab-Bench verdict stands). `icl_dir`: the
-    `icl` stage's records (results/icl), rows of Table 3 (None: no such rows)."""
+    `icl` stage's records (results/icl), rows of Table 3 and, for MultiTab-Bench configurations, a table beside the
+    bench runs (None: no such rows)."""
     provenance = provenance or Provenance()
     results = PaperResults(runs, config, published, synthetic)
-    tables = build_tables(results, complexity_csv, read_records(icl_dir) if icl_dir is not None else None)
+    icl = read_records(icl_dir) if icl_dir is not None else None
+    tables = build_tables(results, complexity_csv, icl)
     synth = pt.synthetic_delta_m(results)
     figure_tables = [
         pt.table_synthetic(results, synth, FIGURE5_GROUPS, "figure5_delta_m",
@@ -235,6 +238,8 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     write_json(out.metrics, _summary(results, tables))
     written.append(out.metrics)
     lead = bench_section(bench, figure_paths, out.report, convergence_csv)
+    if bench is not None and icl:
+        lead += "\n" + icl_beside_bench(bench.metrics, bench.models, {m: config.label(m) for m in bench.models}, icl)
     markdown = render_report(results, tables, figure_tables, figure_paths, out.report, curves_section, lead,
                              provenance, figure_notes)
     _write_text(out.report, markdown)
