@@ -98,3 +98,24 @@ def test_preprocess_by_columns_writes_the_reference_files(tmp_path: Path, name: 
     assert len(pd.read_parquet(tmp_path / "processed" / "train.parquet")) > ROW_GROUP
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "scratch columns left behind"
 
+
+
+def test_preprocess_on_worker_processes_writes_the_in_process_files(tmp_path: Path) -> None:
+    """The columns fitted and transformed on worker processes (started from a fork server) give the files
+    and meta.json of the stage's own process, numerical and categorical columns alike."""
+    schema = get_schema("aliexpress")
+    cfg = _config("aliexpress", {"train": 3000, "test": 1200})
+    steps.acquire(schema, cfg, tmp_path / "raw", tmp_path / "cache")
+    steps.split(schema, cfg, tmp_path / "raw", tmp_path / "splits")
+    info = json.loads((tmp_path / "splits" / "info.json").read_text())
+    for n in (1, 2):
+        (tmp_path / f"processed{n}").mkdir()
+    metas = [
+        preprocess_columns.preprocess_files(
+            schema, tmp_path / "splits", tmp_path / f"processed{n}", cfg.preprocess, info, n_workers=n
+        )
+        for n in (1, 2)
+    ]
+    _same_files(tmp_path / "processed1", tmp_path / "processed2", [f"{k}.parquet" for k in SPLITS])
+    assert metas[0] == metas[1]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "scratch columns left behind"

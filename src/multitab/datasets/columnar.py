@@ -54,7 +54,8 @@ class ParquetColumns:
 class ColumnStore:
     """Columns parked on disk, one raw file each (`key`: any string), written whole or appended in
     pieces and read back in row ranges with ordinary reads (no memory map: the pages read do not stay in
-    the process). Threads may use it at once, each with its own keys."""
+    the process). Threads may use it at once, each with its own keys; another process works on a copy (it
+    pickles without its lock) and parks in a folder of its own, which this store then `adopt`s."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -68,6 +69,21 @@ class ColumnStore:
             if key not in self._files:
                 self._files[key] = self.folder / f"{len(self._files)}.bin"
             return self._files[key]
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def adopt(self, other: ColumnStore) -> None:
+        """Take over the columns `other` parked (its files stay where they are; its keys are new here)."""
+        with self._lock:
+            for key, path in other._files.items():
+                if key in other._dtypes:
+                    self._files[key] = path
+                    self._dtypes[key], self._rows[key] = other._dtypes[key], other._rows[key]
 
     def dtype(self, key: str) -> np.dtype:
         return self._dtypes[key]
