@@ -62,10 +62,22 @@ def workers(n_values: int) -> int:
     return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
+class _InProcess(Executor):
+    """The jobs run as they are submitted, in this process."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        job: Future[Any] = Future()
+        try:
+            job.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by job.result(), as a pool does
+            job.set_exception(e)
+        return job
+
+
 @contextmanager
-def _pool(n: int) -> Iterator[Executor | None]:
+def _pool(n: int) -> Iterator[Executor]:
     if n <= 1:
-        yield None
+        yield _InProcess()
         return
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
@@ -105,8 +117,7 @@ def _column(
 ) -> tuple[ColumnStore, int | None]:
     """A job: column `name` parked in `parked` (a worker's: a new folder of its own); its cardinality if
     categorical."""
-    if not parked.folder.exists():
-        parked.folder.mkdir()
+    parked.folder.mkdir()
     if kind == "numerical":
         _numerical(name, files, cfg, parked, noise, rows)
         return parked, None
@@ -164,52 +175,42 @@ def preprocess_files(
     num_names = [f.name for f in schema.features if f.kind == "numerical"]
     n = n_workers if n_workers is not None else workers(files["train"].n_rows * len(num_names))
     with column_store(out_dir) as parked, _pool(n) as pool:
-        cardinalities = _columns(schema, files, cfg, parked, pool)
-        target_stats = _targets(schema, files, cfg, parked)
+        noise = _noise(files, cfg, parked, pool, num_names)
+        kinds = [(f.name, f.kind) for f in schema.features if f.kind in ("numerical", "categorical")]
+        jobs = {name: pool.submit(_column, kind, name, files, cfg, ColumnStore(parked.folder / f"column{i}"),
+                                  noise, BLOCK_ROWS)
+                for i, (name, kind) in enumerate(kinds)}
+        target_stats = _targets(schema, files, cfg, parked)  # here, while the workers map the features
+        cardinalities: dict[str, int] = {}
+        for name, job in jobs.items():
+            column, cardinality = job.result()
+            parked.adopt(column)
+            if cardinality is not None:
+                cardinalities[name] = cardinality
         dtypes = {name: parked.dtype(f"train/{name}") for name in schema.canonical_columns}
         with ThreadPoolExecutor(len(SPLITS)) as writers:
-            for job in [writers.submit(write_parquet_columns, out_dir / f"{split}.parquet", dtypes,
-                                       files[split].n_rows, parked.reader(f"{split}/")) for split in SPLITS]:
-                job.result()
+            for write in [writers.submit(write_parquet_columns, out_dir / f"{split}.parquet", dtypes,
+                                         files[split].n_rows, parked.reader(f"{split}/")) for split in SPLITS]:
+                write.result()
     n_rows = {k: f.n_rows for k, f in files.items()}
     log.info("%s preprocessed a column at a time (%d processes): %s", schema.name, n, n_rows)
     return processed_meta(schema, cfg, info, cardinalities, target_stats, n_rows)
 
 
-def _columns(
-    schema: DatasetSchema, files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore,
-    pool: Executor | None,
-) -> dict[str, int]:
-    """Every feature column parked as `<split>/<name>`, by `pool`'s workers or here; the categorical
-    cardinalities."""
-    kinds = {f.name: f.kind for f in schema.features if f.kind in ("numerical", "categorical")}
-    num_names = [name for name, kind in kinds.items() if kind == "numerical"]
-    noise = None
-    if cfg.numerical == "quantile" and cfg.noise > 0 and num_names:
-        # Noise once, before fitting, so features with few distinct values get a smooth quantile map.
-        with ThreadPoolExecutor(1) as side:  # drawn (the GIL released) while the pool's workers start
-            drawn = side.submit(_park_noise, parked, cfg, files["train"].n_rows, num_names, BLOCK_ROWS)
-            if pool is not None:
-                for _ in range(MAX_WORKERS):
-                    pool.submit(os.getpid)
-            drawn.result()
-        noise = parked
-    jobs: dict[str, Future[tuple[ColumnStore, int | None]]] = {}
-    cardinalities: dict[str, int] = {}
-    for i, (name, kind) in enumerate(kinds.items()):
-        if pool is None:
-            _, cardinality = _column(kind, name, files, cfg, parked, noise, BLOCK_ROWS)
-            if cardinality is not None:
-                cardinalities[name] = cardinality
-        else:
-            own = ColumnStore(parked.folder / f"column{i}")
-            jobs[name] = pool.submit(_column, kind, name, files, cfg, own, noise, BLOCK_ROWS)
-    for name, job in jobs.items():
-        column, cardinality = job.result()
-        parked.adopt(column)
-        if cardinality is not None:
-            cardinalities[name] = cardinality
-    return cardinalities
+def _noise(
+    files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore, pool: Executor,
+    num_names: list[str],
+) -> ColumnStore | None:
+    """The training features' noise parked in `parked` (None: no noise), drawn while the pool's workers start."""
+    if cfg.numerical != "quantile" or cfg.noise <= 0 or not num_names:
+        return None
+    # Noise once, before fitting, so features with few distinct values get a smooth quantile map.
+    with ThreadPoolExecutor(1) as side:  # the generator releases the GIL
+        drawn = side.submit(_park_noise, parked, cfg, files["train"].n_rows, num_names, BLOCK_ROWS)
+        for _ in range(MAX_WORKERS):
+            pool.submit(os.getpid)
+        drawn.result()
+    return parked
 
 
 def _targets(
