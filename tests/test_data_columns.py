@@ -17,7 +17,7 @@ from multitab.config.data import DatasetConfig, SplitConfig, StandinConfig
 from multitab.datasets import columnar, preprocess_columns, steps
 from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import get_schema
-from multitab.datasets.split import SPLITS, canonicalize, split_frames
+from multitab.datasets.split import SPLITS, SplitError, canonicalize, split_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_GROUP = 1000  # instead of 1,048,576: several row groups per file at test sizes
@@ -119,3 +119,31 @@ def test_preprocess_on_worker_processes_writes_the_in_process_files(tmp_path: Pa
     _same_files(tmp_path / "processed1", tmp_path / "processed2", [f"{k}.parquet" for k in SPLITS])
     assert metas[0] == metas[1]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "scratch columns left behind"
+
+
+def test_split_reads_raw_row_groups_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raw files of several row groups are made canonical a row group at a time (no raw column is read whole:
+    a level-coded column's codes take a rows x levels matrix): the same split files as the whole-frame path,
+    and a bad level in a later row group is reported at its row of the file."""
+    schema, cfg = get_schema("higgs"), _config("higgs", {"data": 3000})
+    steps.acquire(schema, cfg, tmp_path / "raw", tmp_path / "cache")
+    raw = tmp_path / "raw" / "data.parquet"
+    frame = pd.read_parquet(raw)
+    frame.to_parquet(raw, index=False, row_group_size=400)
+    assert columnar.pq.ParquetFile(raw).metadata.num_row_groups == 8
+    whole = columnar.ParquetColumns.series
+
+    def series(self: columnar.ParquetColumns, name: str) -> pd.Series:
+        assert self.path != raw, f"raw column {name} read whole"
+        return whole(self, name)
+
+    with monkeypatch.context() as m:
+        m.setattr(columnar.ParquetColumns, "series", series)
+        steps.split(schema, cfg, tmp_path / "raw", tmp_path / "splits")
+    _reference_split("higgs", cfg, tmp_path / "raw", tmp_path / "reference")
+    _same_files(tmp_path / "splits", tmp_path / "reference", [f"{k}.parquet" for k in SPLITS])
+
+    frame.loc[1700, "jet2_btag"] = 0.5  # none of the levels, in the fifth row group
+    frame.to_parquet(raw, index=False, row_group_size=400)
+    with pytest.raises(SplitError, match=r"column 'jet2_btag', row 1701: value 0.5 is none of the column's levels"):
+        steps.split(schema, cfg, tmp_path / "raw", tmp_path / "splits2")

@@ -41,8 +41,11 @@ def may_reject(schema: DatasetSchema, name: str) -> bool:
     return next(f for f in schema.features if f.name == name).levels is not None
 
 
-def canonical_column(schema: DatasetSchema, name: str, col: np.ndarray, origin: str) -> np.ndarray:
-    """Raw column `col` as canonical column `name` (a feature or a task). `origin` names the file."""
+def canonical_column(
+    schema: DatasetSchema, name: str, col: np.ndarray, origin: str, first_row: int = 0
+) -> np.ndarray:
+    """Raw column `col` as canonical column `name` (a feature or a task). `origin` names the file; `col` holds
+    its rows from `first_row` on."""
     for f in schema.features:
         if f.name != name:
             continue
@@ -54,7 +57,7 @@ def canonical_column(schema: DatasetSchema, name: str, col: np.ndarray, origin: 
             if off.any():
                 row = int(np.flatnonzero(off)[0])
                 raise SplitError(
-                    f"{origin}: column {f.name!r}, row {row + 1}: value {col[row].item()!r} is none of the column's "
+                    f"{origin}: column {f.name!r}, row {first_row + row + 1}: value {col[row].item()!r} is none of the column's "
                     f"levels {f.levels}; re-run acquire@{schema.name} (it checks the levels of the source file)"
                 )
             return idx
@@ -72,7 +75,7 @@ def canonical_column(schema: DatasetSchema, name: str, col: np.ndarray, origin: 
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise SplitError(
-                f"{origin}: column {t.column!r} row {row}: value {col[row].item()!r} is not one of the "
+                f"{origin}: column {t.column!r} row {first_row + row}: value {col[row].item()!r} is not one of the "
                 f"{t.name} classes {list(t.codes)}"
             )
         return pos_c.astype(np.int64)
