@@ -147,3 +147,22 @@ def test_split_reads_raw_row_groups_one_at_a_time(tmp_path: Path, monkeypatch: p
     frame.to_parquet(raw, index=False, row_group_size=400)
     with pytest.raises(SplitError, match=r"column 'jet2_btag', row 1701: value 0.5 is none of the column's levels"):
         steps.split(schema, cfg, tmp_path / "raw", tmp_path / "splits2")
+
+
+@pytest.mark.parametrize(("y", "n_test"), [
+    (np.r_[np.zeros(900, np.int64), np.ones(101, np.int64)], 150),  # imbalanced, odd sizes
+    (np.random.default_rng(1).integers(0, 7, 2000), 333),  # classes whose shares tie
+    (np.array(["0_1", "1_0", "1_1", "0_0"] * 250, dtype=object), 100),  # a label combination, as text
+])
+def test_stratified_split_draws_scikit_learns_rows(y: np.ndarray, n_test: int) -> None:
+    from sklearn.model_selection import train_test_split
+
+    from multitab.datasets.split import stratified_shuffle_split
+
+    want = train_test_split(np.arange(len(y)), test_size=n_test, stratify=y, random_state=42)
+    got = stratified_shuffle_split(y, n_test, 42)
+    assert got is not None
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    solo = np.array(["9_9"], dtype=object) if y.dtype == object else np.array([99])
+    assert stratified_shuffle_split(np.concatenate([y, solo]), n_test, 42) is None  # a class of one row

@@ -67,19 +67,21 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
     source = read_json(raw_dir / SOURCE_FILE)
     files = {key: ParquetColumns(raw_dir / f"{key}.parquet") for key in schema.raw_files}
     sources = canonical_sources(schema)
+    # split_rows reads the classification labels only (regression targets neither stratify nor get rejected)
+    classes = [t.name for t in schema.tasks if t.type != "regression"]
     labels = {}
     for key, raw in files.items():
         check_raw_columns(schema, raw.columns, str(raw.path))
         # Only level-coded features and coded labels can be rejected: checked first, in canonical order, one
-        # column held at a time (the labels kept).
+        # column held at a time (the classification labels kept).
         kept = {}
         for name in sources:
-            if may_reject(schema, name) or name in schema.task_names:
+            if may_reject(schema, name) or name in classes:
                 col = _canonical(schema, name, raw, sources[name])
-                if name in schema.task_names:
+                if name in classes:
                     kept[name] = col
                 del col
-        labels[key] = pd.DataFrame({t: kept[t] for t in schema.task_names}, index=pd.RangeIndex(raw.n_rows))
+        labels[key] = pd.DataFrame(kept, index=pd.RangeIndex(raw.n_rows), columns=classes)
         del kept
     rows = split_rows(schema, labels, cfg.split)
     del labels
