@@ -207,8 +207,7 @@ def stratified_shuffle_split(y: np.ndarray, n_test: int, seed: int) -> tuple[np.
     (StratifiedShuffleSplit's draws, in its order), with each class's rows kept in arrays: scikit-learn extends
     a list with every row number (a numpy scalar and a pointer, ~40 bytes a row: 0.4 GB at Higgs' 11 M rows).
     None where scikit-learn refuses (a class with one row, or more classes than a part has rows)."""
-    from sklearn.utils import check_random_state
-    from sklearn.utils.extmath import _approximate_mode
+    from sklearn.utils import check_random_state, extmath
 
     n_train = len(y) - n_test
     classes = np.unique(y)
@@ -221,8 +220,9 @@ def stratified_shuffle_split(y: np.ndarray, n_test: int, seed: int) -> tuple[np.
     class_indices = [np.flatnonzero(y_indices == i) for i in range(n_classes)]
     del y_indices
     rng = check_random_state(seed)
-    n_i = _approximate_mode(class_counts, n_train, rng)
-    t_i = _approximate_mode(class_counts - n_i, n_test, rng)
+    # scikit-learn's own per-class counts (a private helper: tests/test_data_columns.py compares the rows)
+    n_i = extmath._approximate_mode(class_counts, n_train, rng)
+    t_i = extmath._approximate_mode(class_counts - n_i, n_test, rng)
     train, test = [], []
     for i in range(n_classes):
         rows = class_indices[i].take(rng.permutation(class_counts[i]), mode="clip")
