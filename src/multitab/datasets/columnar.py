@@ -39,10 +39,38 @@ class ParquetColumns:
         self._types = {f.name: f.type for f in schema}
 
     def frame(self, names: Sequence[str]) -> pd.DataFrame:
-        return pd.read_parquet(self.path, columns=list(names))
+        frame = pd.read_parquet(self.path, columns=list(names))
+        # Arrow's allocator keeps the decode buffers freed by the read (and by the previous reads' frames, since
+        # dropped) for reuse: a stage reading one column after another held a few columns' worth more.
+        pa.default_memory_pool().release_unused()
+        return frame
 
     def series(self, name: str) -> pd.Series:
         return self.frame([name])[name]
+
+    def chunks(self, name: str) -> Iterator[np.ndarray]:
+        """Column `name` a row group at a time, the values `series(name).to_numpy()` holds: by row groups
+        where each one converts as the whole column does (floating columns; integers and booleans without
+        nulls), else whole."""
+        t = self._types.get(name)
+        file = pq.ParquetFile(self.path)
+        meta = file.metadata
+        leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        index = leaves.index(name) if name in leaves else -1
+        by_groups = t is not None and index >= 0 and (
+            pa.types.is_floating(t)
+            or ((pa.types.is_integer(t) or pa.types.is_boolean(t)) and all(
+                meta.row_group(i).column(index).statistics is not None
+                and meta.row_group(i).column(index).statistics.has_null_count
+                and meta.row_group(i).column(index).statistics.null_count == 0
+                for i in range(meta.num_row_groups)))
+        )
+        if not by_groups or meta.num_row_groups <= 1:
+            yield self.series(name).to_numpy()
+            return
+        for i in range(meta.num_row_groups):
+            yield file.read_row_group(i, columns=[name]).column(0).to_pandas().to_numpy()
+            pa.default_memory_pool().release_unused()
 
     def nbytes(self, name: str) -> int:
         """Bytes of column `name` in memory (8 per value where the width is not fixed)."""
@@ -54,7 +82,8 @@ class ParquetColumns:
 class ColumnStore:
     """Columns parked on disk, one raw file each (`key`: any string), written whole or appended in
     pieces and read back in row ranges with ordinary reads (no memory map: the pages read do not stay in
-    the process). Threads may use it at once, each with its own keys."""
+    the process). Threads may use it at once, each with its own keys; another process works on a copy (it
+    pickles without its lock) and parks in a folder of its own, which this store then `adopt`s."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -68,6 +97,21 @@ class ColumnStore:
             if key not in self._files:
                 self._files[key] = self.folder / f"{len(self._files)}.bin"
             return self._files[key]
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def adopt(self, other: ColumnStore) -> None:
+        """Take over the columns `other` parked (its files stay where they are; its keys are new here)."""
+        with self._lock:
+            for key, path in other._files.items():
+                if key in other._dtypes:
+                    self._files[key] = path
+                    self._dtypes[key], self._rows[key] = other._dtypes[key], other._rows[key]
 
     def dtype(self, key: str) -> np.dtype:
         return self._dtypes[key]

@@ -11,64 +11,125 @@ files byte for byte):
 - scikit-learn fits QuantileTransformer, StandardScaler and OrdinalEncoder column by column (the same
   subsample rows for every column), so one per column gives the same map; their transforms work value by
   value, so a block of rows at a time gives the same values.
-Columns run on a thread pool: np.interp, the normal quantile function and Parquet decoding release the GIL.
+The quantile map is quantile_map.py's (scikit-learn's, bit for bit, in less time).
+
+Columns run on worker processes (one per core, up to MAX_WORKERS) where the training split holds at least
+POOL_MIN_VALUES numerical values, else in the stage's process: part of each column's work holds the GIL
+(scikit-learn's and scipy's Python between the numpy kernels, Parquet to pandas), so threads kept one core busy.
+The workers start from a fork server (`forkserver`; `spawn` where there is none): a process started afresh,
+single-threaded, that imports this module once and forks each worker. A fork of the stage's own process could
+deadlock, as the stage may hold threads (pyarrow's thread pools; a test runner calling the stage's main
+in-process) whose locks a forked child inherits held. Each job reads its column from the split files, takes
+its noise from the store the stage parked it in, and parks its outputs in a folder of its own that the
+stage's store adopts. The three files are then written on three threads (Parquet encoding releases the GIL).
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.preprocessing import OrdinalEncoder, QuantileTransformer, StandardScaler
+from sklearn.preprocessing import OrdinalEncoder, StandardScaler
 
 from multitab.config.data import PreprocessConfig
 from multitab.datasets.columnar import ColumnStore, ParquetColumns, column_store, write_parquet_columns
 from multitab.datasets.preprocess import processed_meta
+from multitab.datasets.quantile_map import fit_normal_quantiles, normal_quantiles
 from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.split import SPLITS
 
 log = logging.getLogger(__name__)
 
 BLOCK_ROWS = 1 << 20  # rows transformed (or noise rows drawn) at once
-MAX_THREADS = 4  # each thread holds a few columns of the training split
+MAX_WORKERS = 4  # each worker holds a few columns of the training split
+# Below this many training values (rows x numerical features) the columns run in the stage's process: the
+# pool's start (a fork server importing scikit-learn, ~2 s) would cost more than it saves.
+POOL_MIN_VALUES = 4_000_000
 
 
-def threads() -> int:
-    return max(1, min(MAX_THREADS, len(os.sched_getaffinity(0))))
+def workers(n_values: int) -> int:
+    """Worker processes for a training split of `n_values` numerical values (1: none, in-process)."""
+    if n_values < POOL_MIN_VALUES:
+        return 1
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
-def _blocks(n: int) -> range:
-    return range(0, n, BLOCK_ROWS)
+class _InProcess(Executor):
+    """The jobs run as they are submitted, in this process."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        job: Future[Any] = Future()
+        try:
+            job.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by job.result(), as a pool does
+            job.set_exception(e)
+        return job
 
 
-def _park_noise(parked: ColumnStore, cfg: PreprocessConfig, n_rows: int, names: list[str]) -> None:
+@contextmanager
+def _pool(n: int) -> Iterator[Executor]:
+    if n <= 1:
+        yield _InProcess()
+        return
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload([__name__])  # imported once by the server, inherited by every worker
+    with ProcessPoolExecutor(n, mp_context=ctx) as pool:
+        yield pool
+
+
+def _blocks(n: int, rows: int) -> range:
+    return range(0, n, rows)
+
+
+def _park_noise(parked: ColumnStore, cfg: PreprocessConfig, n_rows: int, names: list[str], rows: int) -> None:
     """preprocess.py's noise matrix (rows x columns, one standard-normal stream in row-major order), parked
     by column as `noise/<name>`."""
     rng = np.random.default_rng(cfg.seed)
-    for start in _blocks(n_rows):
-        block = rng.standard_normal((min(BLOCK_ROWS, n_rows - start), len(names)), dtype=np.float32)
+    block = np.empty((min(rows, n_rows), len(names)), dtype=np.float32)
+    for start in _blocks(n_rows, rows):
+        part = block[: min(rows, n_rows - start)]
+        rng.standard_normal(out=part, dtype=np.float32)  # into one buffer: the same stream, no new pages
         for j, name in enumerate(names):
-            parked.append(f"noise/{name}", block[:, j])
+            parked.append(f"noise/{name}", part[:, j])
 
 
 def _transform_blocks(
-    parked: ColumnStore, split: str, name: str, values: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]
+    parked: ColumnStore, split: str, name: str, values: np.ndarray, fn: Callable[[np.ndarray], np.ndarray], rows: int
 ) -> None:
     parked.drop(f"{split}/{name}")
-    for start in _blocks(len(values)):
-        parked.append(f"{split}/{name}", fn(values[start : start + BLOCK_ROWS]))
+    for start in _blocks(len(values), rows):
+        parked.append(f"{split}/{name}", fn(values[start : start + rows]))
+
+
+def _column(
+    kind: str, name: str, files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore,
+    noise: ColumnStore | None, rows: int,
+) -> tuple[ColumnStore, int | None]:
+    """A job: column `name` parked in `parked` (a worker's: a new folder of its own); its cardinality if
+    categorical."""
+    parked.folder.mkdir()
+    if kind == "numerical":
+        _numerical(name, files, cfg, parked, noise, rows)
+        return parked, None
+    return parked, _categorical(name, files, parked, rows)
 
 
 def _numerical(
-    name: str, files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore, scale: float | None
+    name: str, files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore,
+    noise: ColumnStore | None, rows: int,
 ) -> None:
-    """Fit numerical column `name` on train (plus its noise at relative `scale`), park it for every split."""
+    """Fit numerical column `name` on train (plus its noise, parked in `noise`, scaled by the column's standard
+    deviation), park it for every split."""
     train = files["train"].series(name).to_numpy(dtype=np.float32, copy=True)
     if cfg.numerical == "none":
         fn: Callable[[np.ndarray], np.ndarray] = lambda v: v.astype(np.float32, copy=False)  # noqa: E731
@@ -76,66 +137,80 @@ def _numerical(
         scaler = StandardScaler().fit(train.reshape(-1, 1))
         fn = lambda v: scaler.transform(v.reshape(-1, 1)).astype(np.float32)[:, 0]  # noqa: E731
     else:
-        if scale is not None:
-            train += np.float32(scale) * parked.get(f"noise/{name}")
-            parked.drop(f"noise/{name}")
-        qt = QuantileTransformer(
-            n_quantiles=max(min(len(train) // 30, cfg.max_quantiles), 10),
-            output_distribution="normal",
-            subsample=cfg.subsample,
-            random_state=cfg.seed,
-            copy=False,
-        ).fit(train.reshape(-1, 1))
-        fn = lambda v: qt.transform(v.reshape(-1, 1)).astype(np.float32, copy=False)[:, 0]  # noqa: E731
-    _transform_blocks(parked, "train", name, train, fn)
+        if noise is not None:
+            # preprocess.py's scale: noise / max(std, noise) in float32, the std of the float32 column
+            scale = np.float32(cfg.noise / np.maximum(train.std(), cfg.noise))
+            train += scale * noise.get(f"noise/{name}")
+            noise.drop(f"noise/{name}")  # its file: the disk holds the noise of the columns still to come
+        qt = fit_normal_quantiles(train, n_quantiles=max(min(len(train) // 30, cfg.max_quantiles), 10),
+                                  subsample=cfg.subsample, seed=cfg.seed)
+        fn = partial(normal_quantiles, qt)
+    _transform_blocks(parked, "train", name, train, fn, rows)
     del train
     for split in ("val", "test"):
-        _transform_blocks(parked, split, name, files[split].series(name).to_numpy(dtype=np.float32), fn)
+        _transform_blocks(parked, split, name, files[split].series(name).to_numpy(dtype=np.float32), fn, rows)
 
 
-def _categorical(name: str, files: Mapping[str, ParquetColumns], parked: ColumnStore) -> int:
+def _categorical(name: str, files: Mapping[str, ParquetColumns], parked: ColumnStore, rows: int) -> int:
     """Ordinal codes of categorical column `name` fit on train (0: unseen in train); its cardinality."""
     enc = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1, dtype=np.float64)
     enc.fit(files["train"].series(name).to_numpy().reshape(-1, 1))
     for split in SPLITS:
         _transform_blocks(parked, split, name, files[split].series(name).to_numpy(),
-                          lambda v: (enc.transform(v.reshape(-1, 1)) + 1).astype(np.int64)[:, 0])
+                          lambda v: (enc.transform(v.reshape(-1, 1)) + 1).astype(np.int64)[:, 0], rows)
     return len(enc.categories_[0]) + 1
 
 
 def preprocess_files(
-    schema: DatasetSchema, splits_dir: Path, out_dir: Path, cfg: PreprocessConfig, info: dict[str, Any]
+    schema: DatasetSchema, splits_dir: Path, out_dir: Path, cfg: PreprocessConfig, info: dict[str, Any],
+    *, n_workers: int | None = None,
 ) -> dict[str, Any]:
     """data/splits/<D>/{train,val,test}.parquet -> the same files in `out_dir` transformed as
-    `preprocess.preprocess` transforms the frames; returns meta.json's content."""
+    `preprocess.preprocess` transforms the frames; returns meta.json's content. `n_workers`: worker processes
+    (1: none; default: `workers`)."""
     files = {k: ParquetColumns(splits_dir / f"{k}.parquet") for k in SPLITS}
     for split, part in files.items():
         if part.n_rows == 0:
             raise ValueError(f"{schema.name}/{split}: split has zero rows; nothing to preprocess")
     num_names = [f.name for f in schema.features if f.kind == "numerical"]
-    n_train = files["train"].n_rows
-    with column_store(out_dir) as parked:
-        scales: dict[str, float | None] = dict.fromkeys(num_names)
-        if cfg.numerical == "quantile" and cfg.noise > 0 and num_names:
-            # Noise once, before fitting, so features with few distinct values get a smooth quantile map.
-            stds = np.array([files["train"].series(n).to_numpy(dtype=np.float32).std() for n in num_names],
-                            dtype=np.float32)
-            scales = dict(zip(num_names, (cfg.noise / np.maximum(stds, cfg.noise)).astype(np.float32)))
-            _park_noise(parked, cfg, n_train, num_names)
-        with ThreadPoolExecutor(threads()) as pool:
-            numerical = [pool.submit(_numerical, name, files, cfg, parked, scales[name]) for name in num_names]
-            categorical = {f.name: pool.submit(_categorical, f.name, files, parked)
-                           for f in schema.features if f.kind == "categorical"}
-            for job in numerical:
-                job.result()
-            cardinalities = {name: job.result() for name, job in categorical.items()}
-        target_stats = _targets(schema, files, cfg, parked)
+    n = n_workers if n_workers is not None else workers(files["train"].n_rows * len(num_names))
+    with column_store(out_dir) as parked, _pool(n) as pool:
+        noise = _noise(files, cfg, parked, pool, num_names)
+        kinds = [(f.name, f.kind) for f in schema.features if f.kind in ("numerical", "categorical")]
+        jobs = {name: pool.submit(_column, kind, name, files, cfg, ColumnStore(parked.folder / f"column{i}"),
+                                  noise, BLOCK_ROWS)
+                for i, (name, kind) in enumerate(kinds)}
+        target_stats = _targets(schema, files, cfg, parked)  # here, while the workers map the features
+        cardinalities: dict[str, int] = {}
+        for name, job in jobs.items():
+            column, cardinality = job.result()
+            parked.adopt(column)
+            if cardinality is not None:
+                cardinalities[name] = cardinality
         dtypes = {name: parked.dtype(f"train/{name}") for name in schema.canonical_columns}
-        for split in SPLITS:
-            write_parquet_columns(out_dir / f"{split}.parquet", dtypes, files[split].n_rows, parked.reader(f"{split}/"))
+        with ThreadPoolExecutor(len(SPLITS)) as writers:
+            for write in [writers.submit(write_parquet_columns, out_dir / f"{split}.parquet", dtypes,
+                                         files[split].n_rows, parked.reader(f"{split}/")) for split in SPLITS]:
+                write.result()
     n_rows = {k: f.n_rows for k, f in files.items()}
-    log.info("%s preprocessed a column at a time (%d threads): %s", schema.name, threads(), n_rows)
+    log.info("%s preprocessed a column at a time (%d processes): %s", schema.name, n, n_rows)
     return processed_meta(schema, cfg, info, cardinalities, target_stats, n_rows)
+
+
+def _noise(
+    files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore, pool: Executor,
+    num_names: list[str],
+) -> ColumnStore | None:
+    """The training features' noise parked in `parked` (None: no noise), drawn while the pool's workers start."""
+    if cfg.numerical != "quantile" or cfg.noise <= 0 or not num_names:
+        return None
+    # Noise once, before fitting, so features with few distinct values get a smooth quantile map.
+    with ThreadPoolExecutor(1) as side:  # the generator releases the GIL
+        drawn = side.submit(_park_noise, parked, cfg, files["train"].n_rows, num_names, BLOCK_ROWS)
+        for _ in range(MAX_WORKERS):
+            pool.submit(os.getpid)
+        drawn.result()
+    return parked
 
 
 def _targets(
@@ -155,9 +230,9 @@ def _targets(
             y = files[split].series(t.name).to_numpy()
             if t.type == "regression":
                 mean, std = stats[t.name]["mean"], stats[t.name]["std"]
-                _transform_blocks(parked, split, t.name, y, partial(_standardise, mean=mean, std=std))
+                _transform_blocks(parked, split, t.name, y, partial(_standardise, mean=mean, std=std), BLOCK_ROWS)
             else:
-                _transform_blocks(parked, split, t.name, y, partial(np.asarray, dtype=np.int64))
+                _transform_blocks(parked, split, t.name, y, partial(np.asarray, dtype=np.int64), BLOCK_ROWS)
     return stats
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from multitab.config.data import DatasetConfig
-from multitab.datasets.columnar import ParquetColumns, column_store, write_parquet_columns
+from multitab.datasets.columnar import ROW_GROUP_ROWS, ParquetColumns, column_store, write_parquet_columns
 from multitab.datasets.preprocess_columns import preprocess_files
 from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.split import (
@@ -67,14 +67,22 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
     source = read_json(raw_dir / SOURCE_FILE)
     files = {key: ParquetColumns(raw_dir / f"{key}.parquet") for key in schema.raw_files}
     sources = canonical_sources(schema)
+    # split_rows reads the classification labels only (regression targets neither stratify nor get rejected)
+    classes = [t.name for t in schema.tasks if t.type != "regression"]
     labels = {}
     for key, raw in files.items():
         check_raw_columns(schema, raw.columns, str(raw.path))
-        # Only level-coded features and coded labels can be rejected: checked first, in canonical order.
-        cols = {name: canonical_column(schema, name, raw.series(sources[name]).to_numpy(), str(raw.path))
-                for name in sources if may_reject(schema, name) or name in schema.task_names}
-        labels[key] = pd.DataFrame({t: cols[t] for t in schema.task_names}, index=pd.RangeIndex(raw.n_rows))
-        del cols
+        # Only level-coded features and coded labels can be rejected: checked first, in canonical order, one
+        # column held at a time (the classification labels kept).
+        kept = {}
+        for name in sources:
+            if may_reject(schema, name) or name in classes:
+                col = _canonical(schema, name, raw, sources[name])
+                if name in classes:
+                    kept[name] = col
+                del col
+        labels[key] = pd.DataFrame(kept, index=pd.RangeIndex(raw.n_rows), columns=classes)
+        del kept
     rows = split_rows(schema, labels, cfg.split)
     del labels
     info = {
@@ -87,19 +95,39 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
         dtypes: dict[str, np.dtype] = {}
         for name, src in sources.items():
             for key, raw in files.items():
-                col = canonical_column(schema, name, raw.series(src).to_numpy(), str(raw.path))
+                col = _canonical(schema, name, raw, src)
                 dtypes[name] = col.dtype
                 for k in SPLITS:
                     if rows[k][0] == key:
-                        parked.put(f"{k}/{name}", col[rows[k][1]])
+                        idx = rows[k][1]
+                        parked.put(f"{k}/{name}", col[idx[:ROW_GROUP_ROWS]])  # a block at a time, not a copy
+                        for start in range(ROW_GROUP_ROWS, len(idx), ROW_GROUP_ROWS):
+                            parked.append(f"{k}/{name}", col[idx[start : start + ROW_GROUP_ROWS]])
                 del col
+        del rows
         for k in SPLITS:
-            write_parquet_columns(tmp / f"{k}.parquet", dtypes, len(rows[k][1]), parked.reader(f"{k}/"))
+            write_parquet_columns(tmp / f"{k}.parquet", dtypes, info["n_rows"][k], parked.reader(f"{k}/"))
             for name in sources:
                 parked.drop(f"{k}/{name}")
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     log.info("%s split: %s", schema.name, info["n_rows"])
     return info
+
+
+def _canonical(schema: DatasetSchema, name: str, raw: ParquetColumns, src: str) -> np.ndarray:
+    """`canonical_column` of raw column `src`, made a row group at a time (a level-coded column's codes take
+    a row x level matrix)."""
+    out: np.ndarray | None = None
+    start = 0
+    for chunk in raw.chunks(src):
+        col = canonical_column(schema, name, chunk, str(raw.path), first_row=start)
+        if start == 0 and len(col) == raw.n_rows:
+            return col
+        if out is None:
+            out = np.empty(raw.n_rows, dtype=col.dtype)
+        out[start : start + len(col)] = col
+        start += len(col)
+    return out if out is not None else canonical_column(schema, name, raw.series(src).to_numpy(), str(raw.path))
 
 
 def preprocess_splits(
