@@ -9,7 +9,7 @@ failure: the flow does not retry it). Data Docs (reports/validation/) are writte
 from __future__ import annotations
 
 from multitab.config import Params
-from multitab.datasets.schema import get_schema
+from multitab.datasets.declared import stage_schema
 from multitab.validation import Outcome, validate_raw
 from stages._common import add_validation_args, parser, run_validation
 
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     def body(params: Params) -> Outcome:
         return validate_raw(
             a.splits,
-            get_schema(a.dataset),
+            stage_schema(a.dataset, params.dataset(a.dataset), a.splits),
             params.dataset(a.dataset),
             params.validation,
             context_dir=a.context,

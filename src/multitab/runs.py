@@ -237,7 +237,7 @@ def document(params: Params, groups: Iterable[str] = ()) -> dict[str, Any]:
 
     active = active_groups(params, groups)
     runs, stacks = stacked(params, pending_left_out(params, expand(params, active), active))
-    files = Files(Path(params.source).parent, params.protocol)
+    files = Files(Path(params.source).parent, params.protocol, params)
     return {
         "opt_in_groups": [name for name in active if params.runs[name].opt_in],
         # each run's shape and its record: its whole configuration, resolved (multitab.resolve)
