@@ -111,14 +111,14 @@ class FeaturesConfig:
     drop: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DatasetConfig:
     source: Literal["standin", "local", "remote"]
-    local: LocalConfig
-    split: SplitConfig
     # A dataset with a schema in the registry has a stand-in and may be downloaded; a declared one is local.
     standin: StandinConfig = field(default_factory=lambda: StandinConfig(rows={}, seed=0))
+    local: LocalConfig
     remote: RemoteConfig = field(default_factory=RemoteConfig)
+    split: SplitConfig
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
     # A dataset the registry does not know is declared here: task column -> type (multitab.datasets.declared).
     tasks: dict[str, TaskKind] | None = None
