@@ -130,3 +130,22 @@ def test_an_unknown_dataset_without_tasks_and_a_registry_name_with_tasks_are_ref
         parse_params({"datasets": {"mine": entry}})
     with pytest.raises(ConfigError, match=r"datasets.higgs.tasks: higgs has a schema of its own"):
         parse_params({"datasets": {"higgs": {**entry, "tasks": {"y": "binary"}}}})
+
+
+@pytest.mark.parametrize("model", ["stl_mlp", "maya"])
+def test_task_columns_named_as_torch_attributes_or_with_dots_build_a_model(model: str) -> None:
+    import torch
+
+    from multitab.datasets.schema import DatasetSchema, Feature, RawColumn, Task
+    from multitab.hparams.recipe import recipe
+    from multitab.models import build_model
+
+    tasks = (Task("type", "binary", column="type"), Task("score 1.5", "regression", column="score 1.5"))
+    schema = DatasetSchema("mine", (RawColumn("x", "float", "feature"),), (Feature("x", "numerical"),), tasks)
+    net = build_model(model, schema, recipe(model, 1)[0].model)
+    x_num, x_cat = torch.zeros(3, 1), torch.zeros(3, 0, dtype=torch.long)
+    if model == "maya":  # it attends to training rows with their labels (a label embedding per task)
+        net.fit_context(x_num, x_cat, {"type": torch.tensor([0, 1, 0]), "score 1.5": torch.zeros(3)})
+    net.eval()
+    out = net(x_num, x_cat)
+    assert set(out) == {"type", "score 1.5"}
