@@ -149,3 +149,33 @@ def test_task_columns_named_as_torch_attributes_or_with_dots_build_a_model(model
     net.eval()
     out = net(x_num, x_cat)
     assert set(out) == {"type", "score 1.5"}
+
+
+def test_runs_yaml_lists_declared_datasets_apart_from_the_registry_s(tmp_path: Path) -> None:
+    from multitab.runs_stages import data_stages
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())["datasets"]
+    raw["mine"] = {"source": "local", "local": {"path": "local/mine"}, "split": SPLIT, "tasks": {"y": "binary"}}
+    stages = data_stages(parse_params({"datasets": raw}))
+    assert list(stages["schema_datasets"]) == ["aliexpress", "acs_income", "higgs"]
+    assert stages["declared_datasets"] == {"mine": {"local": {"path": "local/mine"}}}
+
+
+def test_a_train_and_a_test_file_keep_their_rows_under_official_test(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    wine = pd.read_csv(WINE / "data.csv")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    wine.iloc[:200].to_parquet(folder / "train.parquet", index=False)
+    wine.iloc[200:].to_csv(folder / "test.csv.gz", index=False)
+    entry = {"local": {"path": str(folder)}, "tasks": {"type": "binary", "alcohol": "regression"}}
+    p = _params(tmp_path, entry)
+    raw, splits = tmp_path / "raw", tmp_path / "splits"
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == BAD_INPUT
+    assert "datasets.mine.split.method: shuffle does not fit a test file" in capsys.readouterr().err
+    p = _params(tmp_path, {**entry, "split": {"method": "official_test", "seed": 0, "val_fraction": 0.1}})
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == 0
+    assert split.main(["--params", str(p), "--dataset", "mine", "--raw", str(raw), "--out", str(splits)]) == 0
+    assert json.loads((splits / "info.json").read_text())["n_rows"] == {"train": 180, "val": 20, "test": 40}
+    test = pd.read_parquet(splits / "test.parquet")
+    assert test["alcohol"].tolist() == pytest.approx(wine["alcohol"].iloc[200:].tolist())
