@@ -179,3 +179,17 @@ def test_a_train_and_a_test_file_keep_their_rows_under_official_test(tmp_path: P
     assert json.loads((splits / "info.json").read_text())["n_rows"] == {"train": 180, "val": 20, "test": 40}
     test = pd.read_parquet(splits / "test.parquet")
     assert test["alcohol"].tolist() == pytest.approx(wine["alcohol"].iloc[200:].tolist())
+
+
+def test_the_validation_page_shows_what_was_declared_and_inferred(tmp_path: Path) -> None:
+    from multitab.validation.report_page import write_declared, write_index
+
+    p = _params(tmp_path, {"local": {"path": str(WINE)}, "tasks": {"type": "binary", "quality": "multiclass"},
+                           "features": {"drop": ["density"]}})
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(tmp_path / "raw")]) == 0
+    write_declared(tmp_path / "report", json.loads((tmp_path / "raw" / "schema.json").read_text()))
+    page = write_index(tmp_path / "report").read_text()
+    assert "Datasets declared in params.yaml: what was inferred" in page
+    assert "<td>free sulfur dioxide</td><td>feature</td><td>numerical</td><td>numerical: whole numbers" in page
+    assert "<td>type</td><td>task</td><td>binary</td><td>red, white</td>" in page
+    assert "<td>density</td><td>dropped</td>" in page

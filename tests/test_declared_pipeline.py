@@ -92,6 +92,8 @@ def test_a_table_declared_in_params_only_runs_through_dvc_repro_to_the_report(tm
     assert "| wine | real (local file) |" in report and "wine type AUC" in report and "wine quality AUC" in report
     assert "## Table 5: wine" in report and (root / "results" / "tables" / "table5_wine_std.csv").is_file()
     assert "wine" in (root / "results" / "index.html").read_text()
+    validation = (root / "reports" / "validation" / "index.html").read_text()
+    assert "what was inferred" in validation and "<td>quality</td><td>task</td><td>multiclass</td>" in validation
 
     status = run("git", "status", "--porcelain", "--untracked-files=no").split()
     assert sorted(status) == ["M", "M", "params.yaml", "runs.yaml"], status
