@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from multitab.config import load_params
+from multitab.datasets.declared import acquire_declared
 from multitab.datasets.schema import get_schema
 from multitab.datasets.steps import acquire
 from stages._common import parser, run
@@ -16,11 +17,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--cache", default=Path("data/cache"), type=Path, help="download cache (remote)")
     a = p.parse_args(argv)
-    return run(
-        f"acquire@{a.dataset}",
-        lambda: acquire(get_schema(a.dataset), load_params(a.params).dataset(a.dataset), a.out, a.cache),
-        outputs=[a.out],
-    )
+
+    def body() -> object:
+        cfg = load_params(a.params).dataset(a.dataset)
+        if cfg.declared:
+            return acquire_declared(a.dataset, cfg, a.out)
+        return acquire(get_schema(a.dataset), cfg, a.out, a.cache)
+
+    return run(f"acquire@{a.dataset}", body, outputs=[a.out])
 
 
 if __name__ == "__main__":

@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 
 from multitab.config import ComplexityConfig, load_params
-from multitab.datasets.schema import schema_from_meta
+from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.evaluation.paper.complexity import complexity_rows
 from multitab.evaluation.tables import Cell, Table, Value
-from multitab.hparams import load
+from multitab.hparams import Hparams, apply_protocol, load, protocol_overlay, selection_file
+from multitab.hparams.recipe import recipe
 from multitab.io import atomic_path
 from multitab.models import MODELS, build_model
 from multitab.protocol import DEFAULT
@@ -34,10 +35,19 @@ def complexity_table(df: pd.DataFrame, standin: list[str], note: str) -> Table:
     return Table("complexity", "Parameters and FLOPs per sample", list(df.columns), rows, standin, [note])
 
 
+def _hparams(schema: DatasetSchema, model: str, protocol: str, root: Path) -> Hparams:
+    """The authors' file of `model` on the dataset with `protocol`'s overlay; for a dataset they did not tune (one
+    declared in params.yaml), the model's recipe for its number of features, as its runs train it."""
+    if (root / selection_file("authors", schema.name, model)).is_file():
+        return load(schema.name, model, protocol=protocol, root=root)
+    return apply_protocol(recipe(model, len(schema.features), root=root)[0], model, protocol_overlay(root, protocol))
+
+
 def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, protocol: str = DEFAULT,
                  root: Path = Path(".")) -> None:
     """The table of every registered model on every dataset of `meta_paths`, each built with its authors'
-    hyperparameter file under `root` (hparams/authors/<dataset>/<model>.yaml) and `protocol`'s overlay."""
+    hyperparameter file under `root` (hparams/authors/<dataset>/<model>.yaml; else its recipe) and `protocol`'s
+    overlay."""
     schemas, standin = {}, {}
     for path in meta_paths:
         try:
@@ -47,8 +57,7 @@ def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, proto
         schema = schema_from_meta(meta)
         schemas[schema.name] = schema
         standin[schema.name] = bool(meta.get("standin", False))
-    models = {name: (lambda s, n=name: build_model(n, s, load(s.name, n, protocol=protocol, root=root).model))
-              for name in MODELS}
+    models = {name: (lambda s, n=name: build_model(n, s, _hparams(s, n, protocol, root).model)) for name in MODELS}
     df = pd.DataFrame(complexity_rows(schemas, models, batch_size=cfg.batch_size, standin=standin))
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out.with_suffix(".csv")) as tmp:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from multitab.config import load_params
-from multitab.datasets.schema import get_schema
+from multitab.datasets.declared import record, stage_schema
 from multitab.datasets.steps import preprocess_splits
 from stages._common import parser, run
 
@@ -20,13 +20,13 @@ def main(argv: list[str] | None = None) -> int:
         help="validate_raw's verdict (data/validated/<D>.raw.json): must say success; its warnings go to meta.json",
     )
     a = p.parse_args(argv)
-    return run(
-        f"preprocess@{a.dataset}",
-        lambda: preprocess_splits(
-            get_schema(a.dataset), load_params(a.params).dataset(a.dataset), a.splits, a.out, verdict=a.verdict
-        ),
-        outputs=[a.out],
-    )
+
+    def body() -> object:
+        cfg = load_params(a.params).dataset(a.dataset)
+        return preprocess_splits(stage_schema(a.dataset, cfg, a.splits), cfg, a.splits, a.out, verdict=a.verdict,
+                                 declared=record(cfg, a.splits))
+
+    return run(f"preprocess@{a.dataset}", body, outputs=[a.out])
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from multitab.config import load_params
-from multitab.datasets.schema import get_schema
+from multitab.datasets.declared import SCHEMA_FILE, record, stage_schema
 from multitab.datasets.steps import split
+from multitab.io import write_json
 from stages._common import parser, run
 
 
@@ -16,11 +17,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--raw", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
     a = p.parse_args(argv)
-    return run(
-        f"split@{a.dataset}",
-        lambda: split(get_schema(a.dataset), load_params(a.params).dataset(a.dataset), a.raw, a.out),
-        outputs=[a.out],
-    )
+
+    def body() -> object:
+        cfg = load_params(a.params).dataset(a.dataset)
+        info = split(stage_schema(a.dataset, cfg, a.raw), cfg, a.raw, a.out)
+        declared = record(cfg, a.raw)
+        if declared is not None:  # beside the splits, for validate_raw@D and preprocess@D
+            write_json(a.out / SCHEMA_FILE, declared)
+        return info
+
+    return run(f"split@{a.dataset}", body, outputs=[a.out])
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ failure: the flow does not retry it). Data Docs (reports/validation/) are writte
 from __future__ import annotations
 
 from multitab.config import Params
-from multitab.datasets.schema import get_schema
+from multitab.datasets.declared import record, stage_schema
 from multitab.validation import Outcome, validate_raw
+from multitab.validation.report_page import write_declared
 from stages._common import add_validation_args, parser, run_validation
 
 
@@ -22,9 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     def body(params: Params) -> Outcome:
+        declared = record(params.dataset(a.dataset), a.splits)
+        if declared is not None:  # the validation page shows what was declared and inferred
+            write_declared(a.report, declared)
         return validate_raw(
             a.splits,
-            get_schema(a.dataset),
+            stage_schema(a.dataset, params.dataset(a.dataset), a.splits),
             params.dataset(a.dataset),
             params.validation,
             context_dir=a.context,

@@ -102,9 +102,9 @@ def test_complexity_stage_writes_tables(tmp_path: Path, capsys: pytest.CaptureFi
     (tmp_path / "params.yaml").write_text("complexity: {batch_size: 1}\n")
     out = tmp_path / "tables" / "complexity"
     args = ["--params", str(tmp_path / "params.yaml"), "--out", str(out)]
-    # every model is built from its hyperparameter file: none for dataset `tiny` yet, one clear error naming it
+    # every model is built from its hyperparameter file, else its recipe: neither here yet, one clear error naming it
     assert main([*args, "--processed", str(tmp_path / "processed")]) == BAD_INPUT
-    assert "hparams/authors/tiny/multitab_net.yaml: hyperparameter file not found" in capsys.readouterr().err
+    assert "hparams/recipe/multitab_net.yaml: recipe not found" in capsys.readouterr().err
     shutil.copytree(ROOT / "hparams" / "authors" / "multitab_bench", tmp_path / "hparams" / "authors" / "tiny")
     shutil.copytree(ROOT / "hparams" / "protocol", tmp_path / "hparams" / "protocol")
     rc = main([*args, "--processed", str(tmp_path / "processed")])
@@ -141,3 +141,21 @@ def test_an_accelerated_model_is_refused() -> None:
     # the kernels use the FFN's Linear weights without calling the modules, so hooks would miss them
     with pytest.raises(ValueError, match="accelerate_cpu"):
         count_macs(accelerate_cpu(model), x_num, x_cat)
+
+
+def test_complexity_of_a_dataset_without_the_authors_files_uses_the_recipes(tmp_path: Path) -> None:
+    from stages.complexity import main
+
+    meta = {"dataset": "mine", "features": [{"name": "x y", "kind": "numerical"}, {"name": "C", "kind": "categorical",
+                                                                                   "cardinality": 4}],
+            "tasks": [{"name": "y", "type": "binary"}, {"name": "z", "type": "regression"}]}
+    (tmp_path / "processed" / "mine").mkdir(parents=True)
+    (tmp_path / "processed" / "mine" / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "params.yaml").write_text("complexity: {batch_size: 1}\n")
+    for folder in ("recipe", "protocol"):
+        shutil.copytree(ROOT / "hparams" / folder, tmp_path / "hparams" / folder)
+    out = tmp_path / "tables" / "complexity"
+    assert main(["--params", str(tmp_path / "params.yaml"), "--out", str(out), "--processed",
+                 str(tmp_path / "processed")]) == 0
+    df = pd.read_csv(out.with_suffix(".csv"))
+    assert list(df["model"]) == list(MODELS) and (df["dataset"] == "mine").all()

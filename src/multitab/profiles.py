@@ -97,7 +97,9 @@ def run_params(params: Params, group: str, dataset: str, model: str) -> dict[str
         params = profiled(params, "attribution")
     data: Any = None  # a processed folder given directly: no data settings in params
     if "datasets" in params.sections and dataset in params.datasets:
-        data = params.datasets[dataset]
+        cfg = params.datasets[dataset]
+        # a dataset of the registry has no declaration: its runs' params read as before declarations existed
+        data = {k: v for k, v in plain(cfg).items() if cfg.declared or k not in ("tasks", "features")}
     elif "bench" in params.sections and dataset in params.bench.configs:
         data = {"bench": params.bench.data, "config": params.bench.configs[dataset]}
     return plain({

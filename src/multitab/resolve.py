@@ -98,8 +98,9 @@ def param_source(params: Params, group: str, model: str, arm: Mapping[str, Any] 
 class Files:
     """The hyperparameter files and the protocol's overlay of one project, each read once."""
 
-    def __init__(self, root: Path, protocol: str) -> None:
+    def __init__(self, root: Path, protocol: str, params: Params | None = None) -> None:
         self.root = root
+        self.params = params  # declares the datasets whose runs' recipes are resolved for their files
         try:
             self.overlay = protocol_overlay(root, protocol)
         except (OSError, ValueError) as e:  # bad input: one line naming the file, no traceback
@@ -110,7 +111,7 @@ class Files:
         """`file` read (a recipe: resolved for `run`'s dataset)."""
         key = f"{file}@{run.dataset}" if run is not None and is_recipe(file) else file
         if key not in self._read:
-            self._read[key] = (read_run_file(self.root, file, run.model, lambda: n_features(run.dataset))
+            self._read[key] = (read_run_file(self.root, file, run.model, lambda: n_features(run.dataset, self.params))
                                if run is not None else read(self.root / file, file))
         return self._read[key]
 

@@ -169,7 +169,7 @@ def _check_files(params: Params, runs: Iterable[Run], root: Path) -> None:
         file, tail = run.hparams_file, f"(run {run.key} reads it; docs/extending.md, \"A model\")"
         if file not in files or is_recipe(file):
             try:
-                files[file] = read_run_file(root, file, run.model, functools.partial(n_features, run.dataset))
+                files[file] = read_run_file(root, file, run.model, functools.partial(n_features, run.dataset, params))
             except (OSError, ValueError) as e:
                 raise ConfigError(f"{e} {tail}") from None
             _refuse(f"{file}: model", problems(base, files[file].model), tail)

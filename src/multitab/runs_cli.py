@@ -49,7 +49,7 @@ def show(params_path: str | Path, key: str, runs_path: str | Path) -> str:
         near = difflib.get_close_matches(key, [*runs, *stacks], n=3)
         raise ConfigError(f"{params.source} declares no run {key!r}" + (f"; did you mean {near}?" if near else ""))
     sources: dict[str, str] = {}
-    record = resolve_run(params, run, Files(Path(params.source).parent, params.protocol), sources)
+    record = resolve_run(params, run, Files(Path(params.source).parent, params.protocol, params), sources)
     text = render_sources(record, sources, key)
     written = _written(Path(runs_path), key)
     if written is not None and any(written.get(k) != record[k] for k in TRACKED):

@@ -12,6 +12,12 @@ data options; the others are stages.synthesize's defaults), its folders and the 
 bench.data (`profile_data`: bench.data itself for MultiTab-Bench's folders), so that the stage reads, of the
 configurations, only its own: a change to `bench.configs.<c>` re-runs <c>'s folders alone.
 
+`schema_datasets` / `declared_datasets`: the `datasets:` entries with a schema in the registry, and those declared in
+params.yaml only (with `tasks:`), key -> `{local: {path}}` (acquire@D depends on the path). dvc.yaml's data stages
+iterate `datasets:`; acquire, validate_raw and preprocess iterate these two, because they track per-dataset params
+keys that only a dataset of the registry has (`standin`, `remote`, `preprocess`, `validation.policy.<D>`): a
+declared dataset's stages (`acquire_declared@D` ...) track its whole entry, and `validation.policy`.
+
 `group_reports`: the report of each study runs.yaml holds, key -> the stage script that writes it, the section and
 run group it reads, the runs' folder and its own: `study` (`study-authors_code` under `protocol: authors_code`: its
 own dvc.lock entry, the same folder, the other protocol's runs) and `attribution`.
@@ -60,6 +66,15 @@ def synthetic_data(params: Params, active: Collection[str]) -> dict[str, dict[st
     if "attribution" in params.sections and params.attribution.group in active:
         out.update((f"attribution-{e['name']}", data_folder("attribution", e["name"], e["config"], e))
                    for e in data_entries(params))
+    return out
+
+
+def data_stages(params: Params) -> dict[str, dict[str, dict[str, Any]]]:
+    """runs.yaml's `schema_datasets` and `declared_datasets` (module docstring)."""
+    datasets = params.datasets if "datasets" in params.sections else {}
+    out: dict[str, dict[str, dict[str, Any]]] = {"schema_datasets": {}, "declared_datasets": {}}
+    for name, cfg in datasets.items():
+        out["declared_datasets" if cfg.declared else "schema_datasets"][name] = {"local": {"path": cfg.local.path}}
     return out
 
 

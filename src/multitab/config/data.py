@@ -98,11 +98,55 @@ class PreprocessConfig:
     targets: Literal["raw", "standard"] = "raw"
 
 
+TaskKind = Literal["binary", "multiclass", "regression"]
+
+
 @dataclass(frozen=True)
+class FeaturesConfig:
+    """A declared dataset's features: the kinds it fixes (the others are inferred: multitab.infer) and the
+    columns it leaves out. Every column of the file that is neither a task nor dropped is a feature."""
+
+    categorical: tuple[str, ...] = ()
+    numerical: tuple[str, ...] = ()
+    drop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class DatasetConfig:
     source: Literal["standin", "local", "remote"]
-    standin: StandinConfig
+    # A dataset with a schema in the registry has a stand-in and may be downloaded; a declared one is local.
+    standin: StandinConfig = field(default_factory=lambda: StandinConfig(rows={}, seed=0))
     local: LocalConfig
-    remote: RemoteConfig
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
     split: SplitConfig
-    preprocess: PreprocessConfig
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    # A dataset the registry does not know is declared here: task column -> type (multitab.datasets.declared).
+    tasks: dict[str, TaskKind] | None = None
+    features: FeaturesConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.tasks is None:
+            if self.features is not None:
+                raise ValueProblem("features: only a declared dataset (one with `tasks:`) lists its features")
+            return
+        if not self.tasks:
+            raise ValueProblem("tasks: declare at least one task column (column: binary|multiclass|regression)")
+        if self.source != "local":
+            raise ValueProblem(f"source={self.source!r}: a declared dataset (with `tasks:`) is read from your files: "
+                               "set source: local and local.path")
+        seen: dict[str, str] = {}
+        f = self.features or FeaturesConfig()
+        for key, names in (("categorical", f.categorical), ("numerical", f.numerical), ("drop", f.drop)):
+            for name in names:
+                if name in self.tasks:
+                    raise ValueProblem(f"features.{key}: column {name!r} is a task (tasks.{name}); a target is "
+                                       "never a feature: remove it from features")
+                if name in seen:
+                    also = "" if seen[name] == key else f" (also in features.{seen[name]})"
+                    raise ValueProblem(f"features.{key}: column {name!r} is listed twice{also}; list it once")
+                seen[name] = key
+
+    @property
+    def declared(self) -> bool:
+        """Whether the dataset is described here (tasks, features) rather than by a schema of the registry."""
+        return self.tasks is not None

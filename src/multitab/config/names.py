@@ -72,7 +72,13 @@ def check_names(sections: dict[str, Any], source: str) -> None:
                     for name in group.data.get("datasets", ())]
     any_dataset = sorted({*real, *configs, *declared})
     a_model, a_dataset = "a registered model", "a dataset (datasets:) or a MultiTab-Bench config (bench.configs)"
-    _unknown(source, "datasets", sections.get("datasets", {}), DATASET_NAMES, "a dataset with a schema")
+    datasets = sections.get("datasets", {})
+    _unknown(source, "datasets", [n for n, cfg in datasets.items() if not cfg.declared], DATASET_NAMES,
+             "a dataset with a schema, nor declared with `tasks:` (docs/extending.md, \"Your own data\")")
+    for name in datasets:
+        if datasets[name].declared and name in DATASET_NAMES:
+            raise ConfigError(f"{source}: datasets.{name}.tasks: {name} has a schema of its own; a declared dataset "
+                              "takes a name the registry does not use")
     if "validation" in sections:
         _unknown(source, "validation.policy", sections["validation"].policy, real, "a dataset")
     if "train" in sections:

@@ -94,11 +94,21 @@ def read_run_file(root: Path, file: str, model: str, n_features: Callable[[], in
     return read(root / file, file)
 
 
-def n_features(dataset: str) -> int:
-    """The number of features of a dataset of `datasets:` (its schema's), which its runs' recipes are resolved for."""
+def n_features(dataset: str, params: Any = None) -> int:
+    """The number of features of a dataset of `datasets:` (its schema's; a declared one's: every column of its file
+    but the tasks and `drop`, read from the file's header, multitab.datasets.declared), which its runs' recipes are
+    resolved for. `params`: the project's multitab.config.Params, which declares the datasets."""
     from multitab.config import ConfigError
     from multitab.datasets.schema import get_schema
 
+    datasets = params.datasets if params is not None and "datasets" in params.sections else {}
+    if dataset in datasets and datasets[dataset].declared:
+        from multitab.datasets.declared import n_features as declared_features
+
+        try:
+            return declared_features(dataset, datasets[dataset], Path(params.source).parent)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{params.source}: {e} (its runs' recipe needs its number of features)") from None
     try:
         return len(get_schema(dataset).features)
     except KeyError as e:

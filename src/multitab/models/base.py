@@ -95,6 +95,14 @@ class MultitaskModel(nn.Module):
         }
 
 
+def module_key(name: str) -> str:
+    """A task's key in an nn.ModuleDict: its name, where torch takes it (as every registry dataset's task names);
+    a declared dataset's column may hold a `.` or be named as a ModuleDict attribute (`type`, `keys`), which torch
+    refuses: a `.` becomes a one-dot leader (U+2024) and such a name gets one more."""
+    key = name.replace(".", "\u2024")
+    return key + "\u2024" if not key or hasattr(nn.ModuleDict, key) else key
+
+
 def single_task_schema(schema: DatasetSchema, task: Task) -> DatasetSchema:
     return dataclasses.replace(schema, tasks=(task,))
 
@@ -107,7 +115,7 @@ class PerTask(MultitaskModel):
 
     def __init__(self, *, schema: DatasetSchema, make: Callable[[DatasetSchema], nn.Module]) -> None:
         super().__init__(schema=schema)
-        self.models = nn.ModuleDict({t.name: make(single_task_schema(schema, t)) for t in schema.tasks})
+        self.models = nn.ModuleDict({module_key(t.name): make(single_task_schema(schema, t)) for t in schema.tasks})
 
     def forward(self, x_num: Tensor, x_cat: Tensor) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}

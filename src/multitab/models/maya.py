@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multitab.datasets.schema import DatasetSchema
-from multitab.models.base import MultitaskModel, cat_cardinalities
+from multitab.models.base import MultitaskModel, cat_cardinalities, module_key
 from multitab.models.mlp_blocks import BatchedLinear, check_dropout
 from multitab.models.tokenizer import FeatureTokenizer
 
@@ -246,7 +246,7 @@ class MAYA(MultitaskModel):
         self.lel = nn.ModuleDict()
         for t in schema.tasks:
             n_labels = {"binary": 2, "multiclass": t.n_classes or 0}.get(t.type, 0)
-            self.lel[t.name] = nn.Embedding(n_labels, d_embedding) if n_labels else nn.Linear(1, d_embedding)
+            self.lel[module_key(t.name)] = nn.Embedding(n_labels, d_embedding) if n_labels else nn.Linear(1, d_embedding)
         self.predictor = nn.Linear(d_embedding, sum(self.d_out))  # one output block per task
         self._context: tuple[Tensor, dict[str, Tensor]] | None = None
         self.last_branch_losses: list[Tensor] = []  # per block, [n_branches], from the last training step
@@ -260,9 +260,9 @@ class MAYA(MultitaskModel):
         for t in self.schema.tasks:
             y = targets[t.name]
             parts.append(
-                self.lel[t.name](y.float().view(-1, 1))
+                self.lel[module_key(t.name)](y.float().view(-1, 1))
                 if t.type == "regression"
-                else self.lel[t.name](y.long())
+                else self.lel[module_key(t.name)](y.long())
             )
         return torch.stack(parts).sum(0)
 

@@ -10,10 +10,37 @@ from typing import Any
 
 import great_expectations as gx
 
-from multitab.io import atomic_path, read_json
+from multitab.io import atomic_path, read_json, write_json
 from multitab.validation.failures import Outcome
 
 GX_SITE_DIR = "gx"  # GX's own site, under the report folder; our static index.html sits above it
+DECLARED_DIR = "declared"  # a declared dataset's record (multitab.datasets.declared), shown under the results
+
+
+def write_declared(report_dir: str | Path, record: dict[str, Any]) -> None:
+    """Keep a declared dataset's record (what was declared and inferred) for the page's section on it."""
+    path = Path(report_dir) / DECLARED_DIR / f"{record['dataset']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, record)
+
+
+def _declared_section(report_dir: Path) -> str:
+    """Per declared dataset: each column's role, kind and why (the inference's reason, or `declared`)."""
+    parts = []
+    for p in sorted((report_dir / DECLARED_DIR).glob("*.json")):
+        r = read_json(p)
+        reasons = r.get("inference", {}).get("reasons", {})
+        rows = [f"<tr><td>{html.escape(t['name'])}</td><td>task</td><td>{html.escape(t['type'])}</td>"
+                f"<td>{html.escape(', '.join(map(str, t.get('classes', []))))}</td></tr>" for t in r["tasks"]]
+        rows += [f"<tr><td>{html.escape(f['name'])}</td><td>feature</td><td>{html.escape(f['kind'])}</td>"
+                 f"<td>{html.escape(reasons.get(f['name'], ''))}</td></tr>" for f in r["features"]]
+        rows += [f"<tr><td>{html.escape(c)}</td><td>dropped</td><td></td><td>declared</td></tr>" for c in r["drop"]]
+        parts.append(f"<h3>{html.escape(r['dataset'])}</h3><table><thead><tr><th>column</th><th>role</th><th>kind</th>"
+                     f"<th>why (classes, in code order)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    if not parts:
+        return ""
+    rule = html.escape(read_json(sorted((report_dir / DECLARED_DIR).glob("*.json"))[0])["inference"]["rule"])
+    return (f"<h2>Datasets declared in params.yaml: what was inferred</h2><p>Rule: {rule}.</p>" + "".join(parts))
 
 
 def page_record(outcome: Outcome, split: str, page: Path, run_time: datetime.datetime) -> dict[str, Any]:
@@ -95,7 +122,7 @@ and the results of earlier runs).</p>
 <table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>validated (UTC)</th><th>rows</th><th>expectations</th>
 <th>failed</th><th>details</th></tr></thead><tbody>
 {"".join(rows)}
-</tbody></table></body></html>
+</tbody></table>{_declared_section(report_dir)}</body></html>
 """
     path = report_dir / "index.html"
     with atomic_path(path) as tmp:
