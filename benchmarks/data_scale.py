@@ -189,8 +189,9 @@ def markdown(record: dict[str, Any]) -> str:
         f"{record['load_average_at_start']} at start, {record['load_average_at_end']} at end. "
         f"{record['note']}",
         "",
-        "Per stage: wall seconds, peak resident memory of the stage's process (CPU seconds / wall seconds: the "
-        "cores it kept busy). Growth: peak at full size / peak at a tenth.",
+        "Per stage: wall seconds, peak resident memory of the stage's process, or of its process tree where that "
+        "is larger (CPU seconds of the stage's process / wall seconds: the cores it kept busy; preprocess's "
+        "workers are not counted in it). Growth: peak at full size / peak at a tenth.",
         "",
         "| dataset | rows | " + " | ".join(STAGES) + " |",
         "|---|---|" + "---|" * len(STAGES),
