@@ -84,6 +84,7 @@ def test_unknown_param_key_fails_the_stage(tmp_path: Path, capsys: pytest.Captur
     assert not (tmp_path / "raw").exists()
 
 
+@pytest.mark.slow  # ~50-100 s; the data stages run in-process in this file; through DVC under -m slow and in make repro
 def test_dvc_repro_data_stages_then_nothing_to_do(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

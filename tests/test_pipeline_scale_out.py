@@ -53,6 +53,7 @@ def _wait_online(client: Any, name: str, proc: subprocess.Popen[str], log: Path)
     pytest.fail(f"worker {name} not online after {ONLINE_WITHIN:.0f} s (status: {status}):\n{log.read_text()}")
 
 
+@pytest.mark.slow  # ~50-100 s; tests/test_fleet.py shares a matrix between two workers in the default run
 def test_two_workers_share_the_runs_of_one_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows.deploy import deploy_to_pool, start_server
 

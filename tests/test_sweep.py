@@ -257,6 +257,7 @@ def _locked_points(root: Path) -> set[str]:
     return {s for s in lock.get("stages", {}) if s.startswith("train@sweep_mlp-")}
 
 
+@pytest.mark.slow  # ~50-100 s; tests/test_training_resume.py and the pipeline's stop-and-resume tests cover a killed run resuming
 def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_path: Path) -> None:
     root = _toy_project(tmp_path / "p")
     home = tmp_path / "prefect"
