@@ -186,6 +186,32 @@ def test_every_layer_names_something_that_exists() -> None:
     assert not missing, f"LAYERS names what src/multitab no longer has: {missing}"
 
 
+# Sizes a newcomer reads at once: the DAG's file, and each module of the library.
+MAX_LINES = {"dvc.yaml": 250, "src/multitab/**/*.py": 350}
+
+
+def too_long(root: Path, limits: dict[str, int]) -> list[str]:
+    """`path: N lines (at most M)` for every file matching a pattern of `limits` that is longer."""
+    found = []
+    for pattern, limit in limits.items():
+        for path in sorted(root.glob(pattern)):
+            n = len(path.read_text(encoding="utf-8").splitlines())
+            if n > limit:
+                found.append(f"{path.relative_to(root)}: {n} lines (at most {limit})")
+    return found
+
+
+def test_the_dag_file_and_every_library_module_stay_short() -> None:
+    found = too_long(ROOT, MAX_LINES)
+    assert not found, "split the module along its seams, or fold repeated stages (YAML anchors):\n" + "\n".join(found)
+
+
+def test_the_size_rule_counts_lines(tmp_path: Path) -> None:
+    (tmp_path / "dvc.yaml").write_text("stages:\n" * 3)
+    assert too_long(tmp_path, {"dvc.yaml": 3}) == []
+    assert too_long(tmp_path, {"dvc.yaml": 2}) == ["dvc.yaml: 3 lines (at most 2)"]
+
+
 def test_each_rule_catches_what_it_describes() -> None:
     bad = ("from multitab.io import _private\n"
            "import yaml\nraw = yaml.safe_load(open('params.yaml'))\n")
