@@ -66,10 +66,14 @@ icl-weights: $(STAMP)
 icl-benchmark: $(STAMP)
 	$(BIN)/python benchmarks/icl_stage_cost.py
 
+# mypy checks beside pytest (the workers leave about a third of the 2 cores idle, waiting on subprocesses); its
+# report is printed after pytest's, and either failing fails the target.
 test: $(STAMP) $(ASSETS) $(REFERENCE) postgres
 	$(BIN)/ruff check src stages flows tests benchmarks
-	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	@log=$$(mktemp); $(BIN)/mypy >"$$log" 2>&1 & mypy=$$!; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal; tests=$$?; \
+	wait $$mypy; typed=$$?; echo "mypy:"; cat "$$log"; rm -f "$$log"; \
+	test $$tests -eq 0 && test $$typed -eq 0
 
 # PostgreSQL for the Prefect server of several machines (docs/orchestration.md, "Several machines";
 # tests/test_fleet.py): Debian's package, installed when missing (needs root; CI runs as root).

@@ -557,7 +557,10 @@ def test_deterministic_failures_end_with_the_stage_line_and_exit_3_without_trace
     assert line == f"flows.pipeline: {root / 'loop1'}: too many levels of symbolic links"
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL", "SIGINT to the group"])
+# SIGINT and SIGTERM to the flow alone take the handler "SIGINT to the group" takes (a terminal's Ctrl-C, which
+# also reaches dvc and the stage): under -m slow, to keep make test in its time.
+@pytest.mark.parametrize("sig", [pytest.param("SIGINT", marks=pytest.mark.slow),
+                                 pytest.param("SIGTERM", marks=pytest.mark.slow), "SIGKILL", "SIGINT to the group"])
 def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, sig):
     """A signal to the flow while a stage runs: every process of the run (the stage's dvc, shell and
     command, Prefect's temporary server) is gone within seconds, nothing is retried, one line says how to
