@@ -13,10 +13,11 @@ computed in bench/numbers.py, the Markdown and figures drawn in bench/render.py.
 
 Δm (Equation 5, in %) of a seed is taken against the STL seed mean (the paper's pairing). The claim of the
 paper's section "Experiments with MultiTab-Bench", per configuration: MultiTab-Net's Δm is above each of
-MMoE's, PLE's and STEM's. Checked by a one-sided Student's t-test over the per-seed Δm (H1: MultiTab-Net's
-mean is greater) and the mirror test (H1: it is smaller), at level `alpha`. Verdicts, three-valued:
-`holds` (significantly above every rival), `does not hold` (significantly below at least one),
-`inconclusive` (otherwise, or one seed: no test), and `missing` while runs are absent.
+MMoE's, PLE's and STEM's. Checked by a one-sided Welch t-test over the per-seed Δm (H1: MultiTab-Net's
+mean is greater) and the mirror test (H1: it is smaller), at level `alpha`. Verdicts, three-valued
+(bench/verdict.py): `holds` (significantly above every rival), `does not hold` (significantly below at least
+one after a Holm correction over the rivals), `inconclusive` (otherwise, or one seed: no test), and `missing`
+while runs are absent.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def write_text(text: str, path: Path) -> Path:
 def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
                 settings: StudySettings | None = None, *, header: Sequence[str] = (),
                 models: Sequence[str] | None = None, figure_prefix: str = "figures/") -> tuple[list[Path], str]:
-    """Write into `out`: delta_m_per_seed.csv, delta_m.csv + .md (mean ± σ), claims.csv + .md,
+    """Write into `out`: delta_m_per_seed.csv, delta_m.csv + .md (mean ± SE), claims.csv + .md,
     convergence.csv, figures/figure5_delta_m.{png,svg}, figures/figure6_delta_m.*,
     figures/learning_curves.*, and section.md (the report section, `header` lines first). Everything
     comes from `metrics` and `curves` only. Returns (paths, section markdown)."""
