@@ -144,12 +144,12 @@ def regenerate(folder: str | Path, settings: StudySettings | None = None) -> lis
 
 def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str,
                   flow_wall_seconds: float | None = None) -> list[str]:
-    """header.md lines of a committed record: what was run, where, at which commit, and the training time
-    per model (from the runs' own train_seconds)."""
+    """header.md lines of a committed record: what was run, where, at which commit and with which generator
+    (bench/generator.py), and the training time per model (from the runs' own train_seconds)."""
     runs = metrics.drop_duplicates(["config", "model", "seed"])
     rows = sorted({int(x) for x in runs["n_train"].dropna()})
     lines = [f"> {note}", "",
-             f"- Commit: `{commit}`; machine: {machine}.",
+             f"- Commit: `{commit}`; machine: {machine}.", generator_line(commit),
              f"- Scale: configurations {list(dict.fromkeys(runs['config']))}, seeds "
              f"{sorted(int(s) for s in runs['seed'].unique())}, {rows} training rows per run.",
              "- Training time per model (train_seconds of the runs, epochs and validation included; sum over "
@@ -160,6 +160,13 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
     if flow_wall_seconds is not None:
         lines.append(f"- Wall time of the whole `flows.pipeline` run (every stage, 2 at once): {flow_wall_seconds:.0f} s.")
     return lines + [""]
+
+
+def generator_line(commit: str) -> str:
+    """The header line naming the generator version the runs at `commit` used."""
+    from multitab.evaluation.bench.generator import header_line, version_of
+
+    return header_line(version_of(commit))
 
 
 def add_record_commands(sub: Any) -> None:
