@@ -15,9 +15,9 @@ from pathlib import Path
 
 V2_SINCE = "7df1fcf"
 VERSIONS = {
-    "v1": f"W = Q Λ^½ Uᵀ, before {V2_SINCE}: eigh's basis of P's repeated eigenvalue, which depends on the "
-          "BLAS kernel",
-    "v2": f"W = P^½ Uᵀ, since {V2_SINCE} (docs/deviations.md D13), today's",
+    "v1": f"W = Q Λ^½ Uᵀ, before {V2_SINCE}; Q is eigh's basis of P's repeated eigenvalue, which depends on "
+          "the BLAS kernel",
+    "v2": f"W = P^½ Uᵀ, since {V2_SINCE}; docs/deviations.md D13; today's",
 }
 CURRENT = "v2"
 
