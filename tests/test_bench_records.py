@@ -1,5 +1,5 @@
 """What the committed study records say about themselves: the generator their data came from, what the held-out
-arm changes."""
+arm changes, and the answer first in results/study/README.md."""
 
 from __future__ import annotations
 
@@ -52,3 +52,11 @@ def test_held_out_arm_states_its_training_rows_and_early_stopping_rows():
     ladder = (STUDY / "attribution_n100k_3seeds" / "ladder.md").read_text()
     assert "| A1_held_out | the paper's text | evaluation=held_out (training rows per run 100,000 → 70,000; " in ladder
 
+
+def test_study_readme_opens_with_the_answer_per_figure_and_layer():
+    head = (STUDY / "README.md").read_text().splitlines()[:15]
+    text = "\n".join(head)
+    assert not any(line.startswith("|") for line in head), "tables come after the answer"
+    assert max(len(line) for line in head) <= 120
+    for needed in ("Figure 5", "Figure 6", "per-sample mixing", "A6", "A7", "100,000", "1,000,000", "not run"):
+        assert needed in text, needed
