@@ -3,7 +3,7 @@
     python -m stages.aggregate_study --params params.yaml --runs results/study_runs --out results/study_report
 
 Writes <out>/metrics.csv and curves.csv (the runs' numbers), then from those alone (multitab.evaluation.
-bench.study): Figures 5 and 6 with standard-error bars, the Δm table (mean ± σ over seeds), the paper's
+bench.study): Figures 5 and 6 with standard-error bars, the Δm table (mean ± SE over seeds), the paper's
 claim checked per configuration, the learning curves, and <out>/report.md, which leads with that section.
 """
 

@@ -67,15 +67,41 @@ def collect_arms(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig],
 
 
 # ------------------------------------------------------------------------------------------ numbers
+# What a factor's value changes besides its name says: held-out evaluation also moves early stopping off the
+# training rows (the authors' loader validates and tests on the rows it trains on).
+IMPLIED = {"evaluation=held_out": "early stopping on held-out validation rows and the test on held-out test "
+                                  "rows, not on the training rows"}
+
+
+def all_changes(metrics: pd.DataFrame, arms: pd.DataFrame) -> dict[str, str]:
+    """arm -> everything it changes from the arm before: arms.csv's `changed`, what those values imply
+    (IMPLIED), and the training rows per run when they differ from the arm before's (from the runs' n_train)."""
+    out = {}
+    before: list[int] = []
+    for arm in arms.itertuples(index=False):
+        rows = sorted({int(x) for x in metrics.loc[metrics.arm == arm.arm, "n_train"].dropna()})
+        text = arm.changed
+        implied = [IMPLIED[c.strip()] for c in str(arm.changed).split(",") if c.strip() in IMPLIED]
+        if before and rows and rows != before:
+            implied.insert(0, "training rows per run " + "/".join(f"{r:,}" for r in before) + " → "
+                           + "/".join(f"{r:,}" for r in rows))
+        if implied:
+            text += " (" + "; ".join(implied) + ")"
+        out[arm.arm] = text
+        before = rows or before
+    return out
+
+
 def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -> pd.DataFrame:
     """One row per (configuration, arm) in the arms' order: MultiTab-Net's and the best rival's Δm (mean, SE),
     their gap and its SE, the verdict, and how many runs of the compared models are flagged not converged."""
     rows = []
     configs = list(dict.fromkeys(metrics["config"]))
+    changes = all_changes(metrics, arms)
     for config in configs:
         for arm in arms.itertuples(index=False):
             part = metrics[(metrics.arm == arm.arm) & (metrics.config == config)].drop(columns=["arm", "run"])
-            row: dict[str, Any] = {"config": config, "arm": arm.arm, "source": arm.source, "changed": arm.changed,
+            row: dict[str, Any] = {"config": config, "arm": arm.arm, "source": arm.source, "changed": changes[arm.arm],
                                    "model_mean": math.nan, "model_se": math.nan, "best_rival": "",
                                    "rival_mean": math.nan, "rival_se": math.nan, "gap": math.nan,
                                    "gap_se": math.nan, "verdict": "missing", "not_converged": 0}
@@ -252,7 +278,9 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
     runs = metrics.drop_duplicates("run")
     arm_runs = len(metrics.drop_duplicates(["arm", "run"]))
     rows = sorted({int(x) for x in runs["n_train"].dropna()})
-    lines = [f"> {note}", "", f"- Commit: `{commit}`; machine: {machine}.",
+    from multitab.evaluation.bench.study import generator_line
+
+    lines = [f"> {note}", "", f"- Commit: `{commit}`; machine: {machine}.", generator_line(commit),
              f"- Scale: arms {list(dict.fromkeys(metrics['arm']))}, configurations {list(dict.fromkeys(runs['config']))}, "
              f"seeds {sorted(int(s) for s in runs['seed'].unique())}, {rows} training rows per run; {len(runs)} "
              f"distinct runs for {arm_runs} arm-runs.",

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
+from multitab.evaluation.bench.verdict import holm, verdicts
 from multitab.evaluation.curves import read_curve
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
 from multitab.evaluation.significance import t_test_greater
@@ -192,13 +193,14 @@ VERDICTS = ("holds", "does not hold", "inconclusive", "missing")
 
 
 def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) -> pd.DataFrame:
-    """One row per (config, rival): the means, their difference and two one-sided Student's t-tests over the
-    seeds, `p_value` (H1: the claim's model above the rival) and `p_below` (H1: below). `status` per rival:
-    `above (significant)` (p_value < alpha), `below (significant)` (p_below < alpha), `not significant`,
-    `untested: one seed` or `missing`. `verdict`, the configuration's (same on each of its rows), is
-    three-valued at alpha: `holds` (significantly above every rival), `does not hold` (significantly below
-    at least one), `inconclusive` (otherwise: a difference of means alone decides nothing); `missing` while a
-    run set is absent."""
+    """One row per (config, rival): the means, their difference and two one-sided Welch t-tests over the
+    seeds, `p_value` (H1: the claim's model above the rival) and `p_below` (H1: below), and `p_below_holm`
+    (`p_below` Holm-adjusted over the configuration's rivals). `status` per rival: `above (significant)`
+    (p_value < alpha), `below (significant)` (p_below_holm < alpha), `not significant`, `untested: one seed`
+    or `missing`. `verdict`, the configuration's (same on each of its rows; bench/verdict.py states the rule
+    and its error rates): `holds` (significantly above every rival), `does not hold` (significantly below at
+    least one after the Holm correction), `inconclusive` (otherwise: a difference of means alone decides
+    nothing); `missing` while a run set is absent."""
     rows = []
     for conf in configs:
         part = dm[dm.config == conf]
@@ -209,36 +211,31 @@ def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) ->
             row: dict[str, Any] = {"config": conf, "model": settings.model, "rival": rival,
                                    "n_model": ours.size, "n_rival": theirs.size, "mean_model": math.nan,
                                    "mean_rival": math.nan, "difference": math.nan, "t": math.nan,
-                                   "p_value": math.nan, "p_below": math.nan, "status": "missing"}
+                                   "p_value": math.nan, "p_below": math.nan, "p_below_holm": math.nan,
+                                   "status": "missing"}
             if ours.size and theirs.size:
                 row.update(mean_model=float(ours.mean()), mean_rival=float(theirs.mean()),
                            difference=float(ours.mean() - theirs.mean()), status="untested: one seed")
                 if ours.size >= 2 and theirs.size >= 2:
-                    above = t_test_greater(ours, theirs, equal_var=True)
-                    below = t_test_greater(theirs, ours, equal_var=True)
+                    above = t_test_greater(ours, theirs, equal_var=False)
+                    below = t_test_greater(theirs, ours, equal_var=False)
                     row.update(t=above.statistic, p_value=above.pvalue, p_below=below.pvalue)
-                    if above.pvalue < settings.alpha:
-                        row["status"] = "above (significant)"
-                    elif below.pvalue < settings.alpha:
-                        row["status"] = "below (significant)"
-                    else:
-                        row["status"] = "not significant"
             conf_rows.append(row)
-        statuses = [r["status"] for r in conf_rows]
-        if any(s == "missing" for s in statuses):
-            verdict = "missing"
-        elif any(s == "below (significant)" for s in statuses):
-            verdict = "does not hold"
-        elif all(s == "above (significant)" for s in statuses):
-            verdict = "holds"
-        else:
-            verdict = "inconclusive"
+        p_above = np.array([r["p_value"] for r in conf_rows])
+        p_below = np.array([r["p_below"] for r in conf_rows])
+        for r, adjusted in zip(conf_rows, holm(p_below)):
+            if r["n_model"] >= 2 and r["n_rival"] >= 2:
+                r["p_below_holm"] = float(adjusted)
+                r["status"] = ("above (significant)" if r["p_value"] < settings.alpha else
+                               "below (significant)" if adjusted < settings.alpha else "not significant")
+        missing = any(r["status"] == "missing" for r in conf_rows)
+        verdict = "missing" if missing else str(verdicts(p_above, p_below, settings.alpha))
         for r in conf_rows:
             r["verdict"] = verdict
         rows += conf_rows
     return pd.DataFrame.from_records(rows, columns=["config", "model", "rival", "n_model", "n_rival", "mean_model",
-                                                    "mean_rival", "difference", "t", "p_value", "p_below", "status",
-                                                    "verdict"])
+                                                    "mean_rival", "difference", "t", "p_value", "p_below", "p_below_holm",
+                                                    "status", "verdict"])
 
 
 def below_budget(metrics: pd.DataFrame, budget: Budget | None) -> dict[str, str]:

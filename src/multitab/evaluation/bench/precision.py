@@ -222,7 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from multitab.config import ConfigError, load_params
     from multitab.config.aggregate import synthetic_configs
-    from multitab.evaluation.bench.study import add_record_commands, copy_into_record, write_csv, write_text
+    from multitab.evaluation.bench.study import (
+        add_record_commands,
+        copy_into_record,
+        generator_line,
+        write_csv,
+        write_text,
+    )
     from multitab.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.precision")
@@ -260,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.command == "record":
             copy_into_record(a.source, a.target, ("metrics.csv",), "make precision-pair")
             runs = read_metrics_csv(a.target / "metrics.csv").drop_duplicates(["precision", "config", "model", "seed"])
-            lines = [f"> {a.note}", "", f"- Commit: `{git_commit(a.source)}`; machine: {machine()}.",
+            commit = git_commit(a.source)
+            lines = [f"> {a.note}", "", f"- Commit: `{commit}`; machine: {machine()}.", generator_line(commit),
                      f"- Scale: configurations {list(dict.fromkeys(runs['config']))}, seeds "
                      f"{sorted(int(s) for s in runs['seed'].unique())}, "
                      f"{sorted({int(x) for x in runs['n_train'].dropna()})} training rows per run.",

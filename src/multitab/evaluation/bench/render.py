@@ -77,21 +77,22 @@ def delta_m_markdown(summary: pd.DataFrame, configs: Mapping[str, SyntheticConfi
                 cells.append("missing")
                 continue
             hit = index.loc[(conf.name, model)]
-            sd = "" if math.isnan(float(hit["std"])) else f" ± {float(hit['std']):.2f}"
-            cells.append(f"{float(hit['mean']):+.2f}{sd} (n={int(hit['n_seeds'])})")
+            se = "" if math.isnan(float(hit["se"])) else f" ± {float(hit['se']):.2f}"
+            cells.append(f"{float(hit['mean']):+.2f}{se} (n={int(hit['n_seeds'])})")
         lines.append("| " + " | ".join([conf.name, figure, conf.level("nonuniform")] + cells) + " |")
     return "\n".join(lines)
 
 
 def claims_markdown(table: pd.DataFrame, settings: StudySettings) -> str:
-    header = ["Configuration", "Verdict"] + [f"vs {settings.label(r)}: Δ (p above / below)" for r in settings.rivals]
+    header = ["Configuration", "Verdict"] + [f"vs {settings.label(r)}: Δ (p above / below, Holm)"
+                                             for r in settings.rivals]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for conf, part in table.groupby("config", sort=False):
         cells = []
         for rival in settings.rivals:
             r = part[part.rival == rival].iloc[0]
             cells.append("missing" if r["status"] == "missing" else
-                         f"{_fmt(float(r['difference']))} ({_p(float(r['p_value']))} / {_p(float(r['p_below']))})")
+                         f"{_fmt(float(r['difference']))} ({_p(float(r['p_value']))} / {_p(float(r['p_below_holm']))})")
         lines.append("| " + " | ".join([str(conf), f"**{part.iloc[0]['verdict']}**"] + cells) + " |")
     return "\n".join(lines)
 
@@ -184,15 +185,17 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
     lines += [
         f"Runs: {n_runs} (seeds {seeds}; training rows per run {rows}). The paper's claim: "
         f"{settings.label(settings.model)}'s Δm is above each of {rivals} on every configuration. Per "
-        f"configuration, a one-sided Student's t-test over the seeds' Δm at α = {settings.alpha}.", "",
+        f"configuration and rival, two one-sided Welch t-tests over the seeds' Δm at α = {settings.alpha}, "
+        "the tests of \"below\" Holm-corrected over the rivals (docs/study.md, \"The verdict\").", "",
         "**Claim per configuration: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".**", "",
         *_below_budget_note(metrics, settings),
         *_not_converged_warning(conv, settings),
         claims_md, "",
         "Cells: Δm difference (ours − rival, percentage points) (one-sided p-value of ours above the rival / "
-        "of ours below it). `holds`: significantly above every rival; `does not hold`: significantly below at "
-        "least one; `inconclusive`: neither (or one seed: no test), whatever the means' order.", "",
-        "### Δm (%) vs STL, mean ± σ over seeds", "", dm_md, "",
+        "of ours below it, Holm-adjusted over the rivals). `holds`: significantly above every rival; `does not "
+        "hold`: significantly below at least one after the Holm correction; `inconclusive`: neither (or one "
+        "seed: no test), whatever the means' order. Each verdict is wrong at most at α under equal models.", "",
+        "### Δm (%) vs STL, mean ± SE over seeds", "", dm_md, "",
         f"![Figure 5]({figure_prefix}figure5_delta_m.png)", "",
         f"![Figure 6]({figure_prefix}figure6_delta_m.png)", "",
         figures.error_bar_caption(metrics.groupby(["config", "model"])["seed"].nunique())

@@ -13,10 +13,11 @@ computed in bench/numbers.py, the Markdown and figures drawn in bench/render.py.
 
 Δm (Equation 5, in %) of a seed is taken against the STL seed mean (the paper's pairing). The claim of the
 paper's section "Experiments with MultiTab-Bench", per configuration: MultiTab-Net's Δm is above each of
-MMoE's, PLE's and STEM's. Checked by a one-sided Student's t-test over the per-seed Δm (H1: MultiTab-Net's
-mean is greater) and the mirror test (H1: it is smaller), at level `alpha`. Verdicts, three-valued:
-`holds` (significantly above every rival), `does not hold` (significantly below at least one),
-`inconclusive` (otherwise, or one seed: no test), and `missing` while runs are absent.
+MMoE's, PLE's and STEM's. Checked by a one-sided Welch t-test over the per-seed Δm (H1: MultiTab-Net's
+mean is greater) and the mirror test (H1: it is smaller), at level `alpha`. Verdicts, three-valued
+(bench/verdict.py): `holds` (significantly above every rival), `does not hold` (significantly below at least
+one after a Holm correction over the rivals), `inconclusive` (otherwise, or one seed: no test), and `missing`
+while runs are absent.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def write_text(text: str, path: Path) -> Path:
 def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
                 settings: StudySettings | None = None, *, header: Sequence[str] = (),
                 models: Sequence[str] | None = None, figure_prefix: str = "figures/") -> tuple[list[Path], str]:
-    """Write into `out`: delta_m_per_seed.csv, delta_m.csv + .md (mean ± σ), claims.csv + .md,
+    """Write into `out`: delta_m_per_seed.csv, delta_m.csv + .md (mean ± SE), claims.csv + .md,
     convergence.csv, figures/figure5_delta_m.{png,svg}, figures/figure6_delta_m.*,
     figures/learning_curves.*, and section.md (the report section, `header` lines first). Everything
     comes from `metrics` and `curves` only. Returns (paths, section markdown)."""
@@ -143,12 +144,12 @@ def regenerate(folder: str | Path, settings: StudySettings | None = None) -> lis
 
 def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str,
                   flow_wall_seconds: float | None = None) -> list[str]:
-    """header.md lines of a committed record: what was run, where, at which commit, and the training time
-    per model (from the runs' own train_seconds)."""
+    """header.md lines of a committed record: what was run, where, at which commit and with which generator
+    (bench/generator.py), and the training time per model (from the runs' own train_seconds)."""
     runs = metrics.drop_duplicates(["config", "model", "seed"])
     rows = sorted({int(x) for x in runs["n_train"].dropna()})
     lines = [f"> {note}", "",
-             f"- Commit: `{commit}`; machine: {machine}.",
+             f"- Commit: `{commit}`; machine: {machine}.", generator_line(commit),
              f"- Scale: configurations {list(dict.fromkeys(runs['config']))}, seeds "
              f"{sorted(int(s) for s in runs['seed'].unique())}, {rows} training rows per run.",
              "- Training time per model (train_seconds of the runs, epochs and validation included; sum over "
@@ -159,6 +160,13 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
     if flow_wall_seconds is not None:
         lines.append(f"- Wall time of the whole `flows.pipeline` run (every stage, 2 at once): {flow_wall_seconds:.0f} s.")
     return lines + [""]
+
+
+def generator_line(commit: str) -> str:
+    """The header line naming the generator version the runs at `commit` used."""
+    from multitab.evaluation.bench.generator import header_line, version_of
+
+    return header_line(version_of(commit))
 
 
 def add_record_commands(sub: Any) -> None:

@@ -1,0 +1,62 @@
+"""What the committed study records say about themselves: the generator their data came from, what the held-out
+arm changes, and the answer first in results/study/README.md."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from multitab.evaluation.bench.attribution import all_changes
+from multitab.evaluation.bench.generator import V2_SINCE, header_line, version_of
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "results" / "study"
+
+
+def test_generator_version_follows_the_commit_and_an_old_one_says_what_does_not_reproduce():
+    assert version_of("abc", lambda commit, ancestor: ancestor == V2_SINCE and commit == "new") == "v1"
+    assert version_of("new", lambda commit, ancestor: ancestor == V2_SINCE and commit == "new") == "v2"
+    assert version_of("gone", lambda commit, ancestor: None) is None
+    assert "would not reproduce this record's per-run numbers" in header_line("v1")
+    assert "today's" in header_line("v2") and "would not" not in header_line("v2")
+    assert "version unknown" in header_line(None)
+
+
+def test_committed_records_name_their_generator():
+    headers = sorted(STUDY.glob("*/header.md"))
+    assert headers
+    for path in headers:
+        text = path.read_text()
+        lines = [line for line in text.splitlines() if line.startswith("- Generator: MultiTab-Bench ")]
+        assert len(lines) == 1, path
+        commit = re.search(r"- Commit: `([0-9a-f]+)`", text)
+        assert commit, path
+        named = re.match(r"- Generator: MultiTab-Bench (v\d)", lines[0])
+        assert named and lines[0] == header_line(named.group(1)), path
+        version = version_of(commit.group(1))  # None in a clone without that history: the name stands
+        assert version in (None, named.group(1)), path
+
+
+def test_held_out_arm_states_its_training_rows_and_early_stopping_rows():
+    metrics = pd.DataFrame({"arm": ["A0", "A0", "A1", "A2"], "n_train": [100000, 100000, 70000, 70000]})
+    arms = pd.DataFrame({"arm": ["A0", "A1", "A2"], "source": ["authors_code", "paper", "ours"],
+                         "changed": ["evaluation=training_rows, targets=raw", "evaluation=held_out",
+                                     "data_seed=fixed"]})
+    changes = all_changes(metrics, arms)
+    assert changes["A0"] == "evaluation=training_rows, targets=raw"
+    assert changes["A1"].startswith("evaluation=held_out (training rows per run 100,000 → 70,000; early stopping "
+                                    "on held-out validation rows")
+    assert changes["A2"] == "data_seed=fixed"
+    ladder = (STUDY / "attribution_n100k_3seeds" / "ladder.md").read_text()
+    assert "| A1_held_out | the paper's text | evaluation=held_out (training rows per run 100,000 → 70,000; " in ladder
+
+
+def test_study_readme_opens_with_the_answer_per_figure_and_layer():
+    head = (STUDY / "README.md").read_text().splitlines()[:15]
+    text = "\n".join(head)
+    assert not any(line.startswith("|") for line in head), "tables come after the answer"
+    assert max(len(line) for line in head) <= 120
+    for needed in ("Figure 5", "Figure 6", "per-sample mixing", "A6", "A7", "100,000", "1,000,000", "not run"):
+        assert needed in text, needed
