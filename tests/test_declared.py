@@ -193,3 +193,35 @@ def test_the_validation_page_shows_what_was_declared_and_inferred(tmp_path: Path
     assert "<td>free sulfur dioxide</td><td>feature</td><td>numerical</td><td>numerical: whole numbers" in page
     assert "<td>type</td><td>task</td><td>binary</td><td>red, white</td>" in page
     assert "<td>density</td><td>dropped</td>" in page
+
+
+def test_a_validation_file_of_its_own_is_the_val_split_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from multitab.validation.validate import expected_rows
+
+    wine = pd.read_csv(WINE / "data.csv")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    wine.iloc[:150].to_csv(folder / "train.csv", index=False)
+    wine.iloc[150:190].to_parquet(folder / "val.parquet", index=False)
+    entry = {"local": {"path": str(folder)}, "tasks": {"type": "binary", "alcohol": "regression"}}
+    raw, splits = tmp_path / "raw", tmp_path / "splits"
+    p = _params(tmp_path, {**entry, "split": {"method": "official_test", "seed": 0, "val_fraction": 0.1}})
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == BAD_INPUT
+    assert "holds val.parquet but no test.*" in capsys.readouterr().err
+    wine.iloc[190:].to_csv(folder / "test.csv", index=False)
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == BAD_INPUT
+    err = capsys.readouterr().err
+    assert "datasets.mine.split.val_fraction: 0.1, but" in err and "set it to 0" in err, err
+    p = _params(tmp_path, {**entry, "split": {"method": "official_test", "seed": 0, "val_fraction": 0.0}})
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == 0
+    assert split.main(["--params", str(p), "--dataset", "mine", "--raw", str(raw), "--out", str(splits)]) == 0
+    assert json.loads((splits / "info.json").read_text())["n_rows"] == {"train": 150, "val": 40, "test": 50}
+    val = pd.read_parquet(splits / "val.parquet")
+    assert val["alcohol"].tolist() == pytest.approx(wine["alcohol"].iloc[150:190].tolist())
+    params = parse_params(yaml.safe_load(p.read_text()), str(p))
+    from multitab.datasets.declared import stage_schema
+
+    schema = stage_schema("mine", params.dataset("mine"), splits)
+    assert schema.raw_files == ("train", "val", "test")
+    observed = {"train": 150, "val": 40, "test": 50}
+    assert expected_rows(schema, params.dataset("mine"), 2, observed) == dict.fromkeys(observed, (1, None))

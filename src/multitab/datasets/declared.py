@@ -1,8 +1,8 @@
 """A dataset declared in params.yaml only (`datasets.<name>` with `tasks:`): its schema, built from the declaration
 and the values of the user's files, so that every later stage sees one kind of `DatasetSchema`.
 
-acquire@D reads the files (`local.path`: a file, or a folder with data.* or train.* and test.*: .csv, .csv.gz or
-.parquet), checks the declaration against them (every problem names the params key and the column), decides the
+acquire@D reads the files (`local.path`: a file, or a folder with data.* or train.* and test.*, and val.* where
+validation is a file of its own: .csv, .csv.gz or .parquet), checks the declaration against them (every problem names the params key and the column), decides the
 kind of each undeclared feature (multitab.infer; a CSV's delimiter is `,`, `;` or tab, whichever its header holds most
 of), and writes the raw Parquet files with every categorical value and
 class label as a code (levels sorted, as recorded) and `schema.json`, the record of what was declared and decided.
@@ -49,7 +49,8 @@ def _find(folder: Path, stem: str) -> Path | None:
 
 
 def locate(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> dict[str, Path]:
-    """The declared dataset's files by raw-file key: `data` (one table) or `train` and `test` (official_test)."""
+    """The declared dataset's files by raw-file key: `data` (one table), or `train` and `test`, with `val` where the
+    folder holds a validation file (official_test: validation is val_fraction of train, or that file whole)."""
     key = f"datasets.{name}.local.path"
     if cfg.local.path is None:
         raise DeclarationError(f"{key}: not set; point it at your file, or a folder with data.csv or train.csv "
@@ -61,16 +62,17 @@ def locate(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> dict[str, P
         files = {"data": path}
     elif path.is_dir():
         data, train, val, test = (_find(path, s) for s in ("data", "train", "val", "test"))
-        if val is not None:
-            raise DeclarationError(f"{key}: {val}: a validation file of your own is not read; append its rows to "
-                                   f"{train.name if train else 'train.csv'} (split.val_fraction takes validation rows)")
-        if data is not None and (train or test) is not None:
-            raise DeclarationError(f"{key}: {path} holds {data.name} and train/test files; keep one layout")
-        if train is None and test is not None:
-            raise DeclarationError(f"{key}: {path} holds {test.name} but no train.* beside it")
+        if data is not None and (train or val or test) is not None:
+            raise DeclarationError(f"{key}: {path} holds {data.name} and train/val/test files; keep one layout")
+        if train is None and (val or test) is not None:
+            raise DeclarationError(f"{key}: {path} holds {(val or test).name} but no train.* beside it")
+        if val is not None and test is None:
+            raise DeclarationError(f"{key}: {path} holds {val.name} but no test.*; a validation file of your own "
+                                   "comes with a test file (or append its rows to the train file: "
+                                   "split.val_fraction takes validation rows)")
         if data is None and train is None:
             raise DeclarationError(f"{key}: {path} holds no data.* or train.* ({' '.join(SUFFIXES)})")
-        found = {"data": data or train} if test is None else {"train": train, "test": test}
+        found = {"data": data or train} if test is None else {"train": train, "val": val, "test": test}
         files = {k: p for k, p in found.items() if p is not None}
     else:
         raise DeclarationError(f"{key}: {path}: no such file or folder (relative to the repository root)")
@@ -80,6 +82,10 @@ def locate(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> dict[str, P
         have = "a test file" if needs else "one table"
         want = "official_test" if needs else "shuffle (or ordered, stratified)"
         raise DeclarationError(f"datasets.{name}.split.method: {method} does not fit {have} at {path}; use {want}")
+    if "val" in files and cfg.split.val_fraction != 0:
+        raise DeclarationError(f"datasets.{name}.split.val_fraction: {cfg.split.val_fraction:g}, but {files['val']} "
+                               "is the validation split; set it to 0 (or remove the file to cut validation rows "
+                               "from train)")
     return files
 
 
