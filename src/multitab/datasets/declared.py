@@ -9,6 +9,10 @@ class label as a code (levels sorted, as recorded) and `schema.json`, the record
 split@D copies the record beside the splits; validate_raw@D and preprocess@D read it there, and meta.json carries
 it (`declared`).
 
+A numerical feature's missing cells stay missing in the raw and split files (NaN; `missing` and `imputed` in its
+record): preprocess@D fills them with the training split's median (`features.missing: median`, the default), or
+acquire@D refuses them (`refuse`).
+
 Codes: a categorical feature's levels are its distinct values sorted (numbers by value, text alphabetically); a
 missing value is one more level, last (recorded as null). A binary task's negative class is the first of its two
 sorted values (no < yes, 0 < 1, False < True); a multiclass task's classes are its sorted values.
@@ -211,6 +215,12 @@ def declare(name: str, cfg: DatasetConfig, frames: Mapping[str, pd.DataFrame], w
                                drop=feats.drop)
     except InferenceError as e:
         raise DeclarationError(f"datasets.{name}.features: {e}") from None
+    missing = {c: int(table[c].isna().sum()) for c in kinds.numerical if table[c].isna().any()}
+    if missing and feats.missing == "refuse":
+        column = next(iter(missing))
+        row = int(np.flatnonzero(table[column].isna().to_numpy())[0])
+        raise DeclarationError(f"datasets.{name}.features.missing: refuse, but numerical column {column!r} has no "
+                               f"value at row {row + 1} of {shown}; fill it, drop the rows, or set missing: median")
     levels: dict[str, list[Any]] = {}
     for column in kinds.categorical:
         levels[column] = [_plain(v) for v in _levels(table[column])] + ([None] if table[column].isna().any() else [])
@@ -218,7 +228,8 @@ def declare(name: str, cfg: DatasetConfig, frames: Mapping[str, pd.DataFrame], w
         "dataset": name,
         "raw_files": list(frames),
         "features": [{"name": c, "kind": "categorical" if c in levels else "numerical",
-                      **({"cardinality": len(levels[c])} if c in levels else {})}
+                      **({"cardinality": len(levels[c])} if c in levels else {}),
+                      **({"missing": missing[c], "imputed": feats.missing} if c in missing else {})}
                      for c in columns if c in kinds.categorical or c in kinds.numerical],
         "tasks": [{"name": c, "type": kind, **({"classes": [_plain(v) for v in labels[c]]} if labels[c] else {})}
                   for c, kind in tasks.items()],
@@ -244,7 +255,8 @@ def declare(name: str, cfg: DatasetConfig, frames: Mapping[str, pd.DataFrame], w
 
 def schema_from_record(record: Mapping[str, Any]) -> DatasetSchema:
     """The DatasetSchema of a declared dataset's record (schema.json)."""
-    features = tuple(Feature(f["name"], f["kind"], cardinality=f.get("cardinality")) for f in record["features"])
+    features = tuple(Feature(f["name"], f["kind"], cardinality=f.get("cardinality"), imputed="imputed" in f)
+                     for f in record["features"])
     tasks = []
     for t in record["tasks"]:
         n = len(t.get("classes", []))
