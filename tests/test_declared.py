@@ -277,3 +277,21 @@ def test_missing_numerical_values_are_filled_with_the_train_median_and_every_row
     assert preprocess.main(["--params", str(p), "--dataset", "mine", "--splits", str(splits), "--out", str(out2)]) == 0
     assert json.loads((out2 / "meta.json").read_text())["imputed"]["columns"]["spend"]["value"] == fill["value"]
     pd.testing.assert_frame_equal(pd.read_parquet(out2 / "train.parquet"), processed["train"])
+
+
+def test_a_task_named_with_slashes_or_dots_keeps_its_curves_in_its_run_s_folder(tmp_path: Path) -> None:
+    from stages.train import write_dvclive
+
+    # a declared dataset's task names are its file's column names: `income/month`, or one climbing out of the folder
+    history = [{"epoch": 1, "train_loss_income/month": 0.5, "val_income/month": 0.7, "val_x/../../../../out": 0.1,
+                "val_'vote'": 0.6}, {"epoch": 2, "train_loss_income/month": 0.4, "val_income/month": 0.8,
+                                     "val_x/../../../../out": 0.2, "val_'vote'": 0.65}]
+    write_dvclive(history, tmp_path / "run" / "dvclive")
+    metrics = tmp_path / "run" / "dvclive" / "plots" / "metrics"
+    written = sorted(tmp_path.rglob("*.tsv"))
+    assert [p.parent for p in written] == [metrics] * 4, written
+    assert sorted(p.name for p in written) == sorted(["train_loss_income\u2215month.tsv", "val_income\u2215month.tsv",
+                                                      "val_x\u2215..\u2215..\u2215..\u2215..\u2215out.tsv",
+                                                      "val_'vote'.tsv"])
+    curve = pd.read_csv(metrics / "val_income\u2215month.tsv", sep="\t")
+    assert curve.iloc[:, -1].tolist() == pytest.approx([0.7, 0.8])
