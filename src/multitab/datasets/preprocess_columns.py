@@ -11,7 +11,9 @@ files byte for byte):
 - scikit-learn fits QuantileTransformer, StandardScaler and OrdinalEncoder column by column (the same
   subsample rows for every column), so one per column gives the same map; their transforms work value by
   value, so a block of rows at a time gives the same values.
-The quantile map is quantile_map.py's (scikit-learn's, bit for bit, in less time).
+The quantile map is quantile_map.py's (scikit-learn's, bit for bit, in less time). A declared dataset's numerical
+feature with missing values (schema Feature.imputed) is first filled with its training split's median, here only:
+the whole-frame path serves MultiTab-Bench and the estimator, whose features are never missing.
 
 Columns run on worker processes (one per core, up to MAX_WORKERS) where the training split holds at least
 POOL_MIN_VALUES numerical values, else in the stage's process: part of each column's work holds the GIL
