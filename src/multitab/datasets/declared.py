@@ -68,8 +68,9 @@ def locate(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> dict[str, P
         data, train, val, test = (_find(path, s) for s in ("data", "train", "val", "test"))
         if data is not None and (train or val or test) is not None:
             raise DeclarationError(f"{key}: {path} holds {data.name} and train/val/test files; keep one layout")
-        if train is None and (val or test) is not None:
-            raise DeclarationError(f"{key}: {path} holds {(val or test).name} but no train.* beside it")
+        lone = val or test
+        if train is None and lone is not None:
+            raise DeclarationError(f"{key}: {path} holds {lone.name} but no train.* beside it")
         if val is not None and test is None:
             raise DeclarationError(f"{key}: {path} holds {val.name} but no test.*; a validation file of your own "
                                    "comes with a test file (or append its rows to the train file: "
