@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, load_params
-from multitab.io import atomic_dir, file_key, read_json, remove_stale_temporaries, write_json
+from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
+from multitab.names import file_key
 from multitab.run_config import RecordError, RunConfig
 from multitab.runs import KEY, RUNS_FILE, STACKS, Run, entry, stack_entry
 from multitab.training.run import RunSpec, run_training

@@ -44,17 +44,6 @@ class DiskFullError(OSError):
         return str(self.args[1])
 
 
-_UNSAFE_IN_NAMES = str.maketrans({"/": "\u2215", "\\": "\u2215", **{chr(c): "\ufffd" for c in (*range(32), 127)}})
-
-
-def file_key(name: str) -> str:
-    """`name` (a task: a declared dataset's column, spelt as its file spells it) as one file name in one folder: a
-    `/` or `\\` becomes a division slash (U+2215), which no path splits on, a control character U+FFFD, and `.` /
-    `..` (or nothing) get a one-dot leader (U+2024) after them; other names are unchanged."""
-    key = name.translate(_UNSAFE_IN_NAMES)
-    return key + "\u2024" if key in ("", ".", "..") else key
-
-
 def _megabytes(n: int) -> str:
     mb = n / 1e6
     return f"{mb:.1f}" if mb >= 0.1 else f"{mb:.2g}"
