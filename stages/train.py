@@ -27,6 +27,7 @@ from typing import Any
 
 from multitab.config import ConfigError, load_params
 from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
+from multitab.names import file_key
 from multitab.run_config import RecordError, RunConfig
 from multitab.runs import KEY, RUNS_FILE, STACKS, Run, entry, stack_entry
 from multitab.training.run import RunSpec, run_training
@@ -66,7 +67,7 @@ def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
             for row in history:
                 for key, value in row.items():
                     if key != "epoch" and value is not None and value == value:  # skip NaN
-                        live.log_metric(key, float(value))
+                        live.log_metric(file_key(key), float(value))  # a task's name in a file's
                 live.next_step()
         (tmp / "metrics.json").unlink(missing_ok=True)
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from multitab.hparams.recipe import n_features
 from stages import acquire, preprocess, split
 
 WINE = Path(__file__).parent / "fixtures" / "wine_quality"
+ROOT_PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 SPLIT = {"method": "shuffle", "seed": 0, "val_fraction": 0.15, "test_fraction": 0.15}
 
 
@@ -193,3 +195,103 @@ def test_the_validation_page_shows_what_was_declared_and_inferred(tmp_path: Path
     assert "<td>free sulfur dioxide</td><td>feature</td><td>numerical</td><td>numerical: whole numbers" in page
     assert "<td>type</td><td>task</td><td>binary</td><td>red, white</td>" in page
     assert "<td>density</td><td>dropped</td>" in page
+
+
+def test_a_validation_file_of_its_own_is_the_val_split_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from multitab.validation.validate import expected_rows
+
+    wine = pd.read_csv(WINE / "data.csv")
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    wine.iloc[:150].to_csv(folder / "train.csv", index=False)
+    wine.iloc[150:190].to_parquet(folder / "val.parquet", index=False)
+    entry = {"local": {"path": str(folder)}, "tasks": {"type": "binary", "alcohol": "regression"}}
+    raw, splits = tmp_path / "raw", tmp_path / "splits"
+    p = _params(tmp_path, {**entry, "split": {"method": "official_test", "seed": 0, "val_fraction": 0.1}})
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == BAD_INPUT
+    assert "holds val.parquet but no test.*" in capsys.readouterr().err
+    wine.iloc[190:].to_csv(folder / "test.csv", index=False)
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == BAD_INPUT
+    err = capsys.readouterr().err
+    assert "datasets.mine.split.val_fraction: 0.1, but" in err and "set it to 0" in err, err
+    p = _params(tmp_path, {**entry, "split": {"method": "official_test", "seed": 0, "val_fraction": 0.0}})
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == 0
+    assert split.main(["--params", str(p), "--dataset", "mine", "--raw", str(raw), "--out", str(splits)]) == 0
+    assert json.loads((splits / "info.json").read_text())["n_rows"] == {"train": 150, "val": 40, "test": 50}
+    val = pd.read_parquet(splits / "val.parquet")
+    assert val["alcohol"].tolist() == pytest.approx(wine["alcohol"].iloc[150:190].tolist())
+    params = parse_params(yaml.safe_load(p.read_text()), str(p))
+    from multitab.datasets.declared import stage_schema
+
+    schema = stage_schema("mine", params.dataset("mine"), splits)
+    assert schema.raw_files == ("train", "val", "test")
+    observed = {"train": 150, "val": 40, "test": 50}
+    assert expected_rows(schema, params.dataset("mine"), 2, observed) == dict.fromkeys(observed, (1, None))
+
+
+def _with_gaps(n: int = 200) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    spend = rng.lognormal(3.0, 1.0, n)
+    spend[rng.random(n) < 0.2] = np.nan  # empty cells in the CSV
+    return pd.DataFrame({"spend": spend, "rate": rng.normal(0.0, 1.0, n), "job": rng.choice(["a", "b", "c"], n),
+                         "churn": rng.choice(["no", "yes"], n)})
+
+
+def test_missing_numerical_values_are_filled_with_the_train_median_and_every_row_stays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from multitab.config import load_params
+    from multitab.datasets.declared import stage_schema
+    from multitab.validation.suites import raw_suite
+
+    frame = _with_gaps()
+    entry = {"local": {"path": _table(tmp_path, frame)}, "tasks": {"churn": "binary"}}
+    raw, splits, out = tmp_path / "raw", tmp_path / "splits", tmp_path / "processed"
+    p = _params(tmp_path, {**entry, "features": {"missing": "refuse"}})
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == BAD_INPUT
+    first = int(np.flatnonzero(frame["spend"].isna().to_numpy())[0])
+    assert (f"datasets.mine.features.missing: refuse, but numerical column 'spend' has no value at row {first + 1}"
+            in capsys.readouterr().err)
+    p = _params(tmp_path, entry)  # missing: median, the default
+    assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == 0
+    assert split.main(["--params", str(p), "--dataset", "mine", "--raw", str(raw), "--out", str(splits)]) == 0
+    schema = stage_schema("mine", parse_params(yaml.safe_load(p.read_text()), str(p)).dataset("mine"), splits)
+    checks = {(e.meta["check"], e.meta["column"]) for e in raw_suite(schema, "train", load_params(ROOT_PARAMS).validation.raw,
+                                                                      rows=(1, None), n_rows=140)}
+    assert ("not_null", "rate") in checks and ("not_null", "spend") not in checks  # the gaps pass validate_raw
+    assert preprocess.main(["--params", str(p), "--dataset", "mine", "--splits", str(splits), "--out", str(out)]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    train_raw = pd.read_parquet(splits / "train.parquet")["spend"]
+    fill = meta["imputed"]["columns"]["spend"]
+    assert fill["value"] == pytest.approx(float(np.nanmedian(train_raw.astype(np.float64))))
+    assert sum(fill["missing"].values()) == frame["spend"].isna().sum() and "rate" not in meta["imputed"]["columns"]
+    processed = {k: pd.read_parquet(out / f"{k}.parquet") for k in ("train", "val", "test")}
+    assert sum(len(f) for f in processed.values()) == len(frame)
+    assert not any(f["spend"].isna().any() for f in processed.values())
+
+    # test rows far from train's (and more of them missing) do not move the fill nor the training features
+    test = pd.read_parquet(splits / "test.parquet")
+    test["spend"] = np.where(np.arange(len(test)) % 2 == 0, np.nan, 1e6).astype(np.float32)
+    test.to_parquet(splits / "test.parquet", index=False)
+    out2 = tmp_path / "processed2"
+    assert preprocess.main(["--params", str(p), "--dataset", "mine", "--splits", str(splits), "--out", str(out2)]) == 0
+    assert json.loads((out2 / "meta.json").read_text())["imputed"]["columns"]["spend"]["value"] == fill["value"]
+    pd.testing.assert_frame_equal(pd.read_parquet(out2 / "train.parquet"), processed["train"])
+
+
+def test_a_task_named_with_slashes_or_dots_keeps_its_curves_in_its_run_s_folder(tmp_path: Path) -> None:
+    from stages.train import write_dvclive
+
+    # a declared dataset's task names are its file's column names: `income/month`, or one climbing out of the folder
+    history = [{"epoch": 1, "train_loss_income/month": 0.5, "val_income/month": 0.7, "val_x/../../../../out": 0.1,
+                "val_'vote'": 0.6}, {"epoch": 2, "train_loss_income/month": 0.4, "val_income/month": 0.8,
+                                     "val_x/../../../../out": 0.2, "val_'vote'": 0.65}]
+    write_dvclive(history, tmp_path / "run" / "dvclive")
+    metrics = tmp_path / "run" / "dvclive" / "plots" / "metrics"
+    written = sorted(tmp_path.rglob("*.tsv"))
+    assert [p.parent for p in written] == [metrics] * 4, written
+    assert sorted(p.name for p in written) == sorted(["train_loss_income\u2215month.tsv", "val_income\u2215month.tsv",
+                                                      "val_x\u2215..\u2215..\u2215..\u2215..\u2215out.tsv",
+                                                      "val_'vote'.tsv"])
+    curve = pd.read_csv(metrics / "val_income\u2215month.tsv", sep="\t")
+    assert curve.iloc[:, -1].tolist() == pytest.approx([0.7, 0.8])

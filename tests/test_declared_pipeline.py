@@ -20,7 +20,7 @@ DECLARED = """datasets:
   wine:
     source: local
     local: {path: local/wine}
-    tasks: {type: binary, quality: multiclass}
+    tasks: {"type/colour": binary, quality: multiclass}
     split: {method: shuffle, seed: 0, val_fraction: 0.15, test_fraction: 0.15}
 """
 
@@ -75,8 +75,11 @@ def test_a_table_declared_in_params_only_runs_through_dvc_repro_to_the_report(tm
     run("git", "add", "-A")
     run("git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "commit", "-qm", "init")
 
-    # The user's part: the file copied into local/, the entry in params.yaml
+    # The user's part: the file copied into local/ (its column `type` spelt `type/colour`: a name that is no path),
+    # the entry in params.yaml
     shutil.copytree(WINE, root / "local" / "wine")
+    data = root / "local" / "wine" / "data.csv"
+    data.write_text(data.read_text().replace("type,", "type/colour,", 1))
     text = (root / "params.yaml").read_text()
     assert "datasets: {}\n" in text
     (root / "params.yaml").write_text(text.replace("datasets: {}\n", DECLARED))
@@ -87,9 +90,11 @@ def test_a_table_declared_in_params_only_runs_through_dvc_repro_to_the_report(tm
                   "validate_processed@wine", "train@real-wine-stl_mlp-0", "train@real-wine-mmoe-0", "aggregate"):
         assert f"Running stage '{stage}'" in out, stage
     metrics = yaml.safe_load((root / "results" / "runs" / "wine" / "mmoe" / "seed0" / "metrics.json").read_text())
-    assert metrics["hparams"]["file"] == "hparams/recipe/mmoe.yaml" and set(metrics["test"]) == {"type", "quality"}
+    assert metrics["hparams"]["file"] == "hparams/recipe/mmoe.yaml" and set(metrics["test"]) == {"type/colour", "quality"}
+    curves = root / "results" / "runs" / "wine" / "mmoe" / "seed0" / "dvclive" / "plots" / "metrics"
+    assert (curves / "val_type\u2215colour.tsv").is_file() and not (curves / "val_type").exists()
     report = (root / "results" / "report.md").read_text()
-    assert "| wine | real (local file) |" in report and "wine type AUC" in report and "wine quality AUC" in report
+    assert "| wine | real (local file) |" in report and "wine type/colour AUC" in report and "wine quality AUC" in report
     assert "## Table 5: wine" in report and (root / "results" / "tables" / "table5_wine_std.csv").is_file()
     assert "wine" in (root / "results" / "index.html").read_text()
     validation = (root / "reports" / "validation" / "index.html").read_text()

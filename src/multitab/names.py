@@ -10,7 +10,8 @@ the paper's order, then the others in the registry's (`table_order`). Figures co
 the figure, so a new model needs no colour.
 
 The dataset registry: the names of the datasets with a schema (multitab.datasets.schema.SCHEMAS, in its
-order), here so that the config package, below the datasets package, can check params.yaml against them.
+order), here so that the config package, below the datasets package, can check params.yaml against them. A task's
+name in a file name: `file_key` (a declared dataset's tasks are its file's column names).
 """
 
 from __future__ import annotations
@@ -81,3 +82,14 @@ def trains_in_epochs(model: str) -> bool:
 
 
 DATASET_NAMES: tuple[str, ...] = ("aliexpress", "acs_income", "higgs")
+
+
+_UNSAFE_IN_NAMES = str.maketrans({"/": "\u2215", "\\": "\u2215", **{chr(c): "\ufffd" for c in (*range(32), 127)}})
+
+
+def file_key(name: str) -> str:
+    """`name` (a task: a declared dataset's column, spelt as its file spells it) as one file name in one folder: a
+    `/` or `\\` becomes a division slash (U+2215), which no path splits on, a control character U+FFFD, and `.` /
+    `..` (or nothing) get a one-dot leader (U+2024) after them; other names are unchanged."""
+    key = name.translate(_UNSAFE_IN_NAMES)
+    return key + "\u2024" if key in ("", ".", "..") else key

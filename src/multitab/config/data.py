@@ -109,6 +109,9 @@ class FeaturesConfig:
     categorical: tuple[str, ...] = ()
     numerical: tuple[str, ...] = ()
     drop: tuple[str, ...] = ()
+    # A numerical feature's missing cells: filled with the median of its training split's values (fitted on train
+    # only, by preprocess@D: val and test rows never move it), or refused by acquire@D naming the column and row.
+    missing: Literal["median", "refuse"] = "median"
 
 
 @dataclass(frozen=True, kw_only=True)

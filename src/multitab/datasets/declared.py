@@ -1,13 +1,17 @@
 """A dataset declared in params.yaml only (`datasets.<name>` with `tasks:`): its schema, built from the declaration
 and the values of the user's files, so that every later stage sees one kind of `DatasetSchema`.
 
-acquire@D reads the files (`local.path`: a file, or a folder with data.* or train.* and test.*: .csv, .csv.gz or
-.parquet), checks the declaration against them (every problem names the params key and the column), decides the
+acquire@D reads the files (`local.path`: a file, or a folder with data.* or train.* and test.*, and val.* where
+validation is a file of its own: .csv, .csv.gz or .parquet), checks the declaration against them (every problem names the params key and the column), decides the
 kind of each undeclared feature (multitab.infer; a CSV's delimiter is `,`, `;` or tab, whichever its header holds most
 of), and writes the raw Parquet files with every categorical value and
 class label as a code (levels sorted, as recorded) and `schema.json`, the record of what was declared and decided.
 split@D copies the record beside the splits; validate_raw@D and preprocess@D read it there, and meta.json carries
 it (`declared`).
+
+A numerical feature's missing cells stay missing in the raw and split files (NaN; `missing` and `imputed` in its
+record): preprocess@D fills them with the training split's median (`features.missing: median`, the default), or
+acquire@D refuses them (`refuse`).
 
 Codes: a categorical feature's levels are its distinct values sorted (numbers by value, text alphabetically); a
 missing value is one more level, last (recorded as null). A binary task's negative class is the first of its two
@@ -49,7 +53,8 @@ def _find(folder: Path, stem: str) -> Path | None:
 
 
 def locate(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> dict[str, Path]:
-    """The declared dataset's files by raw-file key: `data` (one table) or `train` and `test` (official_test)."""
+    """The declared dataset's files by raw-file key: `data` (one table), or `train` and `test`, with `val` where the
+    folder holds a validation file (official_test: validation is val_fraction of train, or that file whole)."""
     key = f"datasets.{name}.local.path"
     if cfg.local.path is None:
         raise DeclarationError(f"{key}: not set; point it at your file, or a folder with data.csv or train.csv "
@@ -61,16 +66,18 @@ def locate(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> dict[str, P
         files = {"data": path}
     elif path.is_dir():
         data, train, val, test = (_find(path, s) for s in ("data", "train", "val", "test"))
-        if val is not None:
-            raise DeclarationError(f"{key}: {val}: a validation file of your own is not read; append its rows to "
-                                   f"{train.name if train else 'train.csv'} (split.val_fraction takes validation rows)")
-        if data is not None and (train or test) is not None:
-            raise DeclarationError(f"{key}: {path} holds {data.name} and train/test files; keep one layout")
-        if train is None and test is not None:
-            raise DeclarationError(f"{key}: {path} holds {test.name} but no train.* beside it")
+        if data is not None and (train or val or test) is not None:
+            raise DeclarationError(f"{key}: {path} holds {data.name} and train/val/test files; keep one layout")
+        lone = val or test
+        if train is None and lone is not None:
+            raise DeclarationError(f"{key}: {path} holds {lone.name} but no train.* beside it")
+        if val is not None and test is None:
+            raise DeclarationError(f"{key}: {path} holds {val.name} but no test.*; a validation file of your own "
+                                   "comes with a test file (or append its rows to the train file: "
+                                   "split.val_fraction takes validation rows)")
         if data is None and train is None:
             raise DeclarationError(f"{key}: {path} holds no data.* or train.* ({' '.join(SUFFIXES)})")
-        found = {"data": data or train} if test is None else {"train": train, "test": test}
+        found = {"data": data or train} if test is None else {"train": train, "val": val, "test": test}
         files = {k: p for k, p in found.items() if p is not None}
     else:
         raise DeclarationError(f"{key}: {path}: no such file or folder (relative to the repository root)")
@@ -80,6 +87,10 @@ def locate(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> dict[str, P
         have = "a test file" if needs else "one table"
         want = "official_test" if needs else "shuffle (or ordered, stratified)"
         raise DeclarationError(f"datasets.{name}.split.method: {method} does not fit {have} at {path}; use {want}")
+    if "val" in files and cfg.split.val_fraction != 0:
+        raise DeclarationError(f"datasets.{name}.split.val_fraction: {cfg.split.val_fraction:g}, but {files['val']} "
+                               "is the validation split; set it to 0 (or remove the file to cut validation rows "
+                               "from train)")
     return files
 
 
@@ -205,6 +216,12 @@ def declare(name: str, cfg: DatasetConfig, frames: Mapping[str, pd.DataFrame], w
                                drop=feats.drop)
     except InferenceError as e:
         raise DeclarationError(f"datasets.{name}.features: {e}") from None
+    missing = {c: int(table[c].isna().sum()) for c in kinds.numerical if table[c].isna().any()}
+    if missing and feats.missing == "refuse":
+        column = next(iter(missing))
+        row = int(np.flatnonzero(table[column].isna().to_numpy())[0])
+        raise DeclarationError(f"datasets.{name}.features.missing: refuse, but numerical column {column!r} has no "
+                               f"value at row {row + 1} of {shown}; fill it, drop the rows, or set missing: median")
     levels: dict[str, list[Any]] = {}
     for column in kinds.categorical:
         levels[column] = [_plain(v) for v in _levels(table[column])] + ([None] if table[column].isna().any() else [])
@@ -212,7 +229,8 @@ def declare(name: str, cfg: DatasetConfig, frames: Mapping[str, pd.DataFrame], w
         "dataset": name,
         "raw_files": list(frames),
         "features": [{"name": c, "kind": "categorical" if c in levels else "numerical",
-                      **({"cardinality": len(levels[c])} if c in levels else {})}
+                      **({"cardinality": len(levels[c])} if c in levels else {}),
+                      **({"missing": missing[c], "imputed": feats.missing} if c in missing else {})}
                      for c in columns if c in kinds.categorical or c in kinds.numerical],
         "tasks": [{"name": c, "type": kind, **({"classes": [_plain(v) for v in labels[c]]} if labels[c] else {})}
                   for c, kind in tasks.items()],
@@ -238,7 +256,8 @@ def declare(name: str, cfg: DatasetConfig, frames: Mapping[str, pd.DataFrame], w
 
 def schema_from_record(record: Mapping[str, Any]) -> DatasetSchema:
     """The DatasetSchema of a declared dataset's record (schema.json)."""
-    features = tuple(Feature(f["name"], f["kind"], cardinality=f.get("cardinality")) for f in record["features"])
+    features = tuple(Feature(f["name"], f["kind"], cardinality=f.get("cardinality"), imputed="imputed" in f)
+                     for f in record["features"])
     tasks = []
     for t in record["tasks"]:
         n = len(t.get("classes", []))

@@ -11,7 +11,9 @@ files byte for byte):
 - scikit-learn fits QuantileTransformer, StandardScaler and OrdinalEncoder column by column (the same
   subsample rows for every column), so one per column gives the same map; their transforms work value by
   value, so a block of rows at a time gives the same values.
-The quantile map is quantile_map.py's (scikit-learn's, bit for bit, in less time).
+The quantile map is quantile_map.py's (scikit-learn's, bit for bit, in less time). A declared dataset's numerical
+feature with missing values (schema Feature.imputed) is first filled with its training split's median, here only:
+the whole-frame path serves MultiTab-Bench and the estimator, whose features are never missing.
 
 Columns run on worker processes (one per core, up to MAX_WORKERS) where the training split holds at least
 POOL_MIN_VALUES numerical values, else in the stage's process: part of each column's work holds the GIL
@@ -48,6 +50,8 @@ from multitab.datasets.split import SPLITS
 
 log = logging.getLogger(__name__)
 
+IMPUTED = ("median: each column's missing values (NaN) filled with the median of its train split's values (fitted on "
+           "train only), before the numerical transform; `missing` counts the values filled per split")
 BLOCK_ROWS = 1 << 20  # rows transformed (or noise rows drawn) at once
 MAX_WORKERS = 4  # each worker holds a few columns of the training split
 # Below this many training values (rows x numerical features) the columns run in the stage's process: the
@@ -113,24 +117,38 @@ def _transform_blocks(
 
 def _column(
     kind: str, name: str, files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore,
-    noise: ColumnStore | None, rows: int,
-) -> tuple[ColumnStore, int | None]:
+    noise: ColumnStore | None, rows: int, imputed: bool = False,
+) -> tuple[ColumnStore, int | None, dict[str, Any] | None]:
     """A job: column `name` parked in `parked` (a worker's: a new folder of its own); its cardinality if
-    categorical."""
+    categorical; what filled its missing values if `imputed`."""
     parked.folder.mkdir()
     if kind == "numerical":
-        _numerical(name, files, cfg, parked, noise, rows)
-        return parked, None
-    return parked, _categorical(name, files, parked, rows)
+        return parked, None, _numerical(name, files, cfg, parked, noise, rows, imputed)
+    return parked, _categorical(name, files, parked, rows), None
+
+
+def _fill(values: np.ndarray, value: float) -> int:
+    """Missing values of `values` set to `value` in place; how many there were."""
+    missing = np.isnan(values)
+    values[missing] = value
+    return int(missing.sum())
 
 
 def _numerical(
     name: str, files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore,
-    noise: ColumnStore | None, rows: int,
-) -> None:
+    noise: ColumnStore | None, rows: int, imputed: bool = False,
+) -> dict[str, Any] | None:
     """Fit numerical column `name` on train (plus its noise, parked in `noise`, scaled by the column's standard
-    deviation), park it for every split."""
+    deviation), park it for every split. `imputed`: its missing values are first filled with train's median (what
+    filled them is returned)."""
     train = files["train"].series(name).to_numpy(dtype=np.float32, copy=True)
+    fill: dict[str, Any] | None = None
+    if imputed:
+        if np.isnan(train).all():
+            raise ValueError(f"{name!r}: every value of the train split is missing; there is no median to fill it "
+                             "with: drop the column (features.drop)")
+        median = float(np.nanmedian(train.astype(np.float64)))
+        fill = {"value": median, "missing": {"train": _fill(train, median)}}
     if cfg.numerical == "none":
         fn: Callable[[np.ndarray], np.ndarray] = lambda v: v.astype(np.float32, copy=False)  # noqa: E731
     elif cfg.numerical == "standard":
@@ -148,7 +166,11 @@ def _numerical(
     _transform_blocks(parked, "train", name, train, fn, rows)
     del train
     for split in ("val", "test"):
-        _transform_blocks(parked, split, name, files[split].series(name).to_numpy(dtype=np.float32), fn, rows)
+        values = files[split].series(name).to_numpy(dtype=np.float32, copy=fill is not None)
+        if fill is not None:
+            fill["missing"][split] = _fill(values, fill["value"])
+        _transform_blocks(parked, split, name, values, fn, rows)
+    return fill
 
 
 def _categorical(name: str, files: Mapping[str, ParquetColumns], parked: ColumnStore, rows: int) -> int:
@@ -177,16 +199,20 @@ def preprocess_files(
     with column_store(out_dir) as parked, _pool(n) as pool:
         noise = _noise(files, cfg, parked, pool, num_names)
         kinds = [(f.name, f.kind) for f in schema.features if f.kind in ("numerical", "categorical")]
+        imputed = {f.name for f in schema.features if f.imputed}
         jobs = {name: pool.submit(_column, kind, name, files, cfg, ColumnStore(parked.folder / f"column{i}"),
-                                  noise, BLOCK_ROWS)
+                                  noise, BLOCK_ROWS, name in imputed)
                 for i, (name, kind) in enumerate(kinds)}
         target_stats = _targets(schema, files, cfg, parked)  # here, while the workers map the features
         cardinalities: dict[str, int] = {}
+        fills: dict[str, dict[str, Any]] = {}
         for name, job in jobs.items():
-            column, cardinality = job.result()
+            column, cardinality, fill = job.result()
             parked.adopt(column)
             if cardinality is not None:
                 cardinalities[name] = cardinality
+            if fill is not None:
+                fills[name] = fill
         dtypes = {name: parked.dtype(f"train/{name}") for name in schema.canonical_columns}
         with ThreadPoolExecutor(len(SPLITS)) as writers:
             for write in [writers.submit(write_parquet_columns, out_dir / f"{split}.parquet", dtypes,
@@ -194,7 +220,10 @@ def preprocess_files(
                 write.result()
     n_rows = {k: f.n_rows for k, f in files.items()}
     log.info("%s preprocessed a column at a time (%d processes): %s", schema.name, n, n_rows)
-    return processed_meta(schema, cfg, info, cardinalities, target_stats, n_rows)
+    meta = processed_meta(schema, cfg, info, cardinalities, target_stats, n_rows)
+    if fills:  # a declared dataset's numerical features with missing values (datasets.<D>.features.missing)
+        meta["imputed"] = {"strategy": IMPUTED, "columns": fills}
+    return meta
 
 
 def _noise(

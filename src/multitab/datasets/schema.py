@@ -63,6 +63,9 @@ class Feature:
     # unseen in train are expected in val/test (preprocessing maps them to the reserved index 0), and are
     # judged against the rate train itself predicts (validation's `unseen_ids` policy group).
     cardinality_is_estimate: bool = False
+    # A declared numerical feature with missing values (features.missing: median): validate_raw lets them pass,
+    # preprocess fills them with the training split's median (meta.json `imputed`).
+    imputed: bool = False
 
     def level_code(self, values: Any) -> tuple[np.ndarray, np.ndarray]:
         """Codes 0..len(levels)-1 of raw level values, and a mask of values at none of the levels (or NaN)."""

@@ -4,7 +4,7 @@ Canonical frame: the schema's input features in schema order (raw values; catego
 float32), then one column per task named by the task (binary int64 0/1, multiclass int64 0..n-1, regression
 float32). Splits follow the paper's Implementation Details:
 - official_test (AliExpress): the source's train/test files; validation = val_fraction of train, stratified on
-  the combination of the labels;
+  the combination of the labels (a declared dataset with a val file of its own: that file);
 - shuffle (ACS Income): a seeded permutation cut 70 / 15 / 15;
 - ordered (Higgs, as in prior work): the first val_fraction rows are validation, the last test_fraction test;
 - stratified (the authors' notebook's Higgs split, protocol authors_code): random, stratified on the
@@ -120,6 +120,12 @@ def split_rows(
     """Which rows of which raw file each split takes, in order, as `cfg` says: split -> (raw file, row
     numbers). `labels`: raw file -> its canonical task columns (a frame of the file's length)."""
     rng = np.random.default_rng(cfg.seed)
+    if cfg.method == "official_test" and "val" in labels:
+        # a validation file of its own (a declared dataset's val.*): each split is its file whole
+        if set(labels) != set(SPLITS):
+            raise SplitError(f"{schema.name}: official_test with a val file needs raw files train, val and test, "
+                             f"got {sorted(labels)}")
+        return {k: (k, np.arange(len(labels[k]))) for k in SPLITS}
     if cfg.method == "official_test":
         if set(labels) != {"train", "test"}:
             raise SplitError(f"{schema.name}: official_test needs raw files train and test, got {sorted(labels)}")

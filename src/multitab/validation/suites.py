@@ -48,11 +48,13 @@ def _table(
     return out
 
 
-def _column_basics(column: str, dtype: str) -> list[gxe.Expectation]:
-    return [
-        gxe.ExpectColumnValuesToBeOfType(column=column, type_=dtype, meta=_meta("dtype", column)),
-        gxe.ExpectColumnValuesToNotBeNull(column=column, meta=_meta("not_null", column)),
-    ]
+def _column_basics(column: str, dtype: str, *, missing: bool = False) -> list[gxe.Expectation]:
+    """dtype and, unless `missing` values are expected (a feature preprocess fills), not null."""
+    out: list[gxe.Expectation] = [
+        gxe.ExpectColumnValuesToBeOfType(column=column, type_=dtype, meta=_meta("dtype", column))]
+    if not missing:
+        out.append(gxe.ExpectColumnValuesToNotBeNull(column=column, meta=_meta("not_null", column)))
+    return out
 
 
 def _bounded(check: str, column: str, low: float, high: float) -> list[gxe.Expectation]:
@@ -126,7 +128,7 @@ def _raw_feature(
     train_range: tuple[int, int] | None = None,
     unseen_id_rate: float | None = None,
 ) -> list[gxe.Expectation]:
-    out = _column_basics(f.name, RAW_DTYPES[f.kind])
+    out = _column_basics(f.name, RAW_DTYPES[f.kind], missing=f.imputed)
     if f.kind == "numerical":
         if f.low is not None and f.high is not None:
             m = cfg.range_margin * (f.high - f.low)
