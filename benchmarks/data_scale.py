@@ -16,6 +16,12 @@ per stage at full size on a 2-core machine; peak memory at full size <= 2x that 
 Needs ~20 GB of disk for AliExpress at full size (removed as it goes unless --keep). A stage whose resident
 memory passes --kill-above-gb is stopped (and recorded as such), so that a regression cannot take the
 machine down; a full-size stage waits (up to 10 minutes) for --min-free-gb of available memory.
+
+Old against new: `--against /path/to/other/checkout` (e.g. a `git worktree add ../old <commit>`) runs each
+stage of that checkout (its own stages/, src/ and params.yaml, this interpreter) right before this one's, in
+its own work folder, so that both see the same load; the record holds both and the table gains its rows.
+Without --keep, a stage's inputs that no later stage reads (raw after split, splits after preprocess) are
+removed as it goes, to bound the disk used.
 """
 
 from __future__ import annotations
@@ -73,8 +79,9 @@ def _rss_gb(pid: int) -> float:
     return 0.0
 
 
-def _tree_rss_gb(pid: int) -> float:
-    """Resident memory of `pid` and every process below it (preprocess's fork server and workers), summed."""
+def _tree_rss_gb(pid: int, cpu: dict[int, float] | None = None) -> float:
+    """Resident memory of `pid` and every process below it (preprocess's fork server and workers), summed;
+    each one's CPU seconds so far go into `cpu`."""
     import psutil
 
     try:
@@ -85,6 +92,9 @@ def _tree_rss_gb(pid: int) -> float:
     for p in procs:
         try:
             total += p.memory_info().rss
+            if cpu is not None:
+                t = p.cpu_times()
+                cpu[p.pid] = max(cpu.get(p.pid, 0.0), t.user + t.system)
         except psutil.Error:
             pass
     return total / 1024**3
@@ -107,18 +117,21 @@ def stage_command(stage: str, name: str, work: Path, params: Path) -> list[str]:
     return [sys.executable, "-m", f"stages.{stage}", *common, *args]
 
 
-def run_stage(cmd: list[str], log: Path, kill_above_gb: float) -> dict[str, Any]:
-    """Run `cmd`; its wall and CPU seconds, peak RSS (GB), exit status, and whether it was stopped for memory."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+def run_stage(cmd: list[str], log: Path, kill_above_gb: float, repo: Path = ROOT) -> dict[str, Any]:
+    """Run `cmd` in checkout `repo`; its wall and CPU seconds (its own, and its process tree's: preprocess's
+    workers), peak RSS (GB), exit status, and whether it was stopped for memory."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    before = os.times()
     t0 = time.perf_counter()
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT)
     done, stopped = threading.Event(), threading.Event()
     tree_peak = [0.0]
+    tree_cpu: dict[int, float] = {}
 
     def watch() -> None:
         while not done.wait(0.2):
-            tree_peak[0] = max(tree_peak[0], _tree_rss_gb(proc.pid))
+            tree_peak[0] = max(tree_peak[0], _tree_rss_gb(proc.pid, tree_cpu))
             if _rss_gb(proc.pid) > kill_above_gb:
                 stopped.set()
                 proc.kill()
@@ -132,9 +145,14 @@ def run_stage(cmd: list[str], log: Path, kill_above_gb: float) -> dict[str, Any]
     watcher.join()
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code  # reaped here (wait4 gives the child's own rusage)
+    # the process tree's: the children's times of the stage and of every process below it that its parent
+    # waited for, or the sum sampled every 0.2 s (a fork server is not always waited for) where larger
+    after = os.times()
     return {
         "seconds": round(seconds, 1),
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
+        "cpu_seconds_tree": round(max(after.children_user + after.children_system - before.children_user
+                                      - before.children_system, sum(tree_cpu.values())), 1),
         # the stage's process (wait4), or its process tree summed (sampled every 0.2 s) where that is larger
         "peak_rss_gb": round(max(usage.ru_maxrss / 1024**2, tree_peak[0]), 2),
         "peak_rss_gb_process": round(usage.ru_maxrss / 1024**2, 2),
@@ -148,36 +166,72 @@ def sizes(name: str, scale: float) -> dict[str, int]:
     return {k: int(round(n * scale)) for k, n in get_schema(name).real_rows.items()}
 
 
-def run_dataset(name: str, scale: float, work: Path, a: argparse.Namespace) -> dict[str, Any]:
+def _prepare(name: str, scale: float, work: Path, repo: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    params = read_yaml(ROOT / "params.yaml")  # a mapping to write a changed copy from
+    params = read_yaml(repo / "params.yaml")  # a mapping to write a changed copy from
     # the other datasets stay (params.yaml's validation.policy and run groups name them); stages take --dataset
     params["datasets"][name]["source"] = "standin"
     params["datasets"][name]["standin"]["rows"] = sizes(name, scale)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+# what no stage after the key reads, removed after it without --keep
+_SPENT = {"split": "raw", "preprocess": "splits"}
+
+
+def run_dataset(name: str, scale: float, work: Path, a: argparse.Namespace) -> dict[str, Any]:
+    """Every stage at `scale`: this checkout's, each one after --against's where given."""
+    checkouts = {"this": (ROOT, work)} if a.against is None else {
+        "against": (a.against.resolve(), work / "against"), "this": (ROOT, work / "this")}
+    for repo, w in checkouts.values():
+        _prepare(name, scale, w, repo)
     out: dict[str, Any] = {"rows": sizes(name, scale), "stages": {}}
+    if a.against is not None:
+        out["against"] = {"repo": str(a.against), "commit": git_commit(a.against), "stages": {}}
+    failed: set[str] = set()
     for stage in STAGES:
-        if scale >= 1.0:
-            waited = 0.0
-            while _meminfo("MemAvailable") < a.min_free_gb and waited < 600:
-                time.sleep(10)
-                waited += 10
-        log = work / f"{stage}.log"
-        r = run_stage(stage_command(stage, name, work, work / "params.yaml"), log, a.kill_above_gb)
-        r["mem_available_gb_after"] = round(_meminfo("MemAvailable"), 1)
-        out["stages"][stage] = r
-        print(f"{name} x{scale:g} {stage}: {r['seconds']} s (cpu {r['cpu_seconds']} s), "
-              f"peak {r['peak_rss_gb']} GB, exit {r['exit']}", flush=True)
-        if r["exit"] != 0:
-            out["stages"][stage]["tail"] = log.read_text()[-1500:]
-            if stage in ("acquire", "split", "preprocess"):
-                break
-    info = work / "splits" / name / "info.json"
-    out["split_rows"] = json.loads(info.read_text())["n_rows"] if info.exists() else None
+        for who, (repo, w) in checkouts.items():
+            if who in failed:
+                continue
+            if scale >= 1.0:
+                waited = 0.0
+                while _meminfo("MemAvailable") < a.min_free_gb and waited < 600:
+                    time.sleep(10)
+                    waited += 10
+            log = w / f"{stage}.log"
+            r = run_stage(stage_command(stage, name, w, w / "params.yaml"), log, a.kill_above_gb, repo)
+            r["mem_available_gb_after"] = round(_meminfo("MemAvailable"), 1)
+            (out if who == "this" else out["against"])["stages"][stage] = r
+            print(f"{name} x{scale:g} {stage}{'' if who == 'this' else ' (against)'}: {r['seconds']} s "
+                  f"(cpu {r['cpu_seconds']} s, tree {r['cpu_seconds_tree']} s), peak {r['peak_rss_gb']} GB, "
+                  f"exit {r['exit']}", flush=True)
+            if r["exit"] != 0:
+                r["tail"] = log.read_text()[-1500:]
+                if stage in ("acquire", "split", "preprocess"):
+                    failed.add(who)
+            if stage == "split":
+                info = w / "splits" / name / "info.json"
+                if who == "this":
+                    out["split_rows"] = json.loads(info.read_text())["n_rows"] if info.exists() else None
+            if stage in _SPENT and not a.keep:
+                shutil.rmtree(w / _SPENT[stage], ignore_errors=True)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def _cells(run: dict[str, Any]) -> list[str]:
+    cells = []
+    for stage in STAGES:
+        r = run["stages"].get(stage)
+        if r is None:
+            cells.append("—")
+            continue
+        busy = r.get("cpu_seconds_tree", r["cpu_seconds"]) / r["seconds"] if r["seconds"] else 0.0
+        cell = f"{r['seconds']:g} s, {r['peak_rss_gb']:g} GB (x{busy:.1f})"
+        cells.append(cell if r["exit"] == 0 else f"**failed ({r['exit']})** {cell}")
+    return cells
 
 
 def markdown(record: dict[str, Any]) -> str:
@@ -190,8 +244,8 @@ def markdown(record: dict[str, Any]) -> str:
         f"{record['note']}",
         "",
         "Per stage: wall seconds, peak resident memory of the stage's process, or of its process tree where that "
-        "is larger (CPU seconds of the stage's process / wall seconds: the cores it kept busy; preprocess's "
-        "workers are not counted in it). Growth: peak at full size / peak at a tenth.",
+        "is larger (CPU seconds of the stage's process tree / wall seconds: the cores it kept busy). A row "
+        "named by a commit is --against's checkout, run right before the row below it. Growth: peak at full size / peak at a tenth.",
         "",
         "| dataset | rows | " + " | ".join(STAGES) + " |",
         "|---|---|" + "---|" * len(STAGES),
@@ -200,17 +254,11 @@ def markdown(record: dict[str, Any]) -> str:
         for label, run in runs.items():
             if label == "growth":
                 continue
-            cells = []
-            for stage in STAGES:
-                r = run["stages"].get(stage)
-                if r is None:
-                    cells.append("—")
-                    continue
-                busy = r["cpu_seconds"] / r["seconds"] if r["seconds"] else 0.0
-                cell = f"{r['seconds']:g} s, {r['peak_rss_gb']:g} GB (x{busy:.1f})"
-                cells.append(cell if r["exit"] == 0 else f"**failed ({r['exit']})** {cell}")
             rows = " + ".join(f"{n:,}" for n in run["rows"].values())
-            lines.append(f"| {name} ({label}) | {rows} | " + " | ".join(cells) + " |")
+            if "against" in run:
+                lines.append(f"| {name} ({label}, {run['against']['commit'][:7]}) | {rows} | "
+                             + " | ".join(_cells(run["against"])) + " |")
+            lines.append(f"| {name} ({label}) | {rows} | " + " | ".join(_cells(run)) + " |")
         if "growth" in runs:
             lines.append(f"| {name}: growth | | " + " | ".join(
                 f"x{runs['growth'].get(s, float('nan')):.2f}" for s in STAGES) + " |")
@@ -230,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the generated data")
     p.add_argument("--kill-above-gb", type=float, default=12.0, help="stop a stage whose RSS passes this")
     p.add_argument("--min-free-gb", type=float, default=10.0, help="available memory a full-size stage waits for")
+    p.add_argument("--against", type=Path, default=None,
+                   help="another checkout whose stages run right before this one's (see the docstring)")
     p.add_argument("--note", default="", help="a sentence for the record (e.g. whether the machine was quiet)")
     a = p.parse_args(argv)
     scales = [float(s) for s in a.scales.split(",")]

@@ -23,7 +23,8 @@ Frames = dict[str, pd.DataFrame]
 
 
 def _stored(gx: Path) -> dict[str, list]:
-    """Suite -> its stored result's (expectation type, kwargs, success, result, raised) in result order."""
+    """Suite -> its stored result's (expectation type, kwargs, success, result, raised) in result order, its
+    statistics, success and the fingerprint of the data."""
     out = {}
     root = gx / "uncommitted" / "validations"
     for path in sorted(root.rglob("*.json")):
@@ -31,7 +32,7 @@ def _stored(gx: Path) -> dict[str, list]:
         out[path.relative_to(root).parts[0]] = [
             (r["expectation_config"]["type"], r["expectation_config"]["kwargs"], r["success"], r["result"],
              r["exception_info"].get("raised_exception")) for r in vr["results"]
-        ] + [vr["statistics"], vr["success"]]
+        ] + [vr["statistics"], vr["success"], vr["meta"]["batch_markers"].get("pandas_data_fingerprint")]
     return out
 
 

@@ -23,7 +23,8 @@ single-threaded, that imports this module once and forks each worker. A fork of 
 deadlock, as the stage may hold threads (pyarrow's thread pools; a test runner calling the stage's main
 in-process) whose locks a forked child inherits held. Each job reads its column from the split files, takes
 its noise from the store the stage parked it in, and parks its outputs in a folder of its own that the
-stage's store adopts. The three files are then written on three threads (Parquet encoding releases the GIL).
+stage's store adopts. The task columns go first, made by the workers while the stage draws the noise that
+the feature columns wait for. The three files are then written on three threads (Parquet encoding releases the GIL).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from multitab.config.data import PreprocessConfig
 from multitab.datasets.columnar import ColumnStore, ParquetColumns, column_store, write_parquet_columns
 from multitab.datasets.preprocess import processed_meta
 from multitab.datasets.quantile_map import fit_normal_quantiles, normal_quantiles
-from multitab.datasets.schema import DatasetSchema
+from multitab.datasets.schema import DatasetSchema, Task
 from multitab.datasets.split import SPLITS
 
 log = logging.getLogger(__name__)
@@ -95,9 +96,9 @@ def _blocks(n: int, rows: int) -> range:
     return range(0, n, rows)
 
 
-def _park_noise(parked: ColumnStore, cfg: PreprocessConfig, n_rows: int, names: list[str], rows: int) -> None:
+def _park_noise(parked: ColumnStore, cfg: PreprocessConfig, n_rows: int, names: list[str], rows: int) -> ColumnStore:
     """preprocess.py's noise matrix (rows x columns, one standard-normal stream in row-major order), parked
-    by column as `noise/<name>`."""
+    by column as `noise/<name>` in `parked` (returned)."""
     rng = np.random.default_rng(cfg.seed)
     block = np.empty((min(rows, n_rows), len(names)), dtype=np.float32)
     for start in _blocks(n_rows, rows):
@@ -105,6 +106,7 @@ def _park_noise(parked: ColumnStore, cfg: PreprocessConfig, n_rows: int, names: 
         rng.standard_normal(out=part, dtype=np.float32)  # into one buffer: the same stream, no new pages
         for j, name in enumerate(names):
             parked.append(f"noise/{name}", part[:, j])
+    return parked
 
 
 def _transform_blocks(
@@ -197,13 +199,24 @@ def preprocess_files(
     num_names = [f.name for f in schema.features if f.kind == "numerical"]
     n = n_workers if n_workers is not None else workers(files["train"].n_rows * len(num_names))
     with column_store(out_dir) as parked, _pool(n) as pool:
-        noise = _noise(files, cfg, parked, pool, num_names)
+        with ThreadPoolExecutor(1) as side:  # the generator releases the GIL
+            drawn = _draw_noise(files, cfg, parked, side, num_names)
+            # the task columns first: the workers start and make them while the noise is drawn
+            tasks = [pool.submit(_task, t, files, cfg, ColumnStore(parked.folder / f"task{i}"), BLOCK_ROWS)
+                     for i, t in enumerate(schema.tasks)]
+            for _ in range(MAX_WORKERS):
+                pool.submit(os.getpid)
+            noise = None if drawn is None else drawn.result()
         kinds = [(f.name, f.kind) for f in schema.features if f.kind in ("numerical", "categorical")]
         imputed = {f.name for f in schema.features if f.imputed}
         jobs = {name: pool.submit(_column, kind, name, files, cfg, ColumnStore(parked.folder / f"column{i}"),
                                   noise, BLOCK_ROWS, name in imputed)
                 for i, (name, kind) in enumerate(kinds)}
-        target_stats = _targets(schema, files, cfg, parked)  # here, while the workers map the features
+        target_stats: dict[str, dict[str, float]] = {}
+        for task in tasks:
+            column, stats = task.result()
+            parked.adopt(column)
+            target_stats.update(stats)
         cardinalities: dict[str, int] = {}
         fills: dict[str, dict[str, Any]] = {}
         for name, job in jobs.items():
@@ -226,43 +239,39 @@ def preprocess_files(
     return meta
 
 
-def _noise(
-    files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore, pool: Executor,
+def _draw_noise(
+    files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore, side: Executor,
     num_names: list[str],
-) -> ColumnStore | None:
-    """The training features' noise parked in `parked` (None: no noise), drawn while the pool's workers start."""
+) -> Future[ColumnStore] | None:
+    """The training features' noise being parked in `parked` on `side` (None: no noise)."""
     if cfg.numerical != "quantile" or cfg.noise <= 0 or not num_names:
         return None
     # Noise once, before fitting, so features with few distinct values get a smooth quantile map.
-    with ThreadPoolExecutor(1) as side:  # the generator releases the GIL
-        drawn = side.submit(_park_noise, parked, cfg, files["train"].n_rows, num_names, BLOCK_ROWS)
-        for _ in range(MAX_WORKERS):
-            pool.submit(os.getpid)
-        drawn.result()
-    return parked
+    return side.submit(_park_noise, parked, cfg, files["train"].n_rows, num_names, BLOCK_ROWS)
 
 
-def _targets(
-    schema: DatasetSchema, files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore
-) -> dict[str, dict[str, float]]:
-    """Task columns: regression targets raw or standardised with train's statistics (float32), labels int64."""
+def _task(
+    t: Task, files: Mapping[str, ParquetColumns], cfg: PreprocessConfig, parked: ColumnStore, rows: int
+) -> tuple[ColumnStore, dict[str, dict[str, float]]]:
+    """A job: task column `t` parked in `parked` (a folder of its own), a regression target raw or standardised
+    with train's statistics (float32), a label int64; the target's statistics ({} for a label)."""
+    parked.folder.mkdir()
     stats: dict[str, dict[str, float]] = {}
-    for t in schema.tasks:
+    if t.type == "regression":
+        y = files["train"].series(t.name).to_numpy(dtype=np.float64)
+        if cfg.targets == "standard":
+            stats[t.name] = {"mean": float(y.mean()), "std": float(y.std() or 1.0)}
+        else:
+            stats[t.name] = {"mean": 0.0, "std": 1.0}
+        del y
+    for split in SPLITS:
+        y = files[split].series(t.name).to_numpy()
         if t.type == "regression":
-            y = files["train"].series(t.name).to_numpy(dtype=np.float64)
-            if cfg.targets == "standard":
-                stats[t.name] = {"mean": float(y.mean()), "std": float(y.std() or 1.0)}
-            else:
-                stats[t.name] = {"mean": 0.0, "std": 1.0}
-            del y
-        for split in SPLITS:
-            y = files[split].series(t.name).to_numpy()
-            if t.type == "regression":
-                mean, std = stats[t.name]["mean"], stats[t.name]["std"]
-                _transform_blocks(parked, split, t.name, y, partial(_standardise, mean=mean, std=std), BLOCK_ROWS)
-            else:
-                _transform_blocks(parked, split, t.name, y, partial(np.asarray, dtype=np.int64), BLOCK_ROWS)
-    return stats
+            mean, std = stats[t.name]["mean"], stats[t.name]["std"]
+            _transform_blocks(parked, split, t.name, y, partial(_standardise, mean=mean, std=std), rows)
+        else:
+            _transform_blocks(parked, split, t.name, y, partial(np.asarray, dtype=np.int64), rows)
+    return parked, stats
 
 
 def _standardise(v: np.ndarray, *, mean: float, std: float) -> np.ndarray:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -93,17 +95,16 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
     }
     with atomic_dir(out_dir) as tmp, column_store(out_dir) as parked:
         dtypes: dict[str, np.dtype] = {}
-        for name, src in sources.items():
-            for key, raw in files.items():
-                col = _canonical(schema, name, raw, src)
-                dtypes[name] = col.dtype
-                for k in SPLITS:
-                    if rows[k][0] == key:
-                        idx = rows[k][1]
-                        parked.put(f"{k}/{name}", col[idx[:ROW_GROUP_ROWS]])  # a block at a time, not a copy
-                        for start in range(ROW_GROUP_ROWS, len(idx), ROW_GROUP_ROWS):
-                            parked.append(f"{k}/{name}", col[idx[start : start + ROW_GROUP_ROWS]])
-                del col
+        jobs = [(name, key, raw) for name in sources for key, raw in files.items()]
+        for (name, key, _raw), col in _canonical_ahead(schema, sources, jobs):
+            dtypes[name] = col.dtype
+            for k in SPLITS:
+                if rows[k][0] == key:
+                    idx = rows[k][1]
+                    parked.put(f"{k}/{name}", col[idx[:ROW_GROUP_ROWS]])  # a block at a time, not a copy
+                    for start in range(ROW_GROUP_ROWS, len(idx), ROW_GROUP_ROWS):
+                        parked.append(f"{k}/{name}", col[idx[start : start + ROW_GROUP_ROWS]])
+            del col
         del rows
         for k in SPLITS:
             write_parquet_columns(tmp / f"{k}.parquet", dtypes, info["n_rows"][k], parked.reader(f"{k}/"))
@@ -112,6 +113,22 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     log.info("%s split: %s", schema.name, info["n_rows"])
     return info
+
+
+def _canonical_ahead(
+    schema: DatasetSchema, sources: dict[str, str], jobs: list[tuple[str, str, ParquetColumns]]
+) -> Iterator[tuple[tuple[str, str, ParquetColumns], np.ndarray]]:
+    """(job, `_canonical` column of job (name, raw key, raw file)) in order, the next one read and made on a
+    thread while the caller parks this one (Parquet decoding and numpy release the GIL): one more column
+    held, the two cores busy."""
+    with ThreadPoolExecutor(1) as side:
+        make = lambda job: _canonical(schema, job[0], job[2], sources[job[0]])  # noqa: E731
+        ahead = side.submit(make, jobs[0]) if jobs else None
+        for i, job in enumerate(jobs):
+            col = ahead.result()  # type: ignore[union-attr]
+            ahead = side.submit(make, jobs[i + 1]) if i + 1 < len(jobs) else None
+            yield job, col
+            del col
 
 
 def _canonical(schema: DatasetSchema, name: str, raw: ParquetColumns, src: str) -> np.ndarray:

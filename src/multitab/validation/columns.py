@@ -11,6 +11,7 @@ when its turn comes. The project's own checks read a column at a time too (row h
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,14 @@ class SplitData:
     @property
     def columns(self) -> list[str]:
         return list(self._frame.columns) if self._frame is not None else list(self._file.columns)  # type: ignore[union-attr]
+
+    def nbytes(self) -> int:
+        """`frame.memory_usage().sum()` of the split read whole (for a file: from its column types)."""
+        if self._frame is not None:
+            return int(self._frame.memory_usage().sum())
+        file = self._file
+        assert file is not None
+        return int(pd.RangeIndex(file.n_rows).memory_usage()) + sum(file.nbytes(c) for c in file.columns)
 
     @property
     def frame(self) -> pd.DataFrame | None:
@@ -85,16 +94,23 @@ class SplitData:
             yield self._file.frame(group), [e for c in group for e in by_column[c]]
 
 
-def row_hashes(split: SplitData) -> np.ndarray:
-    """`pd.util.hash_pandas_object(frame, index=False)` of the split, a column at a time: each column's
-    hash combined as pandas combines them (pandas.core.util.hashing.combine_hash_arrays)."""
+def row_hashes(split: SplitData, *, index: bool = False) -> np.ndarray:
+    """`pd.util.hash_pandas_object(frame, index=index)` of the split, a column at a time: each column's
+    hash combined as pandas combines them (pandas.core.util.hashing.combine_hash_arrays), the index's (the
+    frame's RangeIndex) last."""
     columns = split.columns
+    hashes: Iterator[np.ndarray] = (
+        pd.util.hash_pandas_object(split.series(name), index=False).to_numpy() for name in columns)
+    if index:
+        rows = pd.RangeIndex(split.n_rows)
+        hashes = itertools.chain(hashes, [pd.util.hash_pandas_object(rows, index=False).to_numpy()])
+    n_items = len(columns) + index
     out = np.full(split.n_rows, 0x345678, dtype=np.uint64)
     mult = np.uint64(1000003)
-    for i, name in enumerate(columns):
-        out ^= pd.util.hash_pandas_object(split.series(name), index=False).to_numpy()
+    for i, h in enumerate(hashes):
+        out ^= h
         out *= mult
-        inverse_i = len(columns) - i
+        inverse_i = n_items - i
         mult += np.uint64(82520 + inverse_i + inverse_i)
     out += np.uint64(97531)
     return out
