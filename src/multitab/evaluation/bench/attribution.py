@@ -278,7 +278,7 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
     runs = metrics.drop_duplicates("run")
     arm_runs = len(metrics.drop_duplicates(["arm", "run"]))
     rows = sorted({int(x) for x in runs["n_train"].dropna()})
-    from multitab.evaluation.bench.study import generator_line
+    from multitab.evaluation.bench.generator import generator_line
 
     lines = [f"> {note}", "", f"- Commit: `{commit}`; machine: {machine}.", generator_line(commit),
              f"- Scale: arms {list(dict.fromkeys(metrics['arm']))}, configurations {list(dict.fromkeys(runs['config']))}, "

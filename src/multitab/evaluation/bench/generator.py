@@ -49,3 +49,8 @@ def header_line(version: str | None) -> str:
                  "would not reproduce this record's per-run numbers (test and validation EV, Δm, epochs, "
                  "curves); its tables and verdicts regenerate from its CSVs.")
     return line
+
+
+def generator_line(commit: str) -> str:
+    """The header line naming the generator version the runs at `commit` used."""
+    return header_line(version_of(commit))

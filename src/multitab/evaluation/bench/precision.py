@@ -222,10 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from multitab.config import ConfigError, load_params
     from multitab.config.aggregate import synthetic_configs
+    from multitab.evaluation.bench.generator import generator_line
     from multitab.evaluation.bench.study import (
         add_record_commands,
         copy_into_record,
-        generator_line,
         write_csv,
         write_text,
     )

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.evaluation import figures
+from multitab.evaluation.bench.generator import generator_line
 from multitab.evaluation.bench.numbers import (
     CURVES_COLUMNS,
     FIGURE5_GROUPS,
@@ -160,13 +161,6 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
     if flow_wall_seconds is not None:
         lines.append(f"- Wall time of the whole `flows.pipeline` run (every stage, 2 at once): {flow_wall_seconds:.0f} s.")
     return lines + [""]
-
-
-def generator_line(commit: str) -> str:
-    """The header line naming the generator version the runs at `commit` used."""
-    from multitab.evaluation.bench.generator import header_line, version_of
-
-    return header_line(version_of(commit))
 
 
 def add_record_commands(sub: Any) -> None:
