@@ -32,7 +32,7 @@ class TrainSettings:
     patience: int  # early stopping: epochs without improvement (train.patience.<dataset>, else `default`)
     batch_size: int
     max_train_rows: int | None  # the first rows of the training split; None: all
-    precision: Literal["fp32", "bf16"]
+    precision: Literal["fp32", "tf32", "bf16"]
     device: Literal["auto", "cpu", "cuda"]
     compile: bool
     deterministic: bool

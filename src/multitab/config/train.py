@@ -34,7 +34,9 @@ class Variant:
 @dataclass(frozen=True)
 class TrainConfig:
     device: Literal["auto", "cpu", "cuda"]
-    precision: Literal["fp32", "bf16"]  # bf16 = torch.autocast(bfloat16) on CUDA or CPU; fp32 = none
+    # bf16 = torch.autocast(bfloat16) on CUDA or CPU; tf32 = TF32 matmuls and convolutions on CUDA (fp32 on CPU,
+    # recorded as such); fp32 = none (training/compute_mode.py)
+    precision: Literal["fp32", "tf32", "bf16"]
     compile: bool  # torch.compile the model (CUDA only)
     deterministic: bool  # torch.use_deterministic_algorithms: bit-identical CPU reruns and resumes
     num_threads: int = field(metadata=bounded(ge=0))  # torch intra-op threads; 0 = torch's default
@@ -64,7 +66,7 @@ class TrainConfig:
     # Train the seeds of each dataset x model (x grid point) of a run group as one stacked model
     # (multitab.training.stacked: one vmapped step for all seeds, each seed's results and checkpoints its own,
     # equal to its separate run up to float rounding): one stage train_stack@<group>-<dataset>-<model>[-<point>]
-    # instead of one train@ stage per seed. Where stacking is refused (dropout > 0, bf16, MAYA, XGBoost) the
+    # instead of one train@ stage per seed. Where stacking is refused (dropout > 0, bf16 or tf32, MAYA, XGBoost) the
     # stage trains the seeds one after another.
     stack_seeds: bool = False
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by

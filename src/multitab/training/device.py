@@ -23,7 +23,8 @@ def resolve_device(name: str) -> torch.device:
 def seed_everything(seed: int, deterministic: bool) -> None:
     """Seed Python, numpy and torch. `deterministic`: deterministic kernels, strictly on CPU (bit-identical
     reruns and resumes); on CUDA as far as kernels allow (warnings, not errors, for ops without a
-    deterministic implementation; cuBLAS gets the workspace setting it needs)."""
+    deterministic implementation: compute_mode.computing records them in the run's metrics.json and runs the
+    attention on the math kernel; cuBLAS gets the workspace setting it needs)."""
     import os
     import random
 
@@ -41,7 +42,8 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
     """bf16: autocast on CUDA and on CPU (opt-in; on CPU the chunked fp32 kernels step aside and the
-    reference ops run in bfloat16, see benchmarks/model_throughput.py --bench-shapes)."""
+    reference ops run in bfloat16, see benchmarks/model_throughput.py --bench-shapes). tf32 is no autocast:
+    fp32 tensors, TF32 matrix products for the whole run (compute_mode.tf32)."""
     if precision == "bf16" and device.type in ("cuda", "cpu"):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

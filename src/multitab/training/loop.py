@@ -72,7 +72,7 @@ class RunSettings:
     lr: float
     weight_decay: float
     device: Literal["auto", "cpu", "cuda"]
-    precision: Literal["fp32", "bf16"]
+    precision: Literal["fp32", "tf32", "bf16"]
     compile: bool
     deterministic: bool
     progress: bool

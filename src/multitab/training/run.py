@@ -27,6 +27,7 @@ from multitab.metrics import mean_metric, task_metrics
 from multitab.models import RUN_KEYWORDS, build_model, model_class
 from multitab.run_config import RunConfig, TrainSettings
 from multitab.training import checkpoint as ckpt
+from multitab.training.compute_mode import computing
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.data_hashes import data_hashes, hash_in_background
 from multitab.training.device import resolve_device, seed_everything
@@ -254,9 +255,10 @@ def run_training(
     model = build_run_model(base_model, data.meta, spec, run)
     if isinstance(model, torch.nn.Module):
         settings = torch_run(spec, run, data, model, on_step=on_step)
-        result = train(model, data, settings.settings, checkpoint_dir=spec.checkpoint_dir,
-                       run_fingerprint=settings.fingerprint, run_settings=settings.run_settings)
-        return torch_record(spec, run, data, model, settings, result), result.history
+        with computing(resolve_device(config.device), config.precision, config.deterministic) as mode:
+            result = train(model, data, settings.settings, checkpoint_dir=spec.checkpoint_dir,
+                           run_fingerprint=settings.fingerprint, run_settings=settings.run_settings)
+        return torch_record(spec, run, data, model, settings, result) | mode.record(), result.history
     values = run.hparams.record()
     optim = {"optimizer": "none (gradient boosting)"}
     max_epochs = int(getattr(model, "n_rounds", 1))

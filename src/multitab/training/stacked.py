@@ -41,7 +41,7 @@ tests/test_training_stacked.py for the tolerances and why.
 Refused (ValueError naming why), because the members could not equal their separate runs:
 - dropout > 0 (the separate runs draw their masks one after another from one global generator; the
   vmapped step also runs with `randomness="error"`, so any random op in training stops it);
-- `precision: bf16`, `compile` on CUDA (other kernels than the separate runs');
+- `precision: bf16` or `tf32` (other kernels, or inputs rounded to TF32: stacked_checks.py), `compile` on CUDA;
 - models with a `training_loss` or `fit_context` hook (MAYA), models that are not torch modules (XGBoost);
 - members that differ in anything but their seed (model class, any module's settings, parameter shapes,
   run settings) or share a checkpoint folder.
@@ -77,6 +77,7 @@ from multitab.metrics import mean_metric
 from multitab.models.accelerate import accelerate_cpu
 from multitab.run_config import RunConfig
 from multitab.training import checkpoint as ckpt
+from multitab.training.compute_mode import computing
 from multitab.training.data import ProcessedData, TensorSplit, place
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.epochs import EpochStats, RunState, run_epochs, start_run
@@ -239,6 +240,7 @@ def run_training_stacked(
     for one in runs[1:]:
         if dataclasses.replace(one.settings, seed=runs[0].settings.seed) != runs[0].settings:
             raise ValueError("stacked runs differ in more than the seed: their loop settings differ")
-    results = train_stacked(members, data, runs[0].settings)
-    return [(torch_record(spec, run, data, member.model, one, result), result.history)
+    with computing(resolve_device(config.device), config.precision, config.deterministic) as mode:
+        results = train_stacked(members, data, runs[0].settings)
+    return [(torch_record(spec, run, data, member.model, one, result) | mode.record(), result.history)
             for spec, member, one, result in zip(specs, members, runs, results)]

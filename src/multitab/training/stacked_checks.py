@@ -81,6 +81,15 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
+# Why a stack is fp32 only. bf16 autocast takes other kernels. TF32 rounds every matrix product's inputs to
+# a 10-bit mantissa: the vmapped step's fp32 differences from the separate run (another summation order, one
+# ulp) move a value across a TF32 rounding boundary now and then, a step 2^13 times larger, so the members
+# would no longer equal their separate runs up to fp32 rounding. Refused on CPU too, where tf32 is fp32, so
+# that the same runs.yaml stacks or not whatever machine trains it.
+_NOT_FP32 = ("bf16 autocast, and TF32 rounding its inputs to a 10-bit mantissa (which magnifies the stacked step's "
+             "one-ulp differences),")
+
+
 def check_training(run: RunConfig, model: str) -> None:
     """StackRefused naming why, when runs of `model` (a run model name, variants included) under `run` (their
     record) cannot stack; checked before any data is read or model built."""
@@ -95,7 +104,7 @@ def check_training(run: RunConfig, model: str) -> None:
                            "the training split), which a stacked step cannot batch")
     if config.precision != "fp32" or config.compile:
         raise StackRefused(f"precision {config.precision}, compile {config.compile}: stacked training is fp32 "
-                           "and eager only (bf16 autocast and compiled kernels differ from the separate runs')")
+                           f"and eager only ({_NOT_FP32} and compiled kernels differ from the separate runs')")
     check_hparams(hparams.model, hparams.file or "hyperparameters")
 
 
@@ -105,8 +114,8 @@ def check_stackable(members: Sequence[StackMember], settings: RunSettings) -> No
     if not members:
         raise ValueError("stacked training needs at least one member")
     if settings.precision != "fp32":
-        raise StackRefused(f"stacked training runs in fp32 only (precision {settings.precision!r}): bf16 autocast "
-                         "takes other kernels than the separate runs'")
+        raise StackRefused(f"stacked training runs in fp32 only (precision {settings.precision!r}): {_NOT_FP32} "
+                           "differ from the separate runs'")
     device = resolve_device(settings.device)
     if settings.compile and device.type == "cuda":
         raise StackRefused("stacked training does not compile (train.compile): the separate runs' compiled kernels "
