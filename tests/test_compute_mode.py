@@ -110,3 +110,19 @@ def test_stacking_refuses_tf32_and_says_why() -> None:
     run = settings_for(_config(precision="tf32"), TINY_HPARAMS, model="mmoe", dataset="tiny")
     with pytest.raises(StackRefused, match="TF32 rounding its inputs to a 10-bit mantissa"):
         check_training(run, "mmoe")
+
+
+def test_params_yaml_takes_tf32_and_the_run_records_it() -> None:
+    import copy
+
+    from multitab.config import ConfigError, parse_params, read_yaml
+    from multitab.profiles import run_params
+
+    raw = read_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
+    raw["runs"]["real"]["train"] = {"precision": "tf32"}
+    params = parse_params(copy.deepcopy(raw))
+    assert run_params(params, "real", "higgs", "mmoe")["train"]["precision"] == "tf32"
+    assert run_params(params, "bench", "p06_pd3_t3", "mmoe")["train"]["precision"] == "fp32"
+    raw["train"]["precision"] = "fp16"
+    with pytest.raises(ConfigError, match="tf32"):
+        parse_params(raw)
