@@ -8,13 +8,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 
 from _training_tiny import TINY_HPARAMS, TinyModel, register_tiny, train_run, write_tiny_processed
 from multitab.config.train import TrainConfig
 from multitab.training.compute_mode import computing, nondeterministic_op
-from multitab.training.run import RunSpec
+from multitab.training.run import METRICS_SCHEMA, RunSpec
 
 # torch's own wording (ATen's alertNotDeterministic with warn_only=True), for an op only CUDA has
 TORCH_WARNING = ("scatter_add_cuda_kernel does not have a deterministic implementation, but you set "
@@ -25,7 +26,7 @@ TORCH_WARNING = ("scatter_add_cuda_kernel does not have a deterministic implemen
 
 def _config(**kw: object) -> TrainConfig:
     base: dict[str, object] = dict(device="cpu", precision="fp32", compile=False, deterministic=True, num_threads=1,
-                                   batch_size=128, max_epochs=2, max_train_rows=None, patience={"default": 5},
+                                   batch_size=128, max_epochs=1, max_train_rows=None, patience={"default": 5},
                                    xgboost_early_stopping_rounds=5, progress=False)
     return TrainConfig(**{**base, **kw})  # type: ignore[arg-type]
 
@@ -33,7 +34,7 @@ def _config(**kw: object) -> TrainConfig:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("processed") / "tiny"
-    write_tiny_processed(path, n={"train": 300, "val": 100, "test": 100})
+    write_tiny_processed(path, n={"train": 200, "val": 100, "test": 100})
     return path
 
 
@@ -71,6 +72,9 @@ def test_tf32_on_cpu_trains_in_fp32_and_the_record_says_so(tiny: Path, tmp_path:
     assert tf32["test"] == fp32["test"]  # same process, same kernels: fp32 by construction
     assert tf32["settings"]["precision"] == "tf32"  # the fingerprint: a tf32 checkpoint is not an fp32 one
     assert fp32["deterministic"] is True and fp32["nondeterministic_ops"] == []
+    jsonschema.validate(tf32, METRICS_SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(tf32 | {"precision_effective": "fp16"}, METRICS_SCHEMA)
     assert not torch.backends.cuda.matmul.allow_tf32
 
 

@@ -27,7 +27,7 @@ from multitab.metrics import mean_metric, task_metrics
 from multitab.models import RUN_KEYWORDS, build_model, model_class
 from multitab.run_config import RunConfig, TrainSettings
 from multitab.training import checkpoint as ckpt
-from multitab.training.compute_mode import computing
+from multitab.training.compute_mode import PRECISIONS, computing
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.data_hashes import data_hashes, hash_in_background
 from multitab.training.device import resolve_device, seed_everything
@@ -69,6 +69,8 @@ METRICS_SCHEMA: dict[str, Any] = {
         "n_params": {"type": ["integer", "null"]},
         "optimizer": {"type": "object"},
         "n_rows": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "precision_requested": {"enum": list(PRECISIONS)}, "precision_effective": {"enum": list(PRECISIONS)},
+        "deterministic": {"type": "boolean"}, "nondeterministic_ops": {"type": "array", "items": {"type": "string"}},
     },
 }
 
