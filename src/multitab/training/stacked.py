@@ -3,8 +3,8 @@
     results = train_stacked(members, data, settings)   # one RunResult per member, as `train` returns it
     records = run_training_stacked(specs, run)         # as `run_training`, one (record, history) per spec
 
-M runs that differ only in their seed (same model, hyperparameters, data, batch size, epochs, optimiser,
-device) train as one: their parameters and buffers are stacked along a new leading axis and one step is
+M runs that differ only in their seed (same model, hyperparameters, batch size, epochs, optimiser, device)
+and, where each has its own ProcessedData, in their data of one shape (stacked_data.py) train as one: their parameters and buffers are stacked along a new leading axis and one step is
 `vmap(grad_and_value(loss))` over `torch.func.functional_call` of the model, each member on its own batch.
 What makes member m equal to the separate run with its seed:
 
@@ -43,8 +43,9 @@ Refused (ValueError naming why), because the members could not equal their separ
   vmapped step also runs with `randomness="error"`, so any random op in training stops it);
 - `precision: bf16`, `compile` on CUDA (other kernels than the separate runs');
 - models with a `training_loss` or `fit_context` hook (MAYA), models that are not torch modules (XGBoost);
-- members that differ in anything but their seed (model class, any module's settings, parameter shapes,
-  run settings) or share a checkpoint folder.
+- members that differ in anything but their seed and data (model class, any module's settings, parameter
+  shapes, run settings other than those naming the data) or share a checkpoint folder; data of other shapes
+  (features, tasks, training rows: `stacked_data.check_same_shape`, named in the error).
 
 Resume: each member resumes from its own `last.pt` under `checkpoint.resume`'s rules (fingerprint, epoch
 budget, a lost `best.pt`). Members that already finished (stopped early or at the budget) are not trained
