@@ -84,8 +84,21 @@ def members_on(name: str, runs: list[tuple[Path, int]], root: Path, settings: An
 
 def test_members_on_datasets_of_one_shape_equal_their_separate_runs(bench: Path, other: Path, tmp_path: Path) -> None:
     """Three members: bench seed 0, other seed 0, bench seed 1 (two datasets, one shared by two members)."""
+    check_members_on_own_data(bench, other, tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+def test_members_on_datasets_of_one_shape_equal_their_separate_runs_on_cuda(bench: Path, other: Path,
+                                                                            tmp_path: Path) -> None:
+    """The same on CUDA (`pytest -m gpu`): the stacked datasets on the GPU, each batch gathered there."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    check_members_on_own_data(bench, other, tmp_path, "cuda")
+
+
+def check_members_on_own_data(bench: Path, other: Path, tmp_path: Path, device: str) -> None:
     name, h = "stl_mlp", bench_hparams("stl_mlp")
-    settings = settings_for(h, max_epochs=2)
+    settings = settings_for(h, max_epochs=2, device=device)
     runs = [(bench, 0), (other, 0), (bench, 1)]
     sep = {(p, s): separate(name, h, p, s, tmp_path / "sep" / f"{p.name}-{s}", settings) for p, s in runs}
     members, datas = members_on(name, runs, tmp_path / "stk", settings)
