@@ -155,9 +155,23 @@ def test_data_of_another_shape_is_refused_naming_the_difference(bench: Path, tmp
         assert not (tmp_path / "ck").exists()  # refused before anything is written
 
 
-def test_shared_data_is_not_copied_and_other_data_is_stacked_once(bench: Path, other: Path) -> None:
+def test_shared_data_is_not_copied_and_other_data_is_stacked_once(bench: Path, other: Path, tmp_path: Path) -> None:
     a, b = load_processed(bench), load_processed(other)
     ptr = a.splits["train"].x_num.data_ptr()
+    # a stacked run of seeds on one dataset trains from that dataset's own tensors
+    seen: list[int] = []
+    real = stacked_mod.Stack.train_epoch
+
+    def spying(self: Any, split: Any, *args: Any) -> Any:
+        seen.append(split.x_num.data_ptr())
+        return real(self, split, *args)
+
+    settings = settings_for(bench_hparams("mmoe"), max_epochs=1)
+    members, _ = members_on("mmoe", [(bench, 0), (bench, 1)], tmp_path, settings)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stacked_mod.Stack, "train_epoch", spying)
+        train_stacked(members, [a, a], settings)
+    assert seen == [ptr]
     shared = stack_data([a, a, a], torch.device("cpu"))
     assert shared.dataset_of is None and shared.split.x_num.data_ptr() == ptr and shared.split.x_num.dim() == 2
     assert a.splits["train"].x_num.data_ptr() == ptr
