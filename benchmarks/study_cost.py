@@ -50,8 +50,18 @@ stage's code), and per member it counts the stacked epoch and start-up shared ou
 stage start per stack, for the stack's slowest member's epochs (above). A model that cannot stack (dropout) is
 measured alone, with the reason in `stack_refused`. Default output `study_cost_cpu_stacked.json`.
 
+`--stack-data` projects the study with every configuration of one task count and its seeds stacked per model
+(stacked members may differ in their data of one shape: training/stacked_data.py; the study's configurations
+of one task count have the same features, tasks and split sizes). Per task count it measures one such stack,
+every configuration of that count (each its own synthesised dataset) x `--seeds` seeds, and projects each
+stack at its slowest member's epochs (the max over its configurations and seeds, from the record as `--stack`
+counts them) at the whole stack's measured epoch cost, the stage start and the warm-up once per stack
+(`data_stack_seconds`). A model that cannot stack is projected as separate runs. Default output
+`study_cost_cpu_stacked_data.json`. (The DAG's train_stack stages stack the seeds of one dataset only: this
+projects what stacking across the configurations would give.)
+
 Run:  flock /tmp/multitab-bench.lock python benchmarks/study_cost.py [--n-samples 100000] [--seeds 5]
-      [--epochs 20 | --record results/study/<name> ...] [--precision fp32|bf16] [--stack]
+      [--epochs 20 | --record results/study/<name> ...] [--precision fp32|bf16] [--stack | --stack-data]
       [--out results/benchmarks/study_cost_cpu.json]
 Timings taken while other jobs share the CPU are high: say so when quoting them (the output records the
 load average).
@@ -144,6 +154,22 @@ def run_seconds(m: dict[str, float], epochs: float, scale: float, stage_start: f
             + (m["startup_per_row"] + epochs * m["seconds_per_epoch"]) * scale)
 
 
+def data_stack_seconds(m: dict[str, float], epochs_by_config: dict[str, float], seeds: int, scale: float,
+                       stage_start: float) -> float:
+    """Projected seconds of every configuration in `epochs_by_config` (one task count) x `seeds` seeds of one
+    model trained as ONE stack, from the measurement `m` of one member of such a stack (`stack_members` of
+    them, the stacked epoch and start-up shared out): the stack runs until its slowest member stops, at the
+    whole stack's cost throughout, and pays the stage start and the warm-up once. A model measured alone
+    (`stack_members` 1: it cannot stack) runs every configuration and seed separately, each for its own
+    configuration's epochs."""
+    if m["stack_members"] == 1:
+        return sum(run_seconds(m, e, scale, stage_start) for e in epochs_by_config.values()) * seeds
+    members = len(epochs_by_config) * seeds
+    if m["stack_members"] != members:
+        raise ValueError(f"measured a stack of {m['stack_members']:g} members, projecting one of {members}")
+    return members * run_seconds(m, max(epochs_by_config.values()), scale, stage_start)
+
+
 def epochs_per_run(metrics: pd.DataFrame, stacked: bool) -> dict[tuple[str, str], float]:
     """Epochs per run by (configuration, model) from a study record's metrics.csv (one row per task): the
     median over the seeds for separate runs, the max for a stack (it runs until its slowest member stops)."""
@@ -212,13 +238,16 @@ def forward_flops(schema: DatasetSchema, model: str, protocol: str, batch_size: 
 
 
 def measure(params: Params, config: TrainConfig, name: str, models: list[str], epochs: int,
-            folder: Path, stack: int = 1) -> dict[str, dict[str, float]]:
+            folder: Path, stack: int = 1, data_names: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Per model: seconds per epoch and start-up of one run, or, with `stack` > 1, of one member of a stacked
-    run of `stack` seeds (the stacked epoch and start-up shared out over its members); a model that cannot
-    stack is measured alone and says why (`stack_refused`)."""
-    frames, meta = synthesize_config(name, params.bench)
-    write_dataset(folder / name, frames, meta)
-    schema = schema_from_meta(meta)
+    run of `stack` seeds (the stacked epoch and start-up shared out over its members), each seed on every
+    configuration of `data_names` where given (`name` among them: one stack of len(data_names) x `stack`
+    members); a model that cannot stack is measured alone on `name` and says why (`stack_refused`)."""
+    for n in dict.fromkeys([name, *(data_names or [])]):
+        frames, meta = synthesize_config(n, params.bench)
+        write_dataset(folder / n, frames, meta)
+        if n == name:
+            schema = schema_from_meta(meta)
     out = {}
     for model in models:
         cfg = replace(config, max_epochs=epochs, progress=False)
@@ -226,10 +255,11 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
         hp = for_run(ROOT, selection_file("authors", BENCH, model), model=model, dataset=name, point=None, config=cfg)
         members, refused = 1, None
         if stack > 1:
-            specs = [RunSpec(name, model, s, folder / name, folder / "ckpt" / name / model / str(s)) for s in range(stack)]
+            specs = [RunSpec(n, model, s, folder / n, folder / "ckpt" / n / model / str(s))
+                     for n in (data_names or [name]) for s in range(stack)]
             try:
                 runs = run_training_stacked(specs, settings_for(cfg, hp, model=model, dataset=name))
-                members = stack
+                members = len(specs)
             except StackRefused as e:
                 refused = str(e)
         if members == 1:
@@ -274,10 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stack", action="store_true",
                    help="project with train.stack_seeds on: each dataset x model's --seeds seeds train as one "
                         "stacked run (measured as such)")
+    p.add_argument("--stack-data", action="store_true",
+                   help="project with every configuration of one task count x its --seeds seeds as one stacked "
+                        "run per model (stacked members on their own data of one shape; measured as such)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                    help="where the measured runs train (default: the study's train.device)")
     p.add_argument("--out", type=Path, default=None,
-                   help="default results/benchmarks/study_cost_{cpu,cuda}[_bf16][_stacked].json")
+                   help="default results/benchmarks/study_cost_{cpu,cuda}[_bf16][_stacked|_stacked_data].json")
     a = p.parse_args(argv)
 
     raw = load_params(a.params)
@@ -296,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     kind = "cuda" if device.startswith("cuda") else "cpu"
     out_path = a.out or ROOT / "results/benchmarks" / (
         f"study_cost_{kind}" + ("" if config.precision == "fp32" else f"_{config.precision}")
-        + ("_stacked" if a.stack else "") + ".json")
+        + ("_stacked_data" if a.stack_data else "_stacked" if a.stack else "") + ".json")
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     workers = a.workers or raw.orchestration.workers
@@ -328,8 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     measured: dict[int, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for t, name in representative.items():
+            same_t = [c for c in configs if n_tasks[c] == t] if a.stack_data else None
             measured[t] = measure(params, config, name, models, a.measure_epochs, Path(tmp),
-                                  stack=a.seeds if a.stack else 1)
+                                  stack=a.seeds if a.stack or a.stack_data else 1, data_names=same_t)
 
     stacked = {m: any(per_t[m]["stack_members"] > 1 for per_t in measured.values()) for m in models}
     target_rows = round(next(iter(measured.values()))[models[0]]["n_train"] * scale)
@@ -354,10 +388,17 @@ def main(argv: list[str] | None = None) -> int:
         epochs_source = f"assumed {e:g} epochs per run (early stopping; not measured)"
     epochs_by_model = {m: statistics.median(epochs[c, m] for c in configs) for m in models}
 
-    per_model = {m: sum(run_seconds(measured[n_tasks[c]][m], epochs[c, m], scale, start) for c in configs) * a.seeds
-                 for m in models}
+    if a.stack_data:
+        by_t = {t: [c for c in configs if n_tasks[c] == t] for t in measured}
+        per_model = {m: sum(data_stack_seconds(measured[t][m], {c: epochs[c, m] for c in cs}, a.seeds, scale, start)
+                            for t, cs in by_t.items()) for m in models}
+        worst = sum(data_stack_seconds(measured[t][m], dict.fromkeys(cs, 100.0), a.seeds, scale, start)
+                    for t, cs in by_t.items() for m in models)
+    else:
+        per_model = {m: sum(run_seconds(measured[n_tasks[c]][m], epochs[c, m], scale, start) for c in configs)
+                     * a.seeds for m in models}
+        worst = sum(run_seconds(measured[n_tasks[c]][m], 100.0, scale, start) for c in configs for m in models) * a.seeds
     total = sum(per_model.values())
-    worst = sum(run_seconds(measured[n_tasks[c]][m], 100.0, scale, start) for c in configs for m in models) * a.seeds
 
     # the compute floor: the study's training arithmetic at this machine's best matrix-product rate
     peak = matmul_peak(config.precision, config.num_threads, device=device)
@@ -384,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
                     "the stage start fixed") if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
         "commit": git_commit(ROOT), "torch": torch.__version__,
-        "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack,
+        "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack or a.stack_data,
+        "stack_data": ({str(t): [c for c in configs if n_tasks[c] == t] for t in measured} if a.stack_data else None),
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
         "fixed_seconds": "per stage: stage_process_start_seconds (interpreter, imports, device initialisation); "

@@ -113,3 +113,20 @@ def test_a_record_without_runs_is_refused_before_anything_is_measured(tmp_path) 
     with pytest.raises(SystemExit, match="no runs of"):
         study_cost.main(["--record", str(tmp_path), "--out", str(tmp_path / "out.json")])
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_stack_across_configurations_runs_its_slowest_members_epochs_and_starts_once() -> None:
+    """Two configurations of one task count x 3 seeds as one stack of 6 whose epochs took 6, 3, 3 s in all
+    (1, 0.5, 0.5 s per member) in 30 s of wall time; the configurations stop after 10 and 14 epochs (each the
+    max over its seeds): the stack runs 14 epochs at the whole stack's cost, the stage start and the warm-up
+    paid once."""
+    m = {**study_cost.split_startup(30.0, [1.0, 0.5, 0.5], members=6), "stack_members": 6}
+    assert m["warmup"] == pytest.approx(0.5) and m["startup_per_row"] == pytest.approx(30 / 6 - 0.5 * 3 - 0.5)
+    got = study_cost.data_stack_seconds(m, {"a": 10.0, "b": 14.0}, seeds=3, scale=2, stage_start=4.0)
+    assert got == pytest.approx(4.0 + 6 * 0.5 + (6 * 3.0 + 14 * 6 * 0.5) * 2)
+    with pytest.raises(ValueError, match="stack of 6 members, projecting one of 9"):
+        study_cost.data_stack_seconds(m, {"a": 10.0, "b": 14.0, "c": 3.0}, seeds=3, scale=1, stage_start=4.0)
+    # a model that cannot stack (measured alone) runs every configuration and seed, each its own epochs
+    alone = {**study_cost.split_startup(10.0, [3.0, 1.0, 1.0], members=1), "stack_members": 1}
+    assert study_cost.data_stack_seconds(alone, {"a": 10.0, "b": 14.0}, seeds=3, scale=1, stage_start=4.0) == (
+        3 * ((4 + 2 + 5 + 10) + (4 + 2 + 5 + 14)))

@@ -3,8 +3,8 @@
     results = train_stacked(members, data, settings)   # one RunResult per member, as `train` returns it
     records = run_training_stacked(specs, run)         # as `run_training`, one (record, history) per spec
 
-M runs that differ only in their seed (same model, hyperparameters, data, batch size, epochs, optimiser,
-device) train as one: their parameters and buffers are stacked along a new leading axis and one step is
+M runs that differ only in their seed (same model, hyperparameters, batch size, epochs, optimiser, device)
+and, where each has its own ProcessedData, in their data of one shape (stacked_data.py) train as one: their parameters and buffers are stacked along a new leading axis and one step is
 `vmap(grad_and_value(loss))` over `torch.func.functional_call` of the model, each member on its own batch.
 What makes member m equal to the separate run with its seed:
 
@@ -43,8 +43,9 @@ Refused (ValueError naming why), because the members could not equal their separ
   vmapped step also runs with `randomness="error"`, so any random op in training stops it);
 - `precision: bf16` or `tf32` (other kernels, or inputs rounded to TF32: stacked_checks.py), `compile` on CUDA;
 - models with a `training_loss` or `fit_context` hook (MAYA), models that are not torch modules (XGBoost);
-- members that differ in anything but their seed (model class, any module's settings, parameter shapes,
-  run settings) or share a checkpoint folder.
+- members that differ in anything but their seed and data (model class, any module's settings, parameter
+  shapes, run settings other than those naming the data) or share a checkpoint folder; data of other shapes
+  (features, tasks, training rows: `stacked_data.check_same_shape`, named in the error).
 
 Resume: each member resumes from its own `last.pt` under `checkpoint.resume`'s rules (fingerprint, epoch
 budget, a lost `best.pt`). Members that already finished (stopped early or at the budget) are not trained
@@ -78,7 +79,7 @@ from multitab.models.accelerate import accelerate_cpu
 from multitab.run_config import RunConfig
 from multitab.training import checkpoint as ckpt
 from multitab.training.compute_mode import computing
-from multitab.training.data import ProcessedData, TensorSplit, place
+from multitab.training.data import ProcessedData
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.epochs import EpochStats, RunState, run_epochs, start_run
 from multitab.training.evaluate import evaluate
@@ -86,6 +87,7 @@ from multitab.training.loop import RunResult, RunSettings, evaluate_best
 from multitab.training.losses import MultitaskLoss
 from multitab.training.run import RunSpec, build_run_model, load_run_data, torch_record, torch_run
 from multitab.training.stacked_checks import StackRefused, check_hparams, check_stackable, check_training
+from multitab.training.stacked_data import StackData, check_same_shape, stack_data
 from multitab.training.stacked_step import Stack, plain_copy, vmap_attention
 
 log = logging.getLogger(__name__)
@@ -128,25 +130,30 @@ def seeded(seed: int, build: Callable[[], nn.Module], deterministic: bool = True
 
 
 # --------------------------------------------------------------------------------------- the training
-def train_stacked(members: Sequence[StackMember], data: ProcessedData, settings: RunSettings) -> list[RunResult]:
-    """Train `members` (runs that differ only in their seed; `settings.seed` is not used, each member has
-    its own) as one stacked model, each resuming from its own `last.pt` when it matches; test each member's
-    best epoch; return one `RunResult` per member, in order, each what `loop.train` returns for its
-    separate run (up to float rounding; module docstring). Refuses what it cannot make equal
-    (`check_stackable`)."""
-    check_stackable(members, settings)
+def train_stacked(members: Sequence[StackMember], data: ProcessedData | Sequence[ProcessedData],
+                  settings: RunSettings) -> list[RunResult]:
+    """Train `members` (runs that differ only in their seed and, with one ProcessedData per member in `data`,
+    in their data of one shape; `settings.seed` is not used, each member has its own) as one stacked model,
+    each resuming from its own `last.pt` when it matches; test each member's best epoch on its own data;
+    return one `RunResult` per member, in order, each what `loop.train` returns for its separate run (up to
+    float rounding; module docstring). Refuses what it cannot make equal (`check_stackable`,
+    `stacked_data.check_same_shape`)."""
+    datas = [data] * len(members) if isinstance(data, ProcessedData) else list(data)
+    if len(datas) != len(members):
+        raise ValueError(f"stacked training got {len(datas)} datasets for {len(members)} members")
+    check_same_shape(datas)  # first: data of other shapes build models of other shapes
+    check_stackable(members, settings, datas)
     device = resolve_device(settings.device)
-    loss_fn = MultitaskLoss(data.schema.tasks)
+    loss_fn = MultitaskLoss(datas[0].schema.tasks)
     base = plain_copy(members[0].model)
     base.train()
     for spec in members:
         spec.model.to(device)
         if device.type == "cpu":
             accelerate_cpu(spec.model)  # the members validate and test as their separate runs do
-    train_split = place(data.splits["train"], device)
-    data.splits = {"train": train_split, **{k: place(v, device) for k, v in data.splits.items() if k != "train"}}
+    rows = stack_data(datas, device)
     eval_args: dict[str, Any] = {"batch_size": settings.batch_size, "device": device, "precision": settings.precision}
-    states = [_start(spec, settings, train_split.device) for spec in members]
+    states = [_start(spec, settings, rows.split.device) for spec in members]
     groups: dict[int, list[RunState]] = {}
     for s in states:
         if not s.finished(settings.max_epochs):
@@ -154,13 +161,14 @@ def train_stacked(members: Sequence[StackMember], data: ProcessedData, settings:
     if len(groups) > 1:
         log.info("members resume from different epochs %s: one stack per epoch, trained one after another",
                  sorted(groups))
+    member_of = {id(s): i for i, s in enumerate(states)}
     for epoch in sorted(groups, reverse=True):
-        group = _Group(base, groups[epoch], data, settings, device, loss_fn, eval_args)
-        run_epochs(groups[epoch], group, max_epochs=settings.max_epochs, n_train=len(train_split), stacked=True)
-    return [evaluate_best(s.model, s.model, data, train_split, s.checkpoint_dir, s.run_fingerprint, s.run_settings,
+        group = _Group(base, groups[epoch], rows, member_of, settings, device, loss_fn, eval_args)
+        run_epochs(groups[epoch], group, max_epochs=settings.max_epochs, n_train=rows.n_train, stacked=True)
+    return [evaluate_best(s.model, s.model, d, d.splits["train"], s.checkpoint_dir, s.run_fingerprint, s.run_settings,
                           eval_args=eval_args, stopper=s.stopper, epochs=s.epoch, stopped_early=s.stopped,
                           train_seconds=s.train_seconds, loop_seconds=s.loop_seconds, samples_seen=s.samples_seen,
-                          history=s.history, resumed_from=s.resumed_from) for s in states]
+                          history=s.history, resumed_from=s.resumed_from) for s, d in zip(states, datas)]
 
 
 def _start(spec: StackMember, settings: RunSettings, generator_device: torch.device) -> RunState:
@@ -180,26 +188,26 @@ def _start(spec: StackMember, settings: RunSettings, generator_device: torch.dev
 
 class _Group:
     """The `EpochTrainer` (epochs.py) of members at the same epoch: one stack of them, built again from the
-    others' states when some finish."""
+    others' states when some finish. `member_of[id(run)]`: the run's index in `rows.datas`."""
 
-    def __init__(self, base: nn.Module, members: list[RunState], data: ProcessedData, settings: RunSettings,
-                 device: torch.device, loss_fn: MultitaskLoss, eval_args: dict[str, Any]) -> None:
-        self.base, self.data, self.settings, self.device = base, data, settings, device
+    def __init__(self, base: nn.Module, members: list[RunState], rows: StackData, member_of: dict[int, int],
+                 settings: RunSettings, device: torch.device, loss_fn: MultitaskLoss, eval_args: dict[str, Any]
+                 ) -> None:
+        self.base, self.rows, self.member_of, self.settings, self.device = base, rows, member_of, settings, device
         self.loss_fn, self.eval_args = loss_fn, eval_args
         self.stack = _Stack(base, members, settings, loss_fn)
 
-    @property
-    def train_split(self) -> TensorSplit:
-        return self.data.splits["train"]
-
     def train_epoch(self, runs: list[RunState], epoch: int) -> EpochStats:
+        of = self.rows.dataset_of
+        datasets = None if of is None else [of[self.member_of[id(r)]] for r in self.stack.members]
         with vmap_attention(self.device):
-            return self.stack.train_epoch(self.train_split, self.settings, self.device, epoch)
+            return self.stack.train_epoch(self.rows.split, self.settings, self.device, epoch, datasets)
 
     def validate(self, index: int, run: RunState) -> tuple[dict[str, float], float]:
         assert self.stack.members[index] is run  # run_epochs' runs are the stack's members, in order
         self.stack.unstack(index)
-        val_metrics, _, _ = evaluate(run.model, run.model, self.data, "val", self.train_split, **self.eval_args)
+        data = self.rows.datas[self.member_of[id(run)]]
+        val_metrics, _, _ = evaluate(run.model, run.model, data, "val", data.splits["train"], **self.eval_args)
         return val_metrics, mean_metric(val_metrics)
 
     def saved_states(self, index: int, run: RunState) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -214,24 +222,32 @@ def run_training_stacked(
     specs: Sequence[RunSpec], run: RunConfig, *,
     on_step: Callable[[int, int], None] | None = None,
 ) -> list[tuple[dict[str, Any], list[dict[str, float]]]]:
-    """`run_training` of several runs that differ only in their seed (same dataset, model, data folder,
-    configuration and hyperparameters), trained as one stack: one (metrics record, history) per spec, each
-    what `run_training` returns for it (up to float rounding), with the same checkpoints. StackRefused
-    (before anything is read or written) where the model or settings cannot stack."""
+    """`run_training` of several runs that differ only in their seed and their data (same model,
+    configuration and hyperparameters; `data_path` and `dataset` may differ where the data have one shape:
+    stacked_data.py), trained as one stack: one (metrics record, history) per spec, each what `run_training`
+    returns for it (up to float rounding), with the same checkpoints. Each data folder is read once.
+    StackRefused (before anything is read or written) where the model or settings cannot stack; ValueError
+    where the specs differ in more, or their data in shape."""
     if not specs:
         raise ValueError("stacked training needs at least one run")
     first = specs[0]
     for spec in specs[1:]:
-        if (spec.dataset, spec.model, Path(spec.data_path)) != (first.dataset, first.model, Path(first.data_path)):
-            raise ValueError(f"stacked runs differ in more than the seed: {spec} vs {first}")
+        if spec.model != first.model:
+            raise ValueError(f"stacked runs differ in more than the seed and data: {spec} vs {first}")
     check_training(run, first.model)
     base_model = first.model.partition("@")[0]
     config = run.train
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
-    data = load_run_data(first, config, resolve_device(config.device))
-    members, runs = [], []
+    loaded: dict[Path, ProcessedData] = {}
     for spec in specs:
+        path = Path(spec.data_path).resolve()
+        if path not in loaded:
+            loaded[path] = load_run_data(spec, config, resolve_device(config.device))
+    datas = [loaded[Path(spec.data_path).resolve()] for spec in specs]
+    check_same_shape(datas)  # before any model is built
+    members, runs = [], []
+    for spec, data in zip(specs, datas):
         model, rng = seeded(spec.seed, functools.partial(build_run_model, base_model, data.meta, spec, run),
                             config.deterministic)
         one = torch_run(spec, run, data, model, on_step=on_step)
@@ -241,6 +257,6 @@ def run_training_stacked(
         if dataclasses.replace(one.settings, seed=runs[0].settings.seed) != runs[0].settings:
             raise ValueError("stacked runs differ in more than the seed: their loop settings differ")
     with computing(resolve_device(config.device), config.precision, config.deterministic) as mode:
-        results = train_stacked(members, data, runs[0].settings)
+        results = train_stacked(members, datas, runs[0].settings)
     return [(torch_record(spec, run, data, member.model, one, result) | mode.record(), result.history)
-            for spec, member, one, result in zip(specs, members, runs, results)]
+            for spec, data, member, one, result in zip(specs, datas, members, runs, results)]

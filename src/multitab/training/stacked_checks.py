@@ -18,16 +18,22 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from multitab.datasets.schema import DatasetSchema
 from multitab.models import model_class
 from multitab.run_config import RunConfig
 from multitab.training.device import resolve_device
 from multitab.training.loop import RunSettings
+from multitab.training.stacked_data import schema_shape
 from multitab.training.stacked_step import reference_type
 
 if TYPE_CHECKING:
+    from multitab.training.data import ProcessedData
     from multitab.training.stacked import StackMember
 
-__all__ = ["StackRefused", "check_hparams", "check_stackable", "check_training"]
+__all__ = ["DATA_SETTINGS", "StackRefused", "check_hparams", "check_stackable", "check_training"]
+
+# the run settings (training/run.py resume_settings) that name a run's data: members on other data differ there
+DATA_SETTINGS = ("dataset", "meta", "data")
 
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 
@@ -69,7 +75,9 @@ def _structure(model: nn.Module) -> list[tuple[Any, ...]]:
     parameter's and buffer's name, shape, dtype (and whether it trains)."""
     out: list[tuple[Any, ...]] = []
     for name, module in model.named_modules():
-        settings = sorted((k, repr(v)) for k, v in vars(module).items()
+        # a schema by its shape: members on other data of one shape differ in its name and statistics
+        settings = sorted((k, repr(schema_shape(v) if isinstance(v, DatasetSchema) else v))
+                          for k, v in vars(module).items()
                           if not k.startswith("_") and k != "training" and _plain(v))
         out.append(("module", name, reference_type(module).__qualname__, settings))
     out += [("parameter", n, tuple(p.shape), p.dtype, p.requires_grad) for n, p in model.named_parameters()]
@@ -108,9 +116,11 @@ def check_training(run: RunConfig, model: str) -> None:
     check_hparams(hparams.model, hparams.file or "hyperparameters")
 
 
-def check_stackable(members: Sequence[StackMember], settings: RunSettings) -> None:
+def check_stackable(members: Sequence[StackMember], settings: RunSettings,
+                    datas: Sequence[ProcessedData] | None = None) -> None:
     """StackRefused naming why, when the members' models or settings cannot stack; ValueError when the
-    members differ in more than the seed."""
+    members differ in more than the seed and, where `datas` (one per member) gives them other data, the
+    settings that name their data (`DATA_SETTINGS`; stacked_data.check_same_shape checks the data)."""
     if not members:
         raise ValueError("stacked training needs at least one member")
     if settings.precision != "fp32":
@@ -140,7 +150,7 @@ def check_stackable(members: Sequence[StackMember], settings: RunSettings) -> No
     if len(set(dirs)) != len(dirs):
         raise ValueError(f"members share a checkpoint folder: {[str(d) for d in dirs]}")
     reference = _structure(first.model)
-    for m in members[1:]:
+    for i, m in enumerate(members[1:], start=1):
         if type(m.model) is not type(first.model) and reference_type(m.model) is not reference_type(first.model):
             raise ValueError(f"members differ in more than the seed: seed {m.seed} is a {type(m.model).__name__}, "
                              f"seed {first.seed} a {type(first.model).__name__}")
@@ -152,8 +162,10 @@ def check_stackable(members: Sequence[StackMember], settings: RunSettings) -> No
         if (m.run_settings is None) != (first.run_settings is None):
             raise ValueError("members differ in more than the seed: only some have run settings")
         if m.run_settings is not None and first.run_settings is not None:
-            a = _json({k: v for k, v in first.run_settings.items() if k != "seed"})
-            b = _json({k: v for k, v in m.run_settings.items() if k != "seed"})
+            own_data = datas is not None and datas[i] is not datas[0]
+            free = {"seed", *(DATA_SETTINGS if own_data else ())}
+            a = _json({k: v for k, v in first.run_settings.items() if k not in free})
+            b = _json({k: v for k, v in m.run_settings.items() if k not in free})
             if a != b:
                 diff_keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
                 raise ValueError(f"members differ in more than the seed: run settings {diff_keys} (seed "

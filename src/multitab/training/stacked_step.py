@@ -72,9 +72,12 @@ class _Batch:
     targets: dict[str, Tensor]  # task -> (M, b)
 
 
-def _stacked_batches(split: TensorSplit, orders: Tensor, batch_size: int, device: torch.device) -> Iterator[_Batch]:
-    """Member m's batches are `iterate_batches`' with permutation `orders[m]`: the same rows, in order."""
-    n = len(split)
+def _stacked_batches(split: TensorSplit, orders: Tensor, batch_size: int, device: torch.device,
+                     datasets: list[int] | None = None) -> Iterator[_Batch]:
+    """Member m's batches are `iterate_batches`' with permutation `orders[m]`: the same rows, in order. With
+    `datasets`, `split`'s tensors hold several datasets' rows stacked (stacked_data.py) and member m's rows
+    come from slice `datasets[m]`."""
+    n = int(split.x_num.shape[-2])
 
     def targets(y_float: Tensor, y_long: Tensor) -> dict[str, Tensor]:
         out = {t: y_float[..., i] for i, t in enumerate(split.float_tasks)}
@@ -85,16 +88,23 @@ def _stacked_batches(split: TensorSplit, orders: Tensor, batch_size: int, device
     if split.device.type == "cpu":
         idx_all = orders.cpu().numpy()
         arrays = [t.numpy() for t in (split.x_num, split.x_cat, split.y_float, split.y_long)]
+        which = None if datasets is None else np.asarray(datasets)[:, None]
         for start in range(0, n, batch_size):
             idx = idx_all[:, start : start + batch_size]
-            x_num, x_cat, y_float, y_long = (torch.from_numpy(np.take(a, idx, axis=0)).to(device, non_blocking=non_blocking)
-                                             for a in arrays)
+            x_num, x_cat, y_float, y_long = (
+                torch.from_numpy(np.take(a, idx, axis=0) if which is None else a[which, idx]).to(
+                    device, non_blocking=non_blocking) for a in arrays)
             yield _Batch(x_num, x_cat, targets(y_float, y_long))
         return
     orders = orders.to(split.device)
+    rows_of = None if datasets is None else torch.tensor(datasets, device=split.device)[:, None]
     for start in range(0, n, batch_size):
         rows = orders[:, start : start + batch_size]
-        yield _Batch(split.x_num[rows], split.x_cat[rows], targets(split.y_float[rows], split.y_long[rows]))
+        if rows_of is None:
+            yield _Batch(split.x_num[rows], split.x_cat[rows], targets(split.y_float[rows], split.y_long[rows]))
+        else:
+            yield _Batch(split.x_num[rows_of, rows], split.x_cat[rows_of, rows],
+                         targets(split.y_float[rows_of, rows], split.y_long[rows_of, rows]))
 
 
 class Stack:
@@ -167,11 +177,13 @@ class Stack:
             b.copy_(self.fixed[n][i])
         self.members[i].optimizer_state = self.optimizer_state(i)
 
-    def train_epoch(self, split: TensorSplit, settings: RunSettings, device: torch.device, epoch: int) -> EpochStats:
-        """One epoch of every member, each on its own permutation of `split`: loss sums of shape (M,). Run
-        under `vmap_attention(device)`."""
+    def train_epoch(self, split: TensorSplit, settings: RunSettings, device: torch.device, epoch: int,
+                    datasets: list[int] | None = None) -> EpochStats:
+        """One epoch of every member, each on its own permutation of its training rows (`split`, or its slice
+        `datasets[m]` of a stack of datasets: `_stacked_batches`): loss sums of shape (M,). Run under
+        `vmap_attention(device)`."""
         m = len(self.members)
-        n = len(split)
+        n = int(split.x_num.shape[-2])
         t0 = time.perf_counter()
         data_seconds = 0.0
         t_data = time.perf_counter()
@@ -180,7 +192,7 @@ class Stack:
         task_sums: dict[str, Tensor] = {}
         bar = tqdm(total=n * m, unit="sample", unit_scale=True, desc=f"epoch {epoch + 1}/{settings.max_epochs} ({m} stacked)",
                    disable=not settings.progress, leave=False, mininterval=1.0)
-        batches = _stacked_batches(split, orders, settings.batch_size, device)
+        batches = _stacked_batches(split, orders, settings.batch_size, device, datasets)
         data_seconds += time.perf_counter() - t_data
         step = 0
         with warnings.catch_warnings():
