@@ -1,6 +1,6 @@
 """The training step captured once as a CUDA graph and replayed (params.yaml `train.cuda_graph`).
 
-    plan = graph_plan(settings.cuda_graph, device, model, settings.precision)   # captured, or why not
+    plan = graph_plan(settings.cuda_graph, device, model)   # captured, or why not
     step = GraphedStep(fn, plan.new_capture(), batch_size=..., batch_dim=0)    # fn(x_num, x_cat, targets)
     loss, parts = step(x_num, x_cat, targets)                                    # one optimiser step
 
@@ -138,17 +138,16 @@ class GraphPlan:
         return {"captured": True, **self.counts}
 
 
-def graph_plan(requested: bool, device: torch.device, model: Any, precision: str = "fp32") -> GraphPlan:
-    """The plan for a run of `model` on `device`: captured when requested and possible, else the reason."""
+def graph_plan(requested: bool, device: torch.device, model: Any) -> GraphPlan:
+    """The plan for a run of `model` on `device`: captured when requested and possible, else the reason.
+    bf16 is captured too: the step enters and leaves autocast inside the capture, so autocast's cache of the
+    weights' casts is emptied within it and every replay casts the current weights again."""
     if not requested:
         return GraphPlan(False, "off")
     if not isinstance(model, torch.nn.Module):
         return GraphPlan(True, NOT_TORCH)
     if callable(getattr(model, "training_loss", None)):
-        return GraphPlan(True, "not captured: the model's own training_loss (host-side control flow)")
-    if precision != "fp32":
-        # autocast caches its casts of the weights; a capture would keep the capture-time casts
-        return GraphPlan(True, f"not captured: precision {precision} (only fp32 steps are captured)")
+        return GraphPlan(True, "not captured: the model's own training_loss (a replay would skip its per-step Python work)")
     if device.type not in CAPTURES:
         return GraphPlan(True, f"not captured: {device.type}")
     return GraphPlan(True, None, CAPTURES[device.type])

@@ -218,7 +218,7 @@ def train(
         accelerate_cpu(model)  # the chunked CPU kernels (models/accelerate.py): same parameters and function
     if settings.compile and settings.cuda_graph:
         raise ValueError("compile and cuda_graph are both set: pick one (train.compile or train.cuda_graph)")
-    plan = graph_plan(settings.cuda_graph, device, model, settings.precision)
+    plan = graph_plan(settings.cuda_graph, device, model)
     optimizer = make_optimizer(model, settings, capturable=plan.capturable)
     forward: Callable[..., dict[str, torch.Tensor]] = model
     if settings.compile and device.type == "cuda":

@@ -146,7 +146,7 @@ def train_stacked(members: Sequence[StackMember], data: ProcessedData, settings:
     train_split = place(data.splits["train"], device)
     data.splits = {"train": train_split, **{k: place(v, device) for k, v in data.splits.items() if k != "train"}}
     eval_args: dict[str, Any] = {"batch_size": settings.batch_size, "device": device, "precision": settings.precision}
-    plan = graph_plan(settings.cuda_graph, device, members[0].model, settings.precision)
+    plan = graph_plan(settings.cuda_graph, device, members[0].model)
     states = [_start(spec, settings, train_split.device) for spec in members]
     groups: dict[int, list[RunState]] = {}
     counts: dict[int, dict[str, int]] = {}  # id of a member's state -> its graph step counts
