@@ -245,6 +245,7 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
         out[model] = {"wall": wall, "epochs": record["epochs"], **split,
                       "stack_members": members, **({"stack_refused": refused} if refused else {}),
                       "samples_per_second": record["samples_per_second"],
+                      **({"cuda_graph": record["cuda_graph"]} if "cuda_graph" in record else {}),
                       "n_train": record["n_rows"]["train"], "n_val": record["n_rows"]["val"],
                       "n_test": record["n_rows"]["test"],
                       "forward_flops_per_sample": forward_flops(schema, model, params.protocol, config.batch_size)}
@@ -274,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stack", action="store_true",
                    help="project with train.stack_seeds on: each dataset x model's --seeds seeds train as one "
                         "stacked run (measured as such)")
+    p.add_argument("--cuda-graph", action="store_true", help="train.cuda_graph on for the measured runs")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                    help="where the measured runs train (default: the study's train.device)")
     p.add_argument("--out", type=Path, default=None,
@@ -292,11 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, precision=a.precision)
     if a.device is not None:
         config = replace(config, device=a.device)
+    if a.cuda_graph:
+        config = replace(config, cuda_graph=True)  # ConfigError with train.compile: pick one
     device = str(resolve_device(config.device))
     kind = "cuda" if device.startswith("cuda") else "cpu"
     out_path = a.out or ROOT / "results/benchmarks" / (
         f"study_cost_{kind}" + ("" if config.precision == "fp32" else f"_{config.precision}")
-        + ("_stacked" if a.stack else "") + ".json")
+        + ("_stacked" if a.stack else "") + ("_graph" if a.cuda_graph else "") + ".json")
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     workers = a.workers or raw.orchestration.workers
@@ -385,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
         "commit": git_commit(ROOT), "torch": torch.__version__,
         "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack,
+        "cuda_graph": config.cuda_graph,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
         "fixed_seconds": "per stage: stage_process_start_seconds (interpreter, imports, device initialisation); "
