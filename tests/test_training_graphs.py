@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 
@@ -34,7 +35,7 @@ from multitab.training.data import load_processed
 from multitab.training.device import seed_everything
 from multitab.training.graphs import EagerCapture, GraphedStep
 from multitab.training.loop import RunResult, RunSettings
-from multitab.training.run import RunSpec
+from multitab.training.run import METRICS_SCHEMA, RunSpec
 from multitab.training.stacked import StackMember, seeded, train_stacked
 
 torch.set_num_threads(1)
@@ -201,6 +202,7 @@ def test_a_cpu_run_with_cuda_graph_trains_uncaptured_and_records_why(tmp_path: P
     spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=data, checkpoint_dir=tmp_path / "on")
     record, _ = train_run(spec, TrainConfig(**config, cuda_graph=True), TINY_HPARAMS)
     assert record["cuda_graph"] == "not captured: cpu"
+    jsonschema.validate(record, METRICS_SCHEMA)
     off, _ = train_run(dataclasses.replace(spec, checkpoint_dir=tmp_path / "off"), TrainConfig(**config), TINY_HPARAMS)
     assert "cuda_graph" not in off
     assert off["test"] == record["test"]

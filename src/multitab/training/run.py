@@ -69,6 +69,7 @@ METRICS_SCHEMA: dict[str, Any] = {
         "n_params": {"type": ["integer", "null"]},
         "optimizer": {"type": "object"},
         "n_rows": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "cuda_graph": {"type": ["string", "object"]},  # with train.cuda_graph: steps replayed, or why not
     },
 }
 
