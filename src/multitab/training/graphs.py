@@ -131,8 +131,8 @@ class GraphPlan:
             self.counts[k] += v
 
     def record(self) -> str | dict[str, Any]:
-        """The run record's `cuda_graph`: why not captured, or the step counts (eager: the warm-up steps and
-        each epoch's last, partial batch)."""
+        """The run record's `cuda_graph`: why not captured, or the step counts (eager: each epoch's last,
+        partial batch) of this process: a resumed run warms up and captures again."""
         if self.reason is not None:
             return self.reason
         return {"captured": True, **self.counts}
