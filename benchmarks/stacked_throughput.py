@@ -85,7 +85,8 @@ def measure(name: str, data_path: Path, work: Path, members: int, settings: RunS
     separate_rate = members * n_train / separate_seconds
     n_params = sum(p.numel() for p in stack[0].model.parameters())
     return {"model": name, "n_params": n_params, "separate_samples_per_second": round(separate_rate, 1),
-            "stacked_samples_per_second": round(stacked_rate, 1), "speedup": round(stacked_rate / separate_rate, 3)}
+            "stacked_samples_per_second": round(stacked_rate, 1), "speedup": round(stacked_rate / separate_rate, 3),
+            **({"cuda_graph": {"separate": r.cuda_graph, "stacked": results[0].cuda_graph}} if settings.cuda_graph else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="train.cuda_graph: full batches replay a captured step (CUDA only; on CPU trains uncaptured)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -104,12 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = RunSettings(seed=0, max_epochs=a.epochs, patience=a.epochs + 1, batch_size=a.batch_size,
                            optimizer="adam", lr=1e-3, weight_decay=1e-5, device=a.device,  # protocol paper's optimiser
                            precision="fp32", compile=False, deterministic=True, progress=sys.stderr.isatty(),
-                           early_stopping_smoothing=None, on_step=None)
+                           early_stopping_smoothing=None, on_step=None, cuda_graph=a.cuda_graph)
     res: dict[str, Any] = {
         "commit": git_commit(ROOT),
         "cpu": cpu_model(), "machine": machine(), "device": str(device), "threads": a.threads,
         "torch": torch.__version__, "members": a.members, "rows": a.rows, "epochs": a.epochs,
-        "batch_size": a.batch_size, "features": N_FEATURES, "tasks": N_TASKS,
+        "batch_size": a.batch_size, "features": N_FEATURES, "tasks": N_TASKS, "cuda_graph": a.cuda_graph,
         "load_note": "machine shared with other jobs unless stated otherwise", "models": [],
     }
     if device.type == "cuda":

@@ -95,6 +95,7 @@ from multitab.models import build_model
 from multitab.profiles import group_train, profiled
 from multitab.provenance import cpu_model, git_commit
 from multitab.resolve import settings_for
+from multitab.training.compute_mode import tf32
 from multitab.training.device import resolve_device
 from multitab.training.run import RunSpec, run_training
 from multitab.training.stacked import StackRefused, run_training_stacked
@@ -203,31 +204,35 @@ PEAK_SHAPES: tuple[tuple[int, int, int], ...] = ((2048, 512, 512), (2048, 256, 1
 
 def matmul_peak(precision: str, threads: int, repeats: int = 5, device: str = "cpu") -> dict[str, float]:
     """FLOP/s of torch.mm per shape of PEAK_SHAPES in `precision` on `device` (median of `repeats` timings;
-    on CUDA synchronised, so a timing is the kernels' own), and the best."""
+    on CUDA synchronised, so a timing is the kernels' own; tf32: TF32 products on CUDA, fp32 on a CPU), and the
+    best."""
     torch.set_num_threads(max(threads, 1))
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    with tf32(torch.device(device), precision):
+        rates = {f"{m}x{k}x{n}": _mm_rate(m, k, n, dtype, device, repeats) for m, k, n in PEAK_SHAPES}
+    return {**rates, "best": max(rates.values())}
+
+
+def _mm_rate(m: int, k: int, n: int, dtype: torch.dtype, device: str, repeats: int) -> float:
     cuda = device.startswith("cuda")
 
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize(device)
 
-    rates = {}
-    for m, k, n in PEAK_SHAPES:
-        a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
-        for _ in range(3):
+    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+    for _ in range(3):
+        a @ b
+    inner = 50 if cuda else 5  # a CUDA product of these shapes takes microseconds: time a longer loop
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(inner):
             a @ b
-        inner = 50 if cuda else 5  # a CUDA product of these shapes takes microseconds: time a longer loop
-        times = []
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                a @ b
-            sync()
-            times.append((time.perf_counter() - t0) / inner)
-        rates[f"{m}x{k}x{n}"] = 2.0 * m * k * n / statistics.median(times)
-    return {**rates, "best": max(rates.values())}
+        sync()
+        times.append((time.perf_counter() - t0) / inner)
+    return 2.0 * m * k * n / statistics.median(times)
 
 
 def forward_flops(schema: DatasetSchema, model: str, protocol: str, batch_size: int) -> float:
@@ -275,6 +280,7 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
         out[model] = {"wall": wall, "epochs": record["epochs"], **split,
                       "stack_members": members, **({"stack_refused": refused} if refused else {}),
                       "samples_per_second": record["samples_per_second"],
+                      **({"cuda_graph": record["cuda_graph"]} if "cuda_graph" in record else {}),
                       "n_train": record["n_rows"]["train"], "n_val": record["n_rows"]["val"],
                       "n_test": record["n_rows"]["test"],
                       "forward_flops_per_sample": forward_flops(schema, model, params.protocol, config.batch_size)}
@@ -299,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure on datasets of this size and scale seconds per epoch by the training rows "
                         "(default: --n-samples, no scaling)")
     p.add_argument("--workers", type=int, default=None, help="stages at once (default: orchestration.workers)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default=None,
                    help="train.precision for the measured runs (default: the study's, fp32)")
     p.add_argument("--stack", action="store_true",
                    help="project with train.stack_seeds on: each dataset x model's --seeds seeds train as one "
@@ -307,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stack-data", action="store_true",
                    help="project with every configuration of one task count x its --seeds seeds as one stacked "
                         "run per model (stacked members on their own data of one shape; measured as such)")
+    p.add_argument("--cuda-graph", action="store_true", help="train.cuda_graph on for the measured runs")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                    help="where the measured runs train (default: the study's train.device)")
     p.add_argument("--out", type=Path, default=None,
@@ -325,11 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, precision=a.precision)
     if a.device is not None:
         config = replace(config, device=a.device)
+    if a.cuda_graph:
+        config = replace(config, cuda_graph=True)  # ConfigError with train.compile: pick one
     device = str(resolve_device(config.device))
     kind = "cuda" if device.startswith("cuda") else "cpu"
     out_path = a.out or ROOT / "results/benchmarks" / (
         f"study_cost_{kind}" + ("" if config.precision == "fp32" else f"_{config.precision}")
-        + ("_stacked_data" if a.stack_data else "_stacked" if a.stack else "") + ".json")
+        + ("_stacked_data" if a.stack_data else "_stacked" if a.stack else "") + ("_graph" if a.cuda_graph else "")
+        + ".json")
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     workers = a.workers or raw.orchestration.workers
@@ -427,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit": git_commit(ROOT), "torch": torch.__version__,
         "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack or a.stack_data,
         "stack_data": ({str(t): [c for c in configs if n_tasks[c] == t] for t in measured} if a.stack_data else None),
+        "cuda_graph": config.cuda_graph,
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
         "fixed_seconds": "per stage: stage_process_start_seconds (interpreter, imports, device initialisation); "

@@ -35,6 +35,7 @@ class TrainSettings:
     precision: Literal["fp32", "tf32", "bf16"]
     device: Literal["auto", "cpu", "cuda"]
     compile: bool
+    cuda_graph: bool  # replay a captured training step on CUDA (training/graphs.py); changes no number
     deterministic: bool
     num_threads: int  # 0: the library's default
     early_stopping_smoothing: float | None

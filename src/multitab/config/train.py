@@ -69,6 +69,11 @@ class TrainConfig:
     # instead of one train@ stage per seed. Where stacking is refused (dropout > 0, bf16 or tf32, MAYA, XGBoost) the
     # stage trains the seeds one after another.
     stack_seeds: bool = False
+    # Full-size batches replay one captured training step (forward, backward, optimiser) as a CUDA graph
+    # (multitab.training.graphs); each epoch's last, partial batch runs uncaptured. Same numbers as without it;
+    # on CPU, and for models with a training_loss (MAYA) or not in torch, the run trains uncaptured and its
+    # record says why. Not with `compile`.
+    cuda_graph: bool = False
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
     # load_params: it changes some models' settings where the paper and the authors' code differ.
     protocol: Protocol = DEFAULT
@@ -85,6 +90,9 @@ class TrainConfig:
         bad = {k: v for k, v in self.patience.items() if v < 1}
         if bad:
             raise ConfigError(f"train.patience: values must be >= 1, got {bad}")
+        if self.compile and self.cuda_graph:
+            raise ConfigError("train.compile and train.cuda_graph are both true: pick one (torch.compile captures "
+                              "its own graphs with mode='reduce-overhead'; cuda_graph captures the whole step)")
         a = self.early_stopping_smoothing
         if a is not None and not 0.0 < a < 1.0:  # `build` checks it at load; this covers dataclasses.replace
             raise ConfigError(f"train.early_stopping_smoothing={a}: must be in (0, 1), or null for no smoothing")

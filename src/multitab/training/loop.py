@@ -21,7 +21,7 @@ Model hooks honoured when present:
   (models that retrieve from the training set).
 Models that are not torch modules (XGBoost) go through `fit_predict` in training/run.py instead.
 Evaluation (predictions in stored order, metrics, MSE in target units) is in evaluate.py; the device,
-seeding and mixed precision in device.py.
+seeding and mixed precision in device.py; the step replayed as a CUDA graph (train.cuda_graph) in graphs.py.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from multitab.training.epochs import (
     start_run,
 )
 from multitab.training.evaluate import evaluate, regression_mse
+from multitab.training.graphs import GraphedStep, StepFn, graph_plan, load_optimizer_state
 from multitab.training.losses import MultitaskLoss, task_loss
 
 # What run.py and stacked training take from here: the loop's types and the run setup they share with it
@@ -81,6 +82,8 @@ class RunSettings:
     early_stopping_smoothing: float | None
     # Test hook: called after every optimiser step with (epoch, step); lets a test kill a run mid-epoch.
     on_step: Callable[[int, int], None] | None = field(compare=False)
+    # train.cuda_graph: full batches replay one captured step on CUDA (graphs.py); numbers as without it
+    cuda_graph: bool = False
 
 
 @dataclass
@@ -97,20 +100,53 @@ class RunResult:
     device: str
     history: list[dict[str, float]]
     resumed_from_epoch: int  # 0 = trained from scratch
+    cuda_graph: str | dict[str, Any] | None = None  # when requested: graphs.GraphPlan.record()
 
 
-def make_optimizer(model: torch.nn.Module, settings: RunSettings) -> torch.optim.Optimizer:
-    return optimizer_for([p for p in model.parameters() if p.requires_grad], settings)
+def make_optimizer(model: torch.nn.Module, settings: RunSettings, *, capturable: bool = False) -> torch.optim.Optimizer:
+    return optimizer_for([p for p in model.parameters() if p.requires_grad], settings, capturable=capturable)
 
 
-def optimizer_for(params: list[torch.Tensor], settings: RunSettings) -> torch.optim.Optimizer:
-    """The run's optimiser over `params` (a model's trainable parameters, in `parameters()` order)."""
+def optimizer_for(params: list[torch.Tensor], settings: RunSettings, *, capturable: bool = False
+                  ) -> torch.optim.Optimizer:
+    """The run's optimiser over `params` (a model's trainable parameters, in `parameters()` order);
+    `capturable`: its step counts stay on the device, as a CUDA graph capture needs (graphs.py)."""
     if not params:
         raise ValueError("model has no trainable parameters")
     cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[settings.optimizer]
     # the fused kernel (one pass over all parameters) exists on CPU and CUDA for float parameters
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params) or None
-    return cls(params, lr=settings.lr, weight_decay=settings.weight_decay, fused=fused)
+    extra = {"capturable": True} if capturable else {}
+    return cls(params, lr=settings.lr, weight_decay=settings.weight_decay, fused=fused, **extra)
+
+
+def training_step(model: torch.nn.Module, forward: Callable[..., dict[str, torch.Tensor]],
+                  optimizer: torch.optim.Optimizer, loss_fn: MultitaskLoss, settings: RunSettings,
+                  device: torch.device) -> StepFn:
+    """One optimiser step on a batch -> (loss, per-task losses), detached: the summed task losses (or the
+    model's own `training_loss`). The gradients are set to None first, inside the step, so that a captured
+    replay of it (graphs.py) never adds to the previous step's."""
+    by_name = {t.name: t for t in loss_fn.tasks}
+    custom_loss = getattr(model, "training_loss", None)
+
+    def per_task_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return task_loss(by_name[name], output, target)
+
+    def step(x_num: torch.Tensor, x_cat: torch.Tensor, targets: dict[str, torch.Tensor]
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(device, settings.precision):
+            if callable(custom_loss):
+                loss, outputs = custom_loss(x_num, x_cat, targets, per_task_loss)
+                parts = loss_fn.per_task(outputs, targets)
+            else:
+                outputs = forward(x_num, x_cat)
+                loss, parts = loss_fn(outputs, targets)
+        loss.backward()
+        optimizer.step()
+        return loss.detach(), {k: v.detach() for k, v in parts.items()}
+
+    return step
 
 
 def train_epoch(
@@ -124,15 +160,12 @@ def train_epoch(
     device: torch.device,
     *,
     epoch: int = 0,
+    graphed: GraphedStep | None = None,
 ) -> EpochStats:
     """One pass over `split` in a fresh random order: one optimiser step per batch on the summed task
-    losses (or the model's own `training_loss`). No host-device synchronisation inside the epoch."""
-    by_name = {t.name: t for t in loss_fn.tasks}
-    custom_loss = getattr(model, "training_loss", None)
-
-    def per_task_loss(name: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return task_loss(by_name[name], output, target)
-
+    losses (or the model's own `training_loss`): `training_step`, or `graphed` (the same step, full batches
+    replayed from a CUDA graph). No host-device synchronisation inside the epoch."""
+    step_fn = graphed if graphed is not None else training_step(model, forward, optimizer, loss_fn, settings, device)
     model.train()
     t0 = time.perf_counter()
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
@@ -149,19 +182,10 @@ def train_epoch(
         data_seconds += time.perf_counter() - t_data
         if batch is None:
             break
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(device, settings.precision):
-            if callable(custom_loss):
-                loss, outputs = custom_loss(batch.x_num, batch.x_cat, batch.targets, per_task_loss)
-                parts = {k: v.detach() for k, v in loss_fn.per_task(outputs, batch.targets).items()}
-            else:
-                outputs = forward(batch.x_num, batch.x_cat)
-                loss, parts = loss_fn(outputs, batch.targets)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach()
+        loss, parts = step_fn(batch.x_num, batch.x_cat, batch.targets)
+        loss_sum += loss
         for k, v in parts.items():
-            task_sums[k] += v.detach()
+            task_sums[k] += v
         n_batches += 1
         n_samples += len(batch)
         bar.update(len(batch))
@@ -192,7 +216,10 @@ def train(
     model.to(device)
     if device.type == "cpu":
         accelerate_cpu(model)  # the chunked CPU kernels (models/accelerate.py): same parameters and function
-    optimizer = make_optimizer(model, settings)
+    if settings.compile and settings.cuda_graph:
+        raise ValueError("compile and cuda_graph are both set: pick one (train.compile or train.cuda_graph)")
+    plan = graph_plan(settings.cuda_graph, device, model)
+    optimizer = make_optimizer(model, settings, capturable=plan.capturable)
     forward: Callable[..., dict[str, torch.Tensor]] = model
     if settings.compile and device.type == "cuda":
         # Static shapes: the full batch and the last partial batch each get their own graph, instead of a
@@ -205,14 +232,22 @@ def train(
     generator.manual_seed(settings.seed)
     state, last = start_run(model, checkpoint_dir, run_fingerprint, run_settings, settings, generator)
     if last is not None:
-        optimizer.load_state_dict(last["optimizer"])
+        load_optimizer_state(optimizer, last["optimizer"])  # captured or not when it was written
         ckpt.set_rng_state(last["rng"], generator)
-    trainer = _Separate(model, forward, optimizer, data, loss_fn, settings, device, generator, eval_args)
+    graphed = None
+    if plan.new_capture is not None:
+        graphed = GraphedStep(training_step(model, forward, optimizer, loss_fn, settings, device), plan.new_capture(),
+                              batch_size=settings.batch_size)
+    trainer = _Separate(model, forward, optimizer, data, loss_fn, settings, device, generator, eval_args, graphed)
     run_epochs([state], trainer, max_epochs=settings.max_epochs, n_train=len(train_split))
-    return evaluate_best(model, forward, data, train_split, state.checkpoint_dir, run_fingerprint, run_settings,
+    if graphed is not None:
+        plan.add(graphed.counts)
+    result = evaluate_best(model, forward, data, train_split, state.checkpoint_dir, run_fingerprint, run_settings,
                          eval_args=eval_args, stopper=state.stopper, epochs=state.epoch, stopped_early=state.stopped,
                          train_seconds=state.train_seconds, loop_seconds=state.loop_seconds,
                          samples_seen=state.samples_seen, history=state.history, resumed_from=state.resumed_from)
+    result.cuda_graph = plan.record() if plan.requested else None
+    return result
 
 
 class _Separate:
@@ -221,14 +256,15 @@ class _Separate:
 
     def __init__(self, model: torch.nn.Module, forward: Callable[..., dict[str, torch.Tensor]],
                  optimizer: torch.optim.Optimizer, data: ProcessedData, loss_fn: MultitaskLoss, settings: RunSettings,
-                 device: torch.device, generator: torch.Generator, eval_args: dict[str, Any]) -> None:
+                 device: torch.device, generator: torch.Generator, eval_args: dict[str, Any],
+                 graphed: GraphedStep | None = None) -> None:
         self.model, self.forward, self.optimizer, self.data = model, forward, optimizer, data
         self.loss_fn, self.settings, self.device, self.generator = loss_fn, settings, device, generator
-        self.eval_args = eval_args
+        self.eval_args, self.graphed = eval_args, graphed
 
     def train_epoch(self, runs: list[RunState], epoch: int) -> EpochStats:
         return train_epoch(self.model, self.forward, self.optimizer, self.data.splits["train"], self.generator,
-                           self.loss_fn, self.settings, self.device, epoch=epoch)
+                           self.loss_fn, self.settings, self.device, epoch=epoch, graphed=self.graphed)
 
     def validate(self, index: int, run: RunState) -> tuple[dict[str, float], float]:
         val_metrics, _, _ = evaluate(self.model, self.forward, self.data, "val", self.data.splits["train"],

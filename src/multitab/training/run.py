@@ -32,6 +32,7 @@ from multitab.training.data import ProcessedData, load_processed
 from multitab.training.data_hashes import data_hashes, hash_in_background
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.evaluate import regression_mse
+from multitab.training.graphs import NOT_TORCH
 from multitab.training.loop import RunResult, RunSettings, train
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ METRICS_SCHEMA: dict[str, Any] = {
         "n_rows": {"type": "object", "additionalProperties": {"type": "integer"}},
         "precision_requested": {"enum": list(PRECISIONS)}, "precision_effective": {"enum": list(PRECISIONS)},
         "deterministic": {"type": "boolean"}, "nondeterministic_ops": {"type": "array", "items": {"type": "string"}},
+        "cuda_graph": {"type": ["string", "object"]},  # with train.cuda_graph: steps replayed, or why not
     },
 }
 
@@ -203,6 +205,7 @@ def torch_run(
         optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
         precision=config.precision, compile=config.compile, deterministic=config.deterministic,
         progress=run.progress, on_step=on_step, early_stopping_smoothing=config.early_stopping_smoothing,
+        cuda_graph=config.cuda_graph,
     )
     values = hparams.record()
     run_settings = resume_settings(spec, config, data, model, overrides=config.overrides, optim=optim,
@@ -231,6 +234,8 @@ def _finish_record(
     record["max_train_rows"] = run.train.max_train_rows
     record["protocol"] = run.train.protocol
     record["settings"] = resolved
+    if run.train.cuda_graph:  # what was captured, or why not (training/graphs.py)
+        record["cuda_graph"] = result.cuda_graph if result.cuda_graph is not None else NOT_TORCH
     # the hyperparameters the run trained with: their file, its selection (or "grid point"), the point, the values
     record["hparams"] = run.hparams.record()
     return record

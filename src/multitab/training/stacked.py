@@ -83,6 +83,7 @@ from multitab.training.data import ProcessedData
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.epochs import EpochStats, RunState, run_epochs, start_run
 from multitab.training.evaluate import evaluate
+from multitab.training.graphs import GraphPlan, graph_plan
 from multitab.training.loop import RunResult, RunSettings, evaluate_best
 from multitab.training.losses import MultitaskLoss
 from multitab.training.run import RunSpec, build_run_model, load_run_data, torch_record, torch_run
@@ -153,8 +154,10 @@ def train_stacked(members: Sequence[StackMember], data: ProcessedData | Sequence
             accelerate_cpu(spec.model)  # the members validate and test as their separate runs do
     rows = stack_data(datas, device)
     eval_args: dict[str, Any] = {"batch_size": settings.batch_size, "device": device, "precision": settings.precision}
+    plan = graph_plan(settings.cuda_graph, device, members[0].model)
     states = [_start(spec, settings, rows.split.device) for spec in members]
     groups: dict[int, list[RunState]] = {}
+    counts: dict[int, dict[str, int]] = {}  # id of a member's state -> its graph step counts
     for s in states:
         if not s.finished(settings.max_epochs):
             groups.setdefault(s.epoch, []).append(s)
@@ -163,12 +166,20 @@ def train_stacked(members: Sequence[StackMember], data: ProcessedData | Sequence
                  sorted(groups))
     member_of = {id(s): i for i, s in enumerate(states)}
     for epoch in sorted(groups, reverse=True):
-        group = _Group(base, groups[epoch], rows, member_of, settings, device, loss_fn, eval_args)
+        group = _Group(base, groups[epoch], rows, member_of, settings, device, loss_fn, eval_args, plan)
         run_epochs(groups[epoch], group, max_epochs=settings.max_epochs, n_train=rows.n_train, stacked=True)
-    return [evaluate_best(s.model, s.model, d, d.splits["train"], s.checkpoint_dir, s.run_fingerprint, s.run_settings,
-                          eval_args=eval_args, stopper=s.stopper, epochs=s.epoch, stopped_early=s.stopped,
-                          train_seconds=s.train_seconds, loop_seconds=s.loop_seconds, samples_seen=s.samples_seen,
-                          history=s.history, resumed_from=s.resumed_from) for s, d in zip(states, datas)]
+        counts.update(group.counts)
+    results = [evaluate_best(s.model, s.model, d, d.splits["train"], s.checkpoint_dir, s.run_fingerprint,
+                             s.run_settings, eval_args=eval_args, stopper=s.stopper, epochs=s.epoch,
+                             stopped_early=s.stopped, train_seconds=s.train_seconds, loop_seconds=s.loop_seconds,
+                             samples_seen=s.samples_seen, history=s.history, resumed_from=s.resumed_from)
+               for s, d in zip(states, datas)]
+    for s, result in zip(states, results, strict=True):
+        # each member's own steps: those of the stacks it trained in
+        member = GraphPlan(plan.requested, plan.reason)
+        member.add(counts.get(id(s), {}))
+        result.cuda_graph = member.record() if plan.requested else None
+    return results
 
 
 def _start(spec: StackMember, settings: RunSettings, generator_device: torch.device) -> RunState:
@@ -191,17 +202,31 @@ class _Group:
     others' states when some finish. `member_of[id(run)]`: the run's index in `rows.datas`."""
 
     def __init__(self, base: nn.Module, members: list[RunState], rows: StackData, member_of: dict[int, int],
-                 settings: RunSettings, device: torch.device, loss_fn: MultitaskLoss, eval_args: dict[str, Any]
-                 ) -> None:
+                 settings: RunSettings, device: torch.device, loss_fn: MultitaskLoss, eval_args: dict[str, Any],
+                 plan: GraphPlan) -> None:
         self.base, self.rows, self.member_of, self.settings, self.device = base, rows, member_of, settings, device
-        self.loss_fn, self.eval_args = loss_fn, eval_args
-        self.stack = _Stack(base, members, settings, loss_fn)
+        self.loss_fn, self.eval_args, self.plan = loss_fn, eval_args, plan
+        self.counts: dict[int, dict[str, int]] = {}
+        self.stack = self._new_stack(members)
+
+    def _new_stack(self, members: list[RunState]) -> Stack:
+        """A stack of `members`; captured again (its own tensors, its own optimiser) when the plan says so."""
+        capture = self.plan.new_capture() if self.plan.new_capture is not None else None
+        return _Stack(self.base, members, self.settings, self.loss_fn, capture)
 
     def train_epoch(self, runs: list[RunState], epoch: int) -> EpochStats:
         of = self.rows.dataset_of
         datasets = None if of is None else [of[self.member_of[id(r)]] for r in self.stack.members]
+        graphed = self.stack.graphed
+        before = dict(graphed.counts) if graphed is not None else {}
         with vmap_attention(self.device):
-            return self.stack.train_epoch(self.rows.split, self.settings, self.device, epoch, datasets)
+            stats = self.stack.train_epoch(self.rows.split, self.settings, self.device, epoch, datasets)
+        if graphed is not None:
+            for run in runs:
+                mine = self.counts.setdefault(id(run), dict.fromkeys(graphed.counts, 0))
+                for k, v in graphed.counts.items():
+                    mine[k] += v - before[k]
+        return stats
 
     def validate(self, index: int, run: RunState) -> tuple[dict[str, float], float]:
         assert self.stack.members[index] is run  # run_epochs' runs are the stack's members, in order
@@ -214,7 +239,7 @@ class _Group:
         return run.optimizer_state or {}, {**(run.rng or {}), "batches": run.generator.get_state()}
 
     def regroup(self, remaining: list[RunState]) -> None:
-        self.stack = _Stack(self.base, remaining, self.settings, self.loss_fn)
+        self.stack = self._new_stack(remaining)
 
 
 # ---------------------------------------------------------------------------------------- the stages

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from multitab.models.accelerate import ACCELERATED
 from multitab.training.data import TensorSplit
 from multitab.training.epochs import EpochStats, RunState
+from multitab.training.graphs import Capture, GraphedStep, load_optimizer_state
 from multitab.training.loop import RunSettings, optimizer_for
 from multitab.training.losses import MultitaskLoss
 
@@ -112,8 +113,8 @@ class Stack:
     views, and the vmapped training step. `base`: `plain_copy` of the members' model; each member's
     `optimizer_state` (None: fresh) is where its optimiser starts, and `unstack` writes it back there."""
 
-    def __init__(self, base: nn.Module, members: list[RunState], settings: RunSettings, loss_fn: MultitaskLoss
-                 ) -> None:
+    def __init__(self, base: nn.Module, members: list[RunState], settings: RunSettings, loss_fn: MultitaskLoss,
+                 capture: Capture | None = None) -> None:
         self.members = members
         models = [m.model for m in members]
         named = [dict(model.named_parameters()) for model in models]
@@ -131,7 +132,7 @@ class Stack:
                 view = self.params[n][i]
                 view.grad = self.grads[n][i]
                 self.views.append(view)
-        self.optimizer = optimizer_for(self.views, settings)
+        self.optimizer = optimizer_for(self.views, settings, capturable=capture is not None and capture.capturable)
         self._load_optimizer_states([m.optimizer_state for m in members])
 
         def member_loss(params: dict[str, Tensor], fixed: dict[str, Tensor], x_num: Tensor, x_cat: Tensor,
@@ -140,6 +141,18 @@ class Stack:
             return loss_fn(outputs, targets)
 
         self.step_fn = vmap(grad_and_value(member_loss, has_aux=True), randomness="error")
+        # train.cuda_graph: full (M, b, ...) batches replay one captured step (graphs.py); the others run eagerly
+        self.graphed = None if capture is None else GraphedStep(self._step, capture, batch_size=settings.batch_size,
+                                                                batch_dim=1)
+
+    def _step(self, x_num: Tensor, x_cat: Tensor, targets: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """One vmapped step of every member: the gradients copied over the previous ones (never added), one
+        optimiser step; (loss, per-task losses) of shape (M,)."""
+        grads, (loss, parts) = self.step_fn(self.params, self.fixed, x_num, x_cat, targets)
+        for name, g in grads.items():
+            self.grads[name].copy_(g)
+        self.optimizer.step()
+        return loss.detach(), {k: v.detach() for k, v in parts.items()}
 
     def _load_optimizer_states(self, states: list[dict[str, Any] | None]) -> None:
         if all(s is None for s in states):
@@ -157,7 +170,7 @@ class Stack:
             for j, value in state["state"].items():
                 combined["state"][i * n + int(j)] = value
         combined["param_groups"] = [{**states[0]["param_groups"][0], "params": list(range(len(self.views)))}]  # type: ignore[index]
-        self.optimizer.load_state_dict(combined)
+        load_optimizer_state(self.optimizer, combined)
 
     def optimizer_state(self, i: int) -> dict[str, Any]:
         """Member i's optimiser state in the separate run's `optimizer.state_dict()` format."""
@@ -195,6 +208,7 @@ class Stack:
         batches = _stacked_batches(split, orders, settings.batch_size, device, datasets)
         data_seconds += time.perf_counter() - t_data
         step = 0
+        step_fn = self.graphed if self.graphed is not None else self._step
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_FALLBACK_WARNING)
             while True:
@@ -204,20 +218,17 @@ class Stack:
                 if batch is None:
                     break
                 try:
-                    grads, (loss, parts) = self.step_fn(self.params, self.fixed, batch.x_num, batch.x_cat, batch.targets)
+                    loss, parts = step_fn(batch.x_num, batch.x_cat, batch.targets)
                 except RuntimeError as e:
                     if "randomness" in str(e):
                         raise ValueError("the model draws random numbers in training (dropout, noise): stacked "
                                          f"members could not equal their separate runs ({e})") from None
                     raise
-                for name, g in grads.items():
-                    self.grads[name].copy_(g)
-                self.optimizer.step()
-                loss_sum += loss.detach()
+                loss_sum += loss
                 for k, v in parts.items():
                     if k not in task_sums:
                         task_sums[k] = torch.zeros(m, device=device, dtype=torch.float64)
-                    task_sums[k] += v.detach()
+                    task_sums[k] += v
                 bar.update(batch.x_num.shape[0] * batch.x_num.shape[1])
                 if settings.on_step is not None:
                     settings.on_step(epoch, step)
