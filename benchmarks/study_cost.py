@@ -281,6 +281,8 @@ def measure(params: Params, config: TrainConfig, name: str, models: list[str], e
                       "stack_members": members, **({"stack_refused": refused} if refused else {}),
                       "samples_per_second": record["samples_per_second"],
                       **({"cuda_graph": record["cuda_graph"]} if "cuda_graph" in record else {}),
+                      **{k: record[k] for k in ("deterministic", "nondeterministic_ops", "precision_effective")
+                         if k in record},
                       "n_train": record["n_rows"]["train"], "n_val": record["n_rows"]["val"],
                       "n_test": record["n_rows"]["test"],
                       "forward_flops_per_sample": forward_flops(schema, model, params.protocol, config.batch_size)}
@@ -314,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="project with every configuration of one task count x its --seeds seeds as one stacked "
                         "run per model (stacked members on their own data of one shape; measured as such)")
     p.add_argument("--cuda-graph", action="store_true", help="train.cuda_graph on for the measured runs")
+    p.add_argument("--models", default=None,
+                   help="comma-separated subset of the study's models to measure and project (default: all; the "
+                        "record's `models` names them and its totals cover only them)")
+    p.add_argument("--deterministic", choices=["true", "false"], default=None,
+                   help="train.deterministic for the measured runs (default: the study's, true); the record says "
+                        "how each run ran (`measured.*.deterministic`: false where torch warned of an op)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                    help="where the measured runs train (default: the study's train.device)")
     p.add_argument("--out", type=Path, default=None,
@@ -334,16 +342,24 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, device=a.device)
     if a.cuda_graph:
         config = replace(config, cuda_graph=True)  # ConfigError with train.compile: pick one
+    if a.deterministic is not None:
+        config = replace(config, deterministic=a.deterministic == "true")
     device = str(resolve_device(config.device))
     kind = "cuda" if device.startswith("cuda") else "cpu"
     out_path = a.out or ROOT / "results/benchmarks" / (
         f"study_cost_{kind}" + ("" if config.precision == "fp32" else f"_{config.precision}")
         + ("_stacked_data" if a.stack_data else "_stacked" if a.stack else "") + ("_graph" if a.cuda_graph else "")
-        + ".json")
+        + ("_nondeterministic" if not config.deterministic else "") + ".json")
     if config.num_threads > 0:
         torch.set_num_threads(config.num_threads)
     workers = a.workers or raw.orchestration.workers
     models = list(raw.group(study.group).models)
+    if a.models:
+        wanted = a.models.split(",")
+        unknown = sorted(set(wanted) - set(models))
+        if unknown:
+            raise SystemExit(f"--models: {unknown} are not the study's models ({', '.join(models)})")
+        models = [m for m in models if m in wanted]
     configs = list(study.configs)
     n_tasks = {c: raw.bench.configs[c].n_tasks for c in configs}
     representative = {t: next(c for c in configs if n_tasks[c] == t) for t in sorted(set(n_tasks.values()))}
@@ -437,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         "commit": git_commit(ROOT), "torch": torch.__version__,
         "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack or a.stack_data,
         "stack_data": ({str(t): [c for c in configs if n_tasks[c] == t] for t in measured} if a.stack_data else None),
-        "cuda_graph": config.cuda_graph,
+        "cuda_graph": config.cuda_graph, "deterministic_requested": config.deterministic,
+        "deterministic": all(bool(m.get("deterministic", config.deterministic)) for per_t in measured.values()
+                             for m in per_t.values()),
         "threads_per_run": config.num_threads, "measure_epochs": a.measure_epochs,
         "stage_process_start_seconds": round(start, 2),
         "fixed_seconds": "per stage: stage_process_start_seconds (interpreter, imports, device initialisation); "
