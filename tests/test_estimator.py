@@ -99,7 +99,7 @@ def test_the_estimator_gives_the_pipelines_test_metrics(model: str, params: dict
         frame.to_parquet(data / f"{k}.parquet", index=False)
     (data / "meta.json").write_text(json.dumps(processed.meta))
     train = {"max_epochs": 2 if model != "xgboost" else None, "patience": 3, "batch_size": 32, "max_train_rows": None,
-             "precision": "fp32", "device": "cpu", "compile": False, "cuda_graph": False, "deterministic": True, "num_threads": 0,
+             "precision": "fp32", "device": "cpu", "compile": False, "cuda_graph": False, "eval_batch_size": None, "deterministic": True, "num_threads": 0,
              "early_stopping_smoothing": None, "xgboost_early_stopping_rounds": 3, "protocol": "paper",
              "overrides": {}}
     run = RunConfig.from_record({"hparams": est.hparams_, "train": train, "progress": False}, "the estimator's run")

@@ -65,9 +65,11 @@ _RUN_TRAIN_KEYS = ("batch_size", "max_epochs", "max_train_rows", "precision", "d
 
 
 def _smoothing(t: TrainConfig) -> dict[str, Any]:
-    """`train.early_stopping_smoothing` when set (it changes the run's numbers); nothing when null, so the
-    records of runs from before the option still match what params.yaml resolves to."""
-    return {} if t.early_stopping_smoothing is None else {"early_stopping_smoothing": t.early_stopping_smoothing}
+    """`train.early_stopping_smoothing` and `train.eval_batch_size` when set (they change the run's numbers:
+    the stopping rule, the validation metrics' rounding); nothing when null, so the records of runs from
+    before the options still match what params.yaml resolves to."""
+    keys = ("early_stopping_smoothing", "eval_batch_size")
+    return {k: getattr(t, k) for k in keys if getattr(t, k) is not None}
 
 
 def plain(value: Any) -> Any:

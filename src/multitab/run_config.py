@@ -36,6 +36,7 @@ class TrainSettings:
     device: Literal["auto", "cpu", "cuda"]
     compile: bool
     cuda_graph: bool  # replay a captured training step on CUDA (training/graphs.py); changes no number
+    eval_batch_size: int | None  # evaluation batch of models whose rows do not see each other; None: batch_size
     deterministic: bool
     num_threads: int  # 0: the library's default
     early_stopping_smoothing: float | None

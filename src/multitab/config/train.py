@@ -74,6 +74,11 @@ class TrainConfig:
     # on CPU, and for models with a training_loss (MAYA) or not in torch, the run trains uncaptured and its
     # record says why. Not with `compile`.
     cuda_graph: bool = False
+    # The evaluation batch of models whose rows do not see each other (training/evaluate.py `evaluation_batch`):
+    # larger batches mean fewer kernel launches on a GPU; predictions equal up to float rounding. Models with
+    # inter-sample attention (MultiTab-Net, SAINT) or their own training/retrieval hooks (MAYA) keep
+    # `batch_size`, since their outputs depend on the batch. null: `batch_size` for every model (the paper's).
+    eval_batch_size: int | None = field(default=None, metadata=bounded(ge=1))
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
     # load_params: it changes some models' settings where the paper and the authors' code differ.
     protocol: Protocol = DEFAULT
@@ -85,6 +90,8 @@ class TrainConfig:
             raise ConfigError(f"train.max_epochs={self.max_epochs} must be >= 1")
         if self.max_train_rows is not None and self.max_train_rows < 1:
             raise ConfigError(f"train.max_train_rows={self.max_train_rows} must be >= 1 or null")
+        if self.eval_batch_size is not None and self.eval_batch_size < 1:
+            raise ConfigError(f"train.eval_batch_size={self.eval_batch_size} must be >= 1 or null")
         if "default" not in self.patience:
             raise ConfigError("train.patience needs a `default` entry (used for MultiTab-Bench configs)")
         bad = {k: v for k, v in self.patience.items() if v < 1}

@@ -1,7 +1,9 @@
 """Evaluation of a trained torch model: predictions in stored order, metrics per task, MSE in target units.
 
 Models that attend across the batch (SAINT, MultiTab-Net with inter-sample attention) see the other rows of
-their batch, so predictions are made in the split's stored order in consecutive batches: reproducible.
+their batch, so predictions are made in the split's stored order in consecutive batches: reproducible. The
+other models' predictions do not depend on the batch, so they may be made in larger batches
+(`train.eval_batch_size`: fewer kernel launches on a GPU, the same predictions up to float rounding).
 """
 
 from __future__ import annotations
@@ -15,6 +17,23 @@ from multitab.datasets.schema import Task
 from multitab.metrics import mse, task_metrics
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches
 from multitab.training.device import autocast
+
+# the inter-sample layers whose outputs depend on the other rows of the batch (models/multitab_net.py)
+BATCH_LAYERS = ("attention", "rope_attention")
+
+
+def sees_the_batch(model: torch.nn.Module) -> bool:
+    """Whether a row's outputs may depend on the other rows of its batch: an inter-sample attention layer
+    anywhere in the model, or a model with its own training objective or retrieval context (MAYA)."""
+    if hasattr(model, "training_loss") or hasattr(model, "fit_context"):
+        return True
+    return any(getattr(m, "inter_sample", None) in BATCH_LAYERS for m in model.modules())
+
+
+def evaluation_batch(model: torch.nn.Module, batch_size: int, eval_batch_size: int | None) -> int:
+    """The batch `model` is evaluated in: `eval_batch_size` when set and the model's rows do not see each
+    other, else the training `batch_size` (the paper's)."""
+    return batch_size if eval_batch_size is None or sees_the_batch(model) else eval_batch_size
 
 
 @torch.inference_mode()

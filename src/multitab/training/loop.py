@@ -51,7 +51,7 @@ from multitab.training.epochs import (
     smoothed_note,
     start_run,
 )
-from multitab.training.evaluate import evaluate, regression_mse
+from multitab.training.evaluate import evaluate, evaluation_batch, regression_mse
 from multitab.training.graphs import GraphedStep, StepFn, graph_plan, load_optimizer_state
 from multitab.training.losses import MultitaskLoss, task_loss
 
@@ -84,6 +84,8 @@ class RunSettings:
     on_step: Callable[[int, int], None] | None = field(compare=False)
     # train.cuda_graph: full batches replay one captured step on CUDA (graphs.py); numbers as without it
     cuda_graph: bool = False
+    # train.eval_batch_size: the evaluation batch of models whose rows do not see each other (evaluate.py)
+    eval_batch_size: int | None = None
 
 
 @dataclass
@@ -227,7 +229,8 @@ def train(
         forward = torch.compile(model, dynamic=False)  # type: ignore[assignment]
     train_split = place(data.splits["train"], device)
     data.splits = {"train": train_split, **{k: place(v, device) for k, v in data.splits.items() if k != "train"}}
-    eval_args: dict[str, Any] = {"batch_size": settings.batch_size, "device": device, "precision": settings.precision}
+    eval_args: dict[str, Any] = {"batch_size": evaluation_batch(model, settings.batch_size, settings.eval_batch_size),
+                                 "device": device, "precision": settings.precision}
     generator = torch.Generator(device=train_split.device)
     generator.manual_seed(settings.seed)
     state, last = start_run(model, checkpoint_dir, run_fingerprint, run_settings, settings, generator)

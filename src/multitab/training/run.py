@@ -156,8 +156,9 @@ def resume_settings(
         "data": data_hashes(data.path),
         "code": model_code_version(model),
     }
-    if config.early_stopping_smoothing is not None:
-        settings["early_stopping_smoothing"] = config.early_stopping_smoothing
+    for key in ("early_stopping_smoothing", "eval_batch_size"):  # only when set: older checkpoints resume
+        if getattr(config, key) is not None:
+            settings[key] = getattr(config, key)
     return settings
 
 
@@ -205,7 +206,7 @@ def torch_run(
         optimizer=optim["optimizer"], lr=optim["lr"], weight_decay=optim["weight_decay"], device=config.device,
         precision=config.precision, compile=config.compile, deterministic=config.deterministic,
         progress=run.progress, on_step=on_step, early_stopping_smoothing=config.early_stopping_smoothing,
-        cuda_graph=config.cuda_graph,
+        cuda_graph=config.cuda_graph, eval_batch_size=config.eval_batch_size,
     )
     values = hparams.record()
     run_settings = resume_settings(spec, config, data, model, overrides=config.overrides, optim=optim,

@@ -82,7 +82,7 @@ from multitab.training.compute_mode import computing
 from multitab.training.data import ProcessedData
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.epochs import EpochStats, RunState, run_epochs, start_run
-from multitab.training.evaluate import evaluate
+from multitab.training.evaluate import evaluate, evaluation_batch
 from multitab.training.graphs import GraphPlan, graph_plan
 from multitab.training.loop import RunResult, RunSettings, evaluate_best
 from multitab.training.losses import MultitaskLoss
@@ -153,7 +153,8 @@ def train_stacked(members: Sequence[StackMember], data: ProcessedData | Sequence
         if device.type == "cpu":
             accelerate_cpu(spec.model)  # the members validate and test as their separate runs do
     rows = stack_data(datas, device)
-    eval_args: dict[str, Any] = {"batch_size": settings.batch_size, "device": device, "precision": settings.precision}
+    eval_args: dict[str, Any] = {"device": device, "precision": settings.precision,
+                                 "batch_size": evaluation_batch(base, settings.batch_size, settings.eval_batch_size)}
     plan = graph_plan(settings.cuda_graph, device, members[0].model)
     states = [_start(spec, settings, rows.split.device) for spec in members]
     groups: dict[int, list[RunState]] = {}
