@@ -33,6 +33,7 @@ import torch
 from multitab.hparams import load
 from multitab.models import build_model
 from multitab.provenance import cpu_model, git_commit, machine
+from multitab.training.compute_mode import computing
 from multitab.training.data import load_processed
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.loop import RunSettings, train
@@ -120,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         write_bench_like(Path(tmp) / "data", a.rows, a.batch_size)
         for name in a.models:
-            row = measure(name, Path(tmp) / "data", Path(tmp) / "runs", a.members, settings)
+            # as a run of the pipeline computes (training/compute_mode.py): on CUDA the deterministic kernels,
+            # and the record says whether any op was not
+            with computing(device, settings.precision, settings.deterministic) as mode:
+                row = measure(name, Path(tmp) / "data", Path(tmp) / "runs", a.members, settings)
+            row.update({k: v for k, v in mode.record().items() if k in ("deterministic", "nondeterministic_ops")})
             res["models"].append(row)
             print(f"{name:14s} {row['n_params']:>10,d} params  separate {row['separate_samples_per_second']:>10,.0f}  "
                   f"stacked {row['stacked_samples_per_second']:>10,.0f} samples/s  x{row['speedup']:.2f}", flush=True)
