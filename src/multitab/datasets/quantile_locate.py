@@ -109,7 +109,8 @@ class Knots:
     ) -> np.ndarray:
         """np.interp's value at x in interval jp - 1 (`arrays`: knots, values and slopes indexed by j + 1); where
         `at_knot`, the knot's value, as interp gives at a knot and beyond the ends. Interp's retry where its
-        product is NaN cannot happen here: finite knots and values, q[j] < x < q[j + 1], a slope in (0, inf]."""
+        result is NaN cannot happen here: a slope (finite, or infinite where two knots are closer than the
+        values' step) times x - q[j] > 0, plus a finite value, is never NaN."""
         knot, value, slope = arrays
         with np.errstate(invalid="ignore", over="ignore"):
             out = slope[jp] * (x - knot[jp])
