@@ -1,5 +1,6 @@
 """split@D and preprocess@D a column at a time (steps.split, preprocess_columns.preprocess_files) against the
-whole-frame reference path (canonicalize + split_frames, preprocess.preprocess, then DataFrame.to_parquet):
+whole-frame reference path (canonicalize + split_frames, preprocess.preprocess, then DataFrame.to_parquet
+with the project's options, multitab.io.parquet_options):
 the same files, byte for byte, with several row groups and transform blocks per split."""
 
 from __future__ import annotations
@@ -7,9 +8,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from multitab.config import load_params
@@ -18,9 +21,14 @@ from multitab.datasets import columnar, preprocess_columns, steps
 from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import get_schema
 from multitab.datasets.split import SPLITS, SplitError, canonicalize, split_frames
+from multitab.io import parquet_options
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_GROUP = 1000  # instead of 1,048,576: several row groups per file at test sizes
+
+
+def options(df: pd.DataFrame) -> dict[str, Any]:
+    return parquet_options(pa.Schema.from_pandas(df, preserve_index=False))
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +50,7 @@ def _reference_split(name: str, cfg: DatasetConfig, raw: Path, out: Path) -> Non
     frames = {k: canonicalize(schema, pd.read_parquet(raw / f"{k}.parquet"), k) for k in schema.raw_files}
     out.mkdir(parents=True)
     for k, part in split_frames(schema, frames, cfg.split).items():
-        part.to_parquet(out / f"{k}.parquet", index=False, row_group_size=ROW_GROUP)
+        part.to_parquet(out / f"{k}.parquet", index=False, row_group_size=ROW_GROUP, **options(part))
 
 
 def _same_files(a: Path, b: Path, names: list[str]) -> None:
@@ -92,7 +100,8 @@ def test_preprocess_by_columns_writes_the_reference_files(tmp_path: Path, name: 
     ref = preprocess(schema, {k: pd.read_parquet(splits / f"{k}.parquet") for k in SPLITS}, cfg.preprocess, info)
     (tmp_path / "reference").mkdir()
     for k in SPLITS:
-        ref.frames[k].to_parquet(tmp_path / "reference" / f"{k}.parquet", index=False, row_group_size=ROW_GROUP)
+        ref.frames[k].to_parquet(tmp_path / "reference" / f"{k}.parquet", index=False, row_group_size=ROW_GROUP,
+                                 **options(ref.frames[k]))
     _same_files(tmp_path / "processed", tmp_path / "reference", [f"{k}.parquet" for k in SPLITS])
     assert {k: v for k, v in meta.items() if k != "inputs"} == ref.meta
     assert len(pd.read_parquet(tmp_path / "processed" / "train.parquet")) > ROW_GROUP

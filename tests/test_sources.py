@@ -402,6 +402,7 @@ def test_acquire_writes_row_group_by_row_group_the_file_of_the_whole_table(tmp_p
     import pyarrow.parquet as pq
 
     from multitab.datasets.sources import readers, typed
+    from multitab.io import parquet_options
 
     monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 5)  # input batches that straddle row groups
     monkeypatch.setattr(typed, "ROW_GROUP_ROWS", 7)
@@ -409,8 +410,8 @@ def test_acquire_writes_row_group_by_row_group_the_file_of_the_whole_table(tmp_p
     frame.loc[3, "lepton_eta"] = np.nan
     frame.to_parquet(tmp_path / "HIGGS.parquet", index=False)
     typed.write_raw_parquet(tmp_path / "HIGGS.parquet", tmp_path / "streamed.parquet", HIGGS, "data")
-    pq.write_table(typed.read_raw_table(tmp_path / "HIGGS.parquet", HIGGS, "data"), tmp_path / "whole.parquet",
-                   row_group_size=7)
+    whole = typed.read_raw_table(tmp_path / "HIGGS.parquet", HIGGS, "data")
+    pq.write_table(whole, tmp_path / "whole.parquet", row_group_size=7, **parquet_options(whole.schema))
     assert (tmp_path / "streamed.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
     assert pq.ParquetFile(tmp_path / "streamed.parquet").metadata.num_row_groups == 6
     info = acquire_local(HIGGS, LocalConfig(path=str(tmp_path / "HIGGS.parquet")), tmp_path / "raw")

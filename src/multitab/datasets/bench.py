@@ -37,7 +37,7 @@ from multitab.config.bench_checks import check_correlation, check_int, check_noi
 from multitab.config.data import PreprocessConfig, SplitConfig
 from multitab.datasets.schema import schema_from_meta
 from multitab.datasets.split import SPLITS, split_frames
-from multitab.io import atomic_dir, write_json
+from multitab.io import atomic_dir, to_parquet, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def write_dataset(out: str | Path, frames: dict[str, pd.DataFrame], meta: dict[s
     """Write {train,val,test}.parquet + meta.json into `out` as a whole (atomic folder swap)."""
     with atomic_dir(out) as tmp:
         for split in SPLITS:
-            frames[split].to_parquet(tmp / f"{split}.parquet", index=False)
+            to_parquet(frames[split], tmp / f"{split}.parquet")
         write_json(tmp / "meta.json", meta)
 
 

@@ -2,9 +2,11 @@
 Parquet files written from parked columns in row groups.
 
 A data stage at the paper's sizes (AliExpress: 17.7 M rows x 82 columns, ~7 GB in memory) holds one column
-or one row group at a time. Files are written as `DataFrame.to_parquet(path, index=False)` writes them (the
-same pandas schema metadata, snappy, row groups of pyarrow's default 1,048,576 rows), so the bytes do not
-depend on whether a table was written whole or from its columns (tests/test_columnar.py compares them).
+or one row group at a time. Files are written as `multitab.io.to_parquet` writes a frame
+(`DataFrame.to_parquet(path, index=False)` with the project's `parquet_options`: the same pandas schema
+metadata, snappy, dictionaries for the non-float columns only, row groups of pyarrow's default 1,048,576
+rows), so the bytes do not depend on whether a table was written whole or from its columns
+(tests/test_columnar.py compares them).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from multitab.io import TMP_SUFFIX
+from multitab.io import TMP_SUFFIX, parquet_options
 
 ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default maximum row-group length (what to_parquet writes)
 
@@ -172,9 +174,9 @@ def write_parquet_columns(
     path: Path, dtypes: Mapping[str, np.dtype | type], n_rows: int, read: Callable[[str, int, int], np.ndarray]
 ) -> None:
     """Write `path` from columns that `read(name, start, stop)` gives a row range of, one row group
-    (ROW_GROUP_ROWS) at a time: the file `pd.DataFrame(columns).to_parquet(path, index=False)` writes."""
+    (ROW_GROUP_ROWS) at a time: the file `multitab.io.to_parquet(pd.DataFrame(columns), path)` writes."""
     schema = pandas_schema(dtypes)
-    with pq.ParquetWriter(path, schema, compression="snappy") as writer:
+    with pq.ParquetWriter(path, schema, **parquet_options(schema)) as writer:
         for start in range(0, max(n_rows, 1), ROW_GROUP_ROWS):
             stop = min(n_rows, start + ROW_GROUP_ROWS)
             # from_pandas: NaN becomes null, as Table.from_pandas makes it

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from multitab.config.data import DatasetConfig, FeaturesConfig
 from multitab.datasets.schema import SCHEMAS, DatasetSchema, Feature, RawColumn, Task, get_schema
 from multitab.infer import MAX_CLASSES, InferenceError, infer_features
-from multitab.io import atomic_dir, read_json, sha256_file, write_json
+from multitab.io import atomic_dir, read_json, sha256_file, to_parquet, write_json
 
 SCHEMA_FILE = "schema.json"
 SUFFIXES = (".csv", ".csv.gz", ".parquet")
@@ -276,7 +276,7 @@ def acquire_declared(name: str, cfg: DatasetConfig, out_dir: Path, root: Path = 
     record, coded = declare(name, cfg, frames, {k: str(p) for k, p in files.items()})
     with atomic_dir(out_dir) as tmp:
         for key, frame in coded.items():
-            frame.to_parquet(tmp / f"{key}.parquet", index=False)
+            to_parquet(frame, tmp / f"{key}.parquet")
         write_json(tmp / SCHEMA_FILE, record)
         info = {"source": "local", "standin": False, "declared": True, "dataset": name,
                 "files": {k: {"rows": len(frames[k]), "path": str(p), "sha256": sha256_file(p)}

@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from multitab.datasets.columnar import pandas_schema
 from multitab.datasets.schema import DatasetSchema, Feature, Task
+from multitab.io import parquet_options
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +263,8 @@ def write_standin(schema: DatasetSchema, rows: dict[str, int], seed: int, out_di
     for stream, key in enumerate(schema.raw_files):
         # A chunk is encoded on a thread (Parquet's encoder releases the GIL; it took over half the CPU time)
         # while the next is drawn: the same tables in the same order, one more chunk held.
-        with pq.ParquetWriter(out_dir / f"{key}.parquet", arrow_schema) as writer, ThreadPoolExecutor(1) as side:
+        with pq.ParquetWriter(out_dir / f"{key}.parquet", arrow_schema, **parquet_options(arrow_schema)) as writer, \
+                ThreadPoolExecutor(1) as side:
             written: Future[None] | None = None
             for chunk in _chunks(schema, p, rows[key], seed, stream):
                 if written is not None:

@@ -26,6 +26,7 @@ from multitab.datasets.sources.formats import (
     is_number,
 )
 from multitab.datasets.sources.readers import Reader
+from multitab.io import parquet_options
 
 log = logging.getLogger(__name__)
 
@@ -241,12 +242,12 @@ def write_raw_parquet(
 ) -> RawSummary:
     """Read raw file `path` as `read_raw_table` does and write it to Parquet file `target` as it goes
     (row groups of pyarrow's default 1,048,576 rows: the file `pq.write_table(read_raw_table(...))`
-    writes), holding one row group at a time. What acquire writes to data/raw/<D>/."""
+    writes with the project's `multitab.io.parquet_options`), holding one row group at a time. What acquire writes to data/raw/<D>/."""
     path = Path(path)
     summary = RawSummary(schema)
     pending: list[pa.RecordBatch] = []
     n_pending = 0
-    with pq.ParquetWriter(target, _target(schema)) as writer:
+    with pq.ParquetWriter(target, _target(schema), **parquet_options(_target(schema))) as writer:
         for batch in _typed_batches(path, schema, file_key, label or str(path)):
             summary.add(batch)
             pending.append(batch)
