@@ -15,7 +15,7 @@ import pytest
 import validation_frames as vf  # tests/ is on sys.path (pytest's default import mode)
 from multitab.config import load_params
 from multitab.datasets.schema import get_schema
-from multitab.validation import validate_processed, validate_raw
+from multitab.validation import columns, validate_processed, validate_raw
 from multitab.validation.columns import SplitData, row_hashes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def _both(tmp_path: Path, validate: Callable[..., object]) -> tuple[dict, dict]:
     runs = []
     for label, batch_bytes in (("whole", 1 << 40), ("batched", 64_000)):  # batched: ~3 columns at a time
         gx, report = tmp_path / label / "gx", tmp_path / "report"
-        outcome = validate(context_dir=gx, report_dir=report, batch_bytes=batch_bytes)
+        outcome = validate(context_dir=gx, report_dir=report, batch_bytes=batch_bytes, whole_bytes=batch_bytes)
         runs.append({"verdict": outcome.verdict(), "summary": outcome.summary(), "stored": _stored(gx)})  # type: ignore[attr-defined]
     return runs[0], runs[1]
 
@@ -124,6 +124,17 @@ def test_metrics_of_earlier_batches_are_not_kept(tmp_path: Path, monkeypatch: py
     vf.write_processed(tmp_path / "processed", frames, meta)
     cfg = load_params(tmp_path / "params.yaml")
     outcome = validate_processed(tmp_path / "processed", cfg.validation, context_dir=tmp_path / "gx",
-                                 report_dir=tmp_path / "report", batch_bytes=64_000)
+                                 report_dir=tmp_path / "report", batch_bytes=64_000, whole_bytes=64_000)
     assert outcome.success and len(cached) > 6
     assert cached == [0] * len(cached)
+
+
+def test_a_split_between_the_batch_and_the_whole_size_is_held_whole(tmp_path: Path) -> None:
+    """The stages hold a split whole up to WHOLE_BYTES (GX's fixed cost is paid once) and batch only larger
+    ones; a SplitData without `whole_bytes` holds whole only what fits one batch."""
+    frame = vf.canonical_frame(get_schema("higgs"), 500, 0)
+    frame.to_parquet(tmp_path / "s.parquet", index=False)
+    size = SplitData(tmp_path / "s.parquet").nbytes()
+    assert SplitData(tmp_path / "s.parquet", batch_bytes=size // 4).frame is None
+    assert SplitData(tmp_path / "s.parquet", batch_bytes=size // 4, whole_bytes=2 * size).frame is not None
+    assert columns.WHOLE_BYTES >= 2 * columns.BATCH_BYTES

@@ -21,24 +21,30 @@ import pandas as pd
 
 from multitab.datasets.columnar import ParquetColumns
 
-# A split up to this size is held whole; larger ones are read by such batches. GX copies a batch several
-# times over, so the batch sets the stage's peak: at 256 MB it grew 2.9x from a tenth of Higgs to 11 M rows.
+# A larger split is read by batches of at most this size. GX copies a batch several times over, so the batch
+# sets the stage's peak: at 256 MB it grew 2.9x from a tenth of Higgs to 11 M rows.
 BATCH_BYTES = 64 * 1024**2
+# A split up to this size is held whole and validated once: the stages' default. Each batch pays GX's fixed
+# cost again (about 0.3 s a split of ACS Income at full size, 112 MB: validate_processed 6.6-6.8 s whole
+# against 7.2-8.3 s in two batches), and holding it costs about 30 MB more at that size.
+WHOLE_BYTES = 128 * 1024**2
 
 
 class SplitData:
-    """One split: a DataFrame, or a Parquet file held whole up to `batch_bytes` (then exactly today's single
-    validation of the frame) and otherwise read by columns."""
+    """One split: a DataFrame, or a Parquet file held whole up to `whole_bytes` (default `batch_bytes`; then
+    exactly today's single validation of the frame) and otherwise read by columns, `batch_bytes` a batch."""
 
-    def __init__(self, source: pd.DataFrame | str | Path, batch_bytes: int = BATCH_BYTES) -> None:
+    def __init__(self, source: pd.DataFrame | str | Path, batch_bytes: int = BATCH_BYTES,
+                 whole_bytes: int | None = None) -> None:
         self.batch_bytes = batch_bytes
+        whole = batch_bytes if whole_bytes is None else whole_bytes
         self._file: ParquetColumns | None = None
         self._frame: pd.DataFrame | None = None
         if isinstance(source, pd.DataFrame):
             self._frame = source
         else:
             self._file = ParquetColumns(source)
-            if sum(self._file.nbytes(c) for c in self._file.columns) <= batch_bytes:
+            if sum(self._file.nbytes(c) for c in self._file.columns) <= whole:
                 self._frame = self._file.frame(self._file.columns)
 
     @property

@@ -15,7 +15,7 @@ from multitab.config.validation import RawConfig, ValidationConfig
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.io import read_json, sha256_file
 from multitab.validation import suites
-from multitab.validation.columns import BATCH_BYTES, SplitData
+from multitab.validation.columns import BATCH_BYTES, WHOLE_BYTES, SplitData
 from multitab.validation.failures import Outcome
 from multitab.validation.own_checks import extra_checks
 from multitab.validation.runner import open_context, run_suites
@@ -61,8 +61,9 @@ def expected_rows(
     return out
 
 
-def _read_splits(folder: Path, stage: str, batch_bytes: int) -> tuple[dict[str, SplitData], dict[str, str]]:
-    """The splits of `folder` (held whole up to `batch_bytes`, else read by columns) and their sha256."""
+def _read_splits(folder: Path, stage: str, batch_bytes: int, whole_bytes: int
+                 ) -> tuple[dict[str, SplitData], dict[str, str]]:
+    """The splits of `folder` (held whole up to `whole_bytes`, else read by columns) and their sha256."""
     for split in SPLITS:
         path = folder / f"{split}.parquet"
         if not path.exists():
@@ -70,7 +71,7 @@ def _read_splits(folder: Path, stage: str, batch_bytes: int) -> tuple[dict[str, 
     splits, inputs = {}, {}
     for split in SPLITS:
         path = folder / f"{split}.parquet"
-        splits[split] = SplitData(path, batch_bytes)
+        splits[split] = SplitData(path, batch_bytes, whole_bytes)
         inputs[path.name] = sha256_file(path)
     return splits, inputs
 
@@ -141,12 +142,14 @@ def validate_raw(
     report_dir: str | Path,
     keep_runs: int | None = None,
     batch_bytes: int = BATCH_BYTES,
+    whole_bytes: int = WHOLE_BYTES,
 ) -> Outcome:
     """Validate data/splits/<D>/{train,val,test}.parquet against the schema's raw suite (and the checks of
     `extra_checks`); keep the validation results of the newest `keep_runs` runs. A split larger than
-    `batch_bytes` is read and validated a few columns at a time (columns.py): the same results."""
+    `whole_bytes` is read and validated a few columns at a time, `batch_bytes` a batch (columns.py): the same
+    results."""
     splits_dir = Path(splits_dir)
-    splits, inputs = _read_splits(splits_dir, "validate_raw", batch_bytes)
+    splits, inputs = _read_splits(splits_dir, "validate_raw", batch_bytes, whole_bytes)
     rows = expected_rows(schema, data, cfg.raw.row_count_slack, {s: d.n_rows for s, d in splits.items()})
     train = splits["train"]
     values = _train_values(schema, train, cfg.raw.unseen_min_rows_per_value)
@@ -193,9 +196,10 @@ def validate_processed(
     report_dir: str | Path,
     keep_runs: int | None = None,
     batch_bytes: int = BATCH_BYTES,
+    whole_bytes: int = WHOLE_BYTES,
 ) -> Outcome:
     """Validate data/processed/<D>/ (or a MultiTab-Bench output folder) against its meta.json; keep the
-    validation results of the newest `keep_runs` runs; `batch_bytes` as `validate_raw`'s."""
+    validation results of the newest `keep_runs` runs; `batch_bytes` and `whole_bytes` as `validate_raw`'s."""
     processed_dir = Path(processed_dir)
     meta_path = processed_dir / "meta.json"
     if not meta_path.exists():
@@ -208,7 +212,7 @@ def validate_processed(
     missing = [s for s in SPLITS if s not in n_rows]
     if missing:
         raise ValueError(f"validate_processed: {meta_path} has no n_rows for {missing}; re-run its stage")
-    splits, inputs = _read_splits(processed_dir, "validate_processed", batch_bytes)
+    splits, inputs = _read_splits(processed_dir, "validate_processed", batch_bytes, whole_bytes)
     inputs[meta_path.name] = sha256_file(meta_path)
     train_columns = splits["train"].columns
     built = {
