@@ -14,8 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from multitab.datasets import columnar
-from multitab.datasets.columnar import ColumnStore, ParquetColumns, write_parquet_columns
-from multitab.io import parquet_options, to_parquet
+from multitab.datasets.columnar import (
+    ColumnStore,
+    ParquetColumns,
+    parquet_options,
+    to_parquet,
+    write_parquet_columns,
+)
 
 
 def options(df: pd.DataFrame) -> dict[str, Any]:

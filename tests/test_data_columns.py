@@ -1,6 +1,6 @@
 """split@D and preprocess@D a column at a time (steps.split, preprocess_columns.preprocess_files) against the
 whole-frame reference path (canonicalize + split_frames, preprocess.preprocess, then DataFrame.to_parquet
-with the project's options, multitab.io.parquet_options):
+with the project's options, multitab.datasets.columnar.parquet_options):
 the same files, byte for byte, with several row groups and transform blocks per split."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 from multitab.config import load_params
 from multitab.config.data import DatasetConfig, SplitConfig, StandinConfig
 from multitab.datasets import columnar, preprocess_columns, steps
+from multitab.datasets.columnar import parquet_options
 from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import get_schema
 from multitab.datasets.split import SPLITS, SplitError, canonicalize, split_frames
-from multitab.io import parquet_options
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_GROUP = 1000  # instead of 1,048,576: several row groups per file at test sizes

@@ -72,7 +72,8 @@ def test_disk_full_inside_an_atomic_block_or_folder(tmp_path: Path) -> None:
 
 
 def test_stale_temporaries_are_removed(tmp_path: Path) -> None:
-    mio.write_parquet(tmp_path / "x.parquet", pd.DataFrame({"a": [1]}))
+    with mio.atomic_path(tmp_path / "x.parquet") as tmp:
+        pd.DataFrame({"a": [1]}).to_parquet(tmp, index=False)
     (tmp_path / ".x.parquet.abc123.tmp").write_bytes(b"half")
     (tmp_path / ".dvclive.abc.tmp").mkdir()
     (tmp_path / ".dvclive.abc.tmp" / "f").write_text("x")

@@ -401,8 +401,8 @@ def test_acquire_writes_row_group_by_row_group_the_file_of_the_whole_table(tmp_p
     time: the bytes `pq.write_table(read_raw_table(...))` writes, across input batches and row groups."""
     import pyarrow.parquet as pq
 
+    from multitab.datasets.columnar import parquet_options
     from multitab.datasets.sources import readers, typed
-    from multitab.io import parquet_options
 
     monkeypatch.setattr(readers, "PARQUET_BATCH_ROWS", 5)  # input batches that straddle row groups
     monkeypatch.setattr(typed, "ROW_GROUP_ROWS", 7)

@@ -35,9 +35,10 @@ import pandas as pd
 from multitab.config.bench import BenchConfig
 from multitab.config.bench_checks import check_correlation, check_int, check_noise, validate
 from multitab.config.data import PreprocessConfig, SplitConfig
+from multitab.datasets.columnar import to_parquet
 from multitab.datasets.schema import schema_from_meta
 from multitab.datasets.split import SPLITS, split_frames
-from multitab.io import atomic_dir, to_parquet, write_json
+from multitab.io import atomic_dir, write_json
 
 logger = logging.getLogger(__name__)
 

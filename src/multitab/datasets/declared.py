@@ -32,9 +32,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from multitab.config.data import DatasetConfig, FeaturesConfig
+from multitab.datasets.columnar import to_parquet
 from multitab.datasets.schema import SCHEMAS, DatasetSchema, Feature, RawColumn, Task, get_schema
 from multitab.infer import MAX_CLASSES, InferenceError, infer_features
-from multitab.io import atomic_dir, read_json, sha256_file, to_parquet, write_json
+from multitab.io import atomic_dir, read_json, sha256_file, write_json
 
 SCHEMA_FILE = "schema.json"
 SUFFIXES = (".csv", ".csv.gz", ".parquet")

@@ -35,9 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from multitab.datasets.columnar import pandas_schema
+from multitab.datasets.columnar import pandas_schema, parquet_options
 from multitab.datasets.schema import DatasetSchema, Feature, Task
-from multitab.io import parquet_options
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from multitab.datasets.columnar import ROW_GROUP_ROWS
+from multitab.datasets.columnar import ROW_GROUP_ROWS, parquet_options
 from multitab.datasets.schema import DatasetSchema, Feature, RawColumn
 from multitab.datasets.sources.formats import (
     FLOAT32_MAX,
@@ -26,7 +26,6 @@ from multitab.datasets.sources.formats import (
     is_number,
 )
 from multitab.datasets.sources.readers import Reader
-from multitab.io import parquet_options
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +241,7 @@ def write_raw_parquet(
 ) -> RawSummary:
     """Read raw file `path` as `read_raw_table` does and write it to Parquet file `target` as it goes
     (row groups of pyarrow's default 1,048,576 rows: the file `pq.write_table(read_raw_table(...))`
-    writes with the project's `multitab.io.parquet_options`), holding one row group at a time. What acquire writes to data/raw/<D>/."""
+    writes with the project's `columnar.parquet_options`), holding one row group at a time. What acquire writes to data/raw/<D>/."""
     path = Path(path)
     summary = RawSummary(schema)
     pending: list[pa.RecordBatch] = []
