@@ -5,7 +5,7 @@ update checks, and a project-local PREFECT_HOME (git-ignored `.prefect/`) so eph
 history beside the checkout instead of in ~/.prefect. Values already in the environment win.
 
 Run as `python -m flows.pipeline` (`make repro`), Ctrl-C while it is still importing and reading the DAG
-(DVC, pandas, Prefect: seconds) is acted on by its `main` between those steps: one line and exit 130,
+(NumPy, DVC, Prefect: seconds) is acted on by its `main` between those steps: one line and exit 130,
 instead of a traceback from inside an import.
 """
 

@@ -119,3 +119,41 @@ def test_float_columns_are_written_without_dictionaries_and_read_back_the_same(t
     assert all(any("DICTIONARY" in e for e in encodings[c]) for c in ("code", "label")), encodings
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ours.parquet"), pd.read_parquet(tmp_path / "default.parquet"))
     assert (tmp_path / "ours.parquet").read_bytes() != (tmp_path / "default.parquet").read_bytes()
+
+
+def test_a_store_pickles_while_another_thread_adopts_columns_into_it(tmp_path: Path) -> None:
+    """preprocess_files hands its noise store to the pool's jobs; the pool pickles them on its feeder thread
+    while the main thread adopts the finished task columns into that same store. The pickle is a copy taken
+    under the store's lock (CI once got "dictionary changed size during iteration"). Here one thread adopts
+    20,000 new columns, one at a time, while this one pickles the store, with thread switches 50 times as
+    frequent as Python's default."""
+    import pickle
+    import sys
+    import threading
+
+    store = ColumnStore(tmp_path)
+    for i in range(2_000):
+        store.append(f"noise/{i}", np.zeros(1, np.float32))
+    started = threading.Event()
+
+    def adopt() -> None:
+        started.set()
+        for i in range(20_000):
+            other = ColumnStore(tmp_path)
+            other._files[f"k{i}"], other._dtypes[f"k{i}"], other._rows[f"k{i}"] = tmp_path / "x", np.dtype("f4"), 1
+            store.adopt(other)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    thread = threading.Thread(target=adopt)
+    thread.start()
+    copies = []
+    try:
+        started.wait()
+        while thread.is_alive():
+            copies.append(pickle.loads(pickle.dumps(store)))
+    finally:
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert copies and all(set(c._files) == set(c._dtypes) == set(c._rows) for c in copies)
+    assert len(pickle.loads(pickle.dumps(store))._files) == 22_000

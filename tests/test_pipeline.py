@@ -638,9 +638,9 @@ def test_ctrl_c_or_sigterm_stops_the_whole_run_at_once_and_it_resumes(tmp_path, 
     assert (root / "out" / "after").exists()
 
 
-@pytest.mark.parametrize(("module", "presses"), [("pandas", 1), ("dvc.repo", 1), ("prefect", 1), ("prefect", 2)])
+@pytest.mark.parametrize(("module", "presses"), [("numpy", 1), ("dvc.repo", 1), ("prefect", 1), ("prefect", 2)])
 def test_ctrl_c_while_the_flow_imports_or_reads_the_dag_is_one_line_and_130(tmp_path, module, presses):
-    """Ctrl-C right after `make repro`, while the flow still imports (pandas, before its main; Prefect,
+    """Ctrl-C right after `make repro`, while the flow still imports (NumPy, before its main; Prefect,
     before the run starts) or DVC reads the DAG: one line, exit 130, no traceback (a KeyboardInterrupt
     inside an import used to print one; inside Prefect's import, pydantic even wraps it in its own error).
     The first Ctrl-C is acted on once the step ends; a second one ends the program at once. Here the

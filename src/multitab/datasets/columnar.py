@@ -114,7 +114,10 @@ class ColumnStore:
             return self._files[key]
 
     def __getstate__(self) -> dict[str, object]:
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        # A copy taken under the lock: a process pool pickles its jobs' arguments on a thread of its own,
+        # while this process may be adopting another store's columns into this one.
+        with self._lock:
+            return {k: dict(v) if isinstance(v, dict) else v for k, v in self.__dict__.items() if k != "_lock"}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
@@ -135,12 +138,14 @@ class ColumnStore:
         values = np.ascontiguousarray(values)
         if key not in self._dtypes:
             self._path(key).unlink(missing_ok=True)
-            self._dtypes[key], self._rows[key] = values.dtype, 0
+            with self._lock:
+                self._dtypes[key], self._rows[key] = values.dtype, 0
         elif values.dtype != self._dtypes[key]:
             raise TypeError(f"column {key!r}: {values.dtype}, parked as {self._dtypes[key]}")
         with self._path(key).open("ab") as f:
             values.tofile(f)
-        self._rows[key] += len(values)
+        with self._lock:
+            self._rows[key] += len(values)
 
     def put(self, key: str, values: np.ndarray) -> None:
         self.drop(key)
@@ -149,7 +154,8 @@ class ColumnStore:
     def drop(self, key: str) -> None:
         if key in self._dtypes:
             self._path(key).unlink(missing_ok=True)
-            self._rows[key] = 0
+            with self._lock:
+                self._rows[key] = 0
 
     def rows(self, key: str) -> int:
         return self._rows[key]
