@@ -32,6 +32,7 @@ def _params(**attribution):
     raw = read_yaml(ROOT / "params.yaml")
     raw["bench"]["data"]["n_samples"] = 200
     raw["attribution"]["configs"] = ["p06_pd3_t3"]
+    raw["attribution"]["run_arms"] = None  # every arm (params.yaml runs the two layers alone)
     raw["attribution"].update(attribution)
     raw["runs"]["attribution"]["models"] = ["stl_mlp", "mmoe", "multitab_net"]
     raw["attribution"]["claim"]["rivals"] = ["mmoe"]
