@@ -198,6 +198,47 @@ def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
     assert partial.verdict.tolist() == ["holds", "missing"] and flips(partial) == {"c1": []}
 
 
+def test_a_record_reuses_an_earlier_records_runs_of_the_configurations_it_lacks(tmp_path):
+    """`record --reuse FOLDER`: the configurations the report has no run of come from an earlier attribution
+    record for the report's arms, rows as they are, and the header names that record's commit; here the
+    committed eight-arm record gives p04_pdmix_t7 to a two-arm report of p06_pd3_t3 alone, and the ladder's
+    rungs for it are the earlier record's own."""
+    earlier = ROOT / "results/study/attribution_n100k_3seeds"
+    arms = ["A6_mask_t_t", "A7_inter_sample"]
+    old = pd.read_csv(earlier / "metrics.csv", dtype={"degrees": str})
+    old_curves = pd.read_csv(earlier / "curves.csv")
+    report = tmp_path / "report"
+    report.mkdir()
+    mine = old[old.arm.isin(arms) & (old.config == "p06_pd3_t3")]
+    mine.to_csv(report / "metrics.csv", index=False, float_format="%.6g")
+    old_curves[old_curves.arm.isin(arms) & (old_curves.config == "p06_pd3_t3")].to_csv(
+        report / "curves.csv", index=False, float_format="%.6g")
+    pd.DataFrame({"arm": arms, "source": ["paper", "paper"], "changed": ["mask=t_t", "inter_sample=rope_attention"]}
+                 ).to_csv(report / "arms.csv", index=False)
+    record = tmp_path / "record"
+    assert attribution_main(["record", "--from", str(report), "--to", str(record), "--note", "Two layers.",
+                             "--reuse", str(earlier)]) == 0
+    header = (record / "header.md").read_text()
+    assert "configurations ['p04_pdmix_t7'] (arms ['A6_mask_t_t', 'A7_inter_sample'])" in header
+    assert "216cfffc2d65fb499c7ec98abee53edd0af106d5" in header and "> Two layers." in header
+    both = pd.read_csv(record / "metrics.csv", dtype={"degrees": str})
+    assert len(both) == len(old[old.arm.isin(arms)]) and set(both.config) == {"p06_pd3_t3", "p04_pdmix_t7"}
+    pd.testing.assert_frame_equal(both[both.config == "p04_pdmix_t7"].reset_index(drop=True),
+                                  old[old.arm.isin(arms) & (old.config == "p04_pdmix_t7")].reset_index(drop=True))
+    new_rungs = pd.read_csv(record / "ladder.csv").set_index(["config", "arm"])
+    old_rungs = pd.read_csv(earlier / "ladder.csv").set_index(["config", "arm"])
+    for arm in arms:
+        for column in ("gap", "gap_se", "verdict", "best_rival"):
+            assert new_rungs.loc[("p04_pdmix_t7", arm), column] == old_rungs.loc[("p04_pdmix_t7", arm), column]
+    # nothing left to reuse, or a reused configuration without one of the report's arms: a clear error
+    assert attribution_main(["record", "--from", str(record), "--to", str(tmp_path / "again"), "--note", "x",
+                             "--reuse", str(earlier)]) == 1
+    pd.DataFrame({"arm": ["A6_mask_t_t", "A9"], "source": ["paper", "ours"], "changed": ["mask=t_t", "x=y"]}
+                 ).to_csv(report / "arms.csv", index=False)
+    assert attribution_main(["record", "--from", str(report), "--to", str(tmp_path / "lack"), "--note", "x",
+                             "--reuse", str(earlier)]) == 1
+
+
 # ------------------------------------------------------------------- the study under `protocol: authors_code`
 def _study(protocol: str, **attribution):
     """The repo's params with a one-configuration, three-model, two-seed study under `protocol`."""

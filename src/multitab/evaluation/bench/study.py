@@ -163,15 +163,16 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
     return lines + [""]
 
 
-def add_record_commands(sub: Any) -> None:
+def add_record_commands(sub: Any) -> Any:
     """The `record` (--from, --to, --note, --flow-wall-seconds) and `regenerate FOLDER` subcommands every
-    record kind's command line has (study, attribution, precision pair)."""
+    record kind's command line has (study, attribution, precision pair); returns `record`'s parser."""
     rec = sub.add_parser("record")
     rec.add_argument("--from", dest="source", required=True, type=Path)
     rec.add_argument("--to", dest="target", required=True, type=Path)
     rec.add_argument("--note", required=True, help="what this record is (e.g. its scale against the paper's)")
     rec.add_argument("--flow-wall-seconds", type=float, default=None)
     sub.add_parser("regenerate").add_argument("folder", type=Path)
+    return rec
 
 
 def copy_into_record(source: Path, target: Path, names: Sequence[str], make: str) -> None:
