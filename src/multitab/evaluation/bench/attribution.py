@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if a.command == "record":
             copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
-            metrics, extra = read_metrics_csv(a.target / "metrics.csv"), []
+            metrics, extra = read_metrics_csv(a.target / "metrics.csv"), list[str]()
             if a.reuse is not None:
                 metrics, extra = _reuse(a.target, metrics, a.reuse)
             header = record_header(metrics, commit=git_commit(a.source), machine=machine(), note=a.note,
