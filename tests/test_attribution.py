@@ -221,6 +221,8 @@ def test_a_record_reuses_an_earlier_records_runs_of_the_configurations_it_lacks(
     header = (record / "header.md").read_text()
     assert "configurations ['p04_pdmix_t7'] (arms ['A6_mask_t_t', 'A7_inter_sample'])" in header
     assert "216cfffc2d65fb499c7ec98abee53edd0af106d5" in header and "> Two layers." in header
+    assert {p.name for p in (record / "figures").iterdir()} >= {"figure5_layers.png", "figure6_layers.svg"}
+    assert "](figures/figure5_layers.png)" in (record / "section.md").read_text()
     both = pd.read_csv(record / "metrics.csv", dtype={"degrees": str})
     assert len(both) == len(old[old.arm.isin(arms)]) and set(both.config) == {"p06_pd3_t3", "p04_pdmix_t7"}
     pd.testing.assert_frame_equal(both[both.config == "p04_pdmix_t7"].reset_index(drop=True),

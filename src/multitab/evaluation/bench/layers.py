@@ -1,0 +1,74 @@
+"""Figures 5 and 6 in the paper's layout with one MultiTab-Net row per arm, for an attribution record whose
+arms differ in MultiTab-Net alone (params.yaml `attribution` with run_arms [A6_mask_t_t, A7_inter_sample]: the
+authors' per-sample mixing and the paper-text attention across the batch, on the same rival runs).
+
+Drawn only when every arm reads the very same runs of every other model (the `run` column), so the rivals'
+bars are one set of runs and only MultiTab-Net's differ; a ladder whose arms change the rivals too (the
+eight-arm record) gets no such figure. Δm per seed against the arms' shared STL, mean ± SE over seeds, as the
+study's figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from multitab.evaluation.bench.numbers import (
+    FIGURE5_GROUPS,
+    FIGURE6_GROUPS,
+    StudySettings,
+    configs_from_metrics,
+    delta_m_runs,
+    summarise,
+)
+from multitab.evaluation.bench.render import figure_frame
+
+FIGURES = (
+    ("figure5_layers", FIGURE5_GROUPS, "Figure 5: Δm (%) vs STL, MultiTab-Net with each inter-sample layer"),
+    ("figure6_layers", FIGURE6_GROUPS, "Figure 6: Δm (%) vs STL, MultiTab-Net with each inter-sample layer"),
+)
+
+
+def shares_rivals(metrics: pd.DataFrame, settings: StudySettings) -> bool:
+    """Whether the record has two or more arms and each reads the same runs of every model but the claim's."""
+    arms = list(dict.fromkeys(metrics["arm"]))
+    others = metrics[metrics["model"] != settings.model]
+    runs = [frozenset(others.loc[others["arm"] == arm, "run"]) for arm in arms]
+    return len(arms) >= 2 and bool(runs[0]) and all(r == runs[0] for r in runs[1:])
+
+
+def layer_model(settings: StudySettings, arm: str) -> str:
+    return f"{settings.label(settings.model)} ({arm})"
+
+
+def layer_metrics(metrics: pd.DataFrame, settings: StudySettings) -> pd.DataFrame:
+    """One arm's rival and baseline rows, and every arm's MultiTab-Net rows named after their arm."""
+    arms = list(dict.fromkeys(metrics["arm"]))
+    rivals = metrics[(metrics["arm"] == arms[0]) & (metrics["model"] != settings.model)]
+    models = [metrics[(metrics["arm"] == arm) & (metrics["model"] == settings.model)].assign(
+        model=layer_model(settings, arm)) for arm in arms]
+    return pd.concat([rivals, *models], ignore_index=True).drop(columns=["arm", "run"])
+
+
+def layer_figures(metrics: pd.DataFrame, settings: StudySettings, out: Path) -> list[Path]:
+    """figures/figure5_layers.{png,svg} and figure6_layers.* of an arms record whose arms share their rivals;
+    none otherwise (and none for a figure none of whose configurations was run)."""
+    from multitab.evaluation import figures
+
+    if not shares_rivals(metrics, settings):
+        return []
+    frame = layer_metrics(metrics, settings)
+    configs = configs_from_metrics(frame)
+    rivals = [m for m in dict.fromkeys(frame["model"]) if m != settings.baseline and not m.startswith(
+        settings.label(settings.model))]
+    plotted = rivals + [layer_model(settings, arm) for arm in dict.fromkeys(metrics["arm"])]
+    table = figure_frame(summarise(delta_m_runs(frame, settings.baseline)), configs, plotted, settings)
+    written: list[Path] = []
+    for name, groups, title in FIGURES:
+        part = table[table.group.isin(groups)]
+        if part.empty:
+            continue
+        fig = figures.delta_m_figure(part, groups, [settings.label(m) for m in plotted], title)
+        written += figures.save_figure(fig, out / "figures", name, settings.dpi)
+    return written
