@@ -30,7 +30,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-.PHONY: repro study study-interim attribution precision-pair sweep test lint ui benchmarks clean-venv assets postgres \
+.PHONY: repro study study-interim attribution layers precision-pair sweep test lint ui benchmarks clean-venv assets postgres \
 	compare icl-weights icl-benchmark
 
 $(STAMP): pyproject.toml
@@ -128,6 +128,16 @@ sweep: $(STAMP) $(ASSETS)
 # Outputs: results/attribution_report/ (report.md, ladder.{csv,md}, figures/ladder.png).
 attribution: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.pipeline --groups attribution --targets group_report@attribution
+
+# Both MultiTab-Net layers on the nine configurations of Figures 5 and 6 (params `attribution`: arms A6 and A7;
+# docs/study.md, "Both layers"): one configuration's runs after another, so that each finished configuration can
+# be recorded (results/study/README.md) before the next starts; resumable like every stage (checkpoints, the
+# DVC cache). LAYER_CONFIGS: the seven the eight-arm record did not run (its two are reused, not retrained).
+LAYER_CONFIGS ?= p06_pd234_t3 p02_pd3_t3 p10_pd3_t3 p06_pd4_t3 p06_pd5_t3 p06_pd3_t5 p06_pd3_t7
+layers: $(STAMP) $(ASSETS)
+	@for c in $(LAYER_CONFIGS); do \
+	  $(BIN)/python -m flows.pipeline --groups attribution --targets "train@attribution-$${c}_ho_std_fixed-*" \
+	    || exit $$?; done
 
 # The paired fp32/bf16 comparison (run group runs.study_bf16; docs/study.md, "bf16"): the study's runs of that
 # group's configurations in fp32 (run group study, results/study_runs, shared with `make study`) and in bf16
