@@ -19,6 +19,7 @@ def _raw(protocol: str = "paper") -> dict:
     raw = read_yaml(ROOT / "params.yaml")
     raw["protocol"] = protocol
     raw["study"]["configs"] = raw["attribution"]["configs"] = ["p06_pd3_t3"]
+    raw["attribution"]["run_arms"] = None  # every arm (params.yaml runs the two layers alone)
     raw["runs"]["study"]["seeds"] = raw["runs"]["attribution"]["seeds"] = [0]
     return raw
 
