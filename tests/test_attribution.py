@@ -232,7 +232,16 @@ def test_a_record_reuses_an_earlier_records_runs_of_the_configurations_it_lacks(
     for arm in arms:
         for column in ("gap", "gap_se", "verdict", "best_rival"):
             assert new_rungs.loc[("p04_pdmix_t7", arm), column] == old_rungs.loc[("p04_pdmix_t7", arm), column]
-    # nothing left to reuse, or a reused configuration without one of the report's arms: a clear error
+    # a record made by reuse is reused in turn (its p04 rows come along, the header names it); the record being
+    # written, nothing left to reuse, or a reused configuration without one of the report's arms: a clear error
+    assert attribution_main(["record", "--from", str(report), "--to", str(tmp_path / "chained"), "--note", "x",
+                             "--reuse", str(record)]) == 0
+    assert (tmp_path / "chained" / "ladder.csv").read_bytes() == (record / "ladder.csv").read_bytes()
+    assert f"are the runs of {record.as_posix()} (Commit: `unknown`" in (tmp_path / "chained" / "header.md").read_text()
+    before = {p.name: p.read_bytes() for p in (tmp_path / "chained").iterdir() if p.is_file()}
+    assert attribution_main(["record", "--from", str(report), "--to", str(tmp_path / "chained"), "--note", "x",
+                             "--reuse", str(tmp_path / "chained")]) == 1
+    assert {p.name: p.read_bytes() for p in (tmp_path / "chained").iterdir() if p.is_file()} == before
     assert attribution_main(["record", "--from", str(record), "--to", str(tmp_path / "again"), "--note", "x",
                              "--reuse", str(earlier)]) == 1
     pd.DataFrame({"arm": ["A6_mask_t_t", "A9"], "source": ["paper", "ours"], "changed": ["mask=t_t", "x=y"]}

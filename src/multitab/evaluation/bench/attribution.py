@@ -305,20 +305,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import sys
 
-    from multitab.evaluation.bench.study import add_record_commands, copy_into_record, write_text
+    from multitab.evaluation.bench.reuse import reused_record
+    from multitab.evaluation.bench.study import add_record_commands, copy_into_record, write_csv, write_text
     from multitab.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.attribution")
     add_record_commands(p.add_subparsers(dest="command", required=True)).add_argument(
-        "--reuse", type=Path, default=None, help="an earlier attribution record whose runs of the configurations "
-        "the report lacks are taken as they are (bench/reuse.py)")
+        "--reuse", type=Path, action="append", default=[], help="an earlier attribution record whose runs of "
+        "the configurations the report lacks are taken as they are (bench/reuse.py); repeatable, in order")
     a = p.parse_args(argv)
     try:
         if a.command == "record":
+            reused = reused_record(a.source, a.target, a.reuse) if a.reuse else None  # checked before anything is written
             copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
             metrics, extra = read_metrics_csv(a.target / "metrics.csv"), list[str]()
-            if a.reuse is not None:
-                metrics, extra = _reuse(a.target, metrics, a.reuse)
+            if reused is not None:
+                metrics, curves, extra = reused
+                write_csv(metrics, a.target / "metrics.csv")
+                write_csv(curves, a.target / "curves.csv")
             header = record_header(metrics, commit=git_commit(a.source), machine=machine(), note=a.note,
                                    flow_wall_seconds=a.flow_wall_seconds)
             write_text("\n".join(header[:-1] + extra + [""]) + "\n", a.target / "header.md")
@@ -327,19 +331,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.attribution: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def _reuse(target: Path, metrics: pd.DataFrame, folder: Path) -> tuple[pd.DataFrame, list[str]]:
-    """The record folder's metrics.csv and curves.csv rewritten with `folder`'s runs of the configurations they
-    lack (bench/reuse.py); the header line that says so."""
-    from multitab.evaluation.bench.reuse import reuse_line, reused_rows
-    from multitab.evaluation.bench.study import write_csv
-
-    arms = list(read_arms_csv(target / "arms.csv")["arm"])
-    metrics, curves, configs = reused_rows(metrics, pd.read_csv(target / "curves.csv"), arms, folder)
-    write_csv(metrics, target / "metrics.csv")
-    write_csv(curves, target / "curves.csv")
-    return metrics, [reuse_line(folder, configs, arms)]
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ commit and machine: such a record holds runs of two commits, and says so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -45,3 +46,19 @@ def reuse_line(folder: Path, configs: list[str], arms: list[str]) -> str:
                    if line.startswith("- Commit:")), "commit not stated") if header.is_file() else "no header.md"
     return (f"- Reused, not retrained: configurations {configs} (arms {arms}) are the runs of {folder.as_posix()} "
             f"({origin.rstrip('.')}), rows copied as they are.")
+
+
+def reused_record(source: Path, target: Path, folders: Sequence[Path]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The report's metrics and curves with each of `folders`' runs of the configurations still lacking, in order
+    (bench/reuse.py), and the header lines that say so; read before the record folder is written."""
+    from multitab.evaluation.bench.attribution import read_arms_csv
+
+    metrics, curves = read_metrics_csv(source / "metrics.csv"), pd.read_csv(source / "curves.csv")
+    arms = list(read_arms_csv(source / "arms.csv")["arm"])
+    lines = []
+    for folder in folders:
+        if folder.resolve() == target.resolve():
+            raise StudyError(f"{folder}: the record being written; reuse a committed record under another name")
+        metrics, curves, configs = reused_rows(metrics, curves, arms, folder)
+        lines.append(reuse_line(folder, configs, arms))
+    return metrics, curves, lines
