@@ -237,7 +237,43 @@ def test_a_record_reuses_an_earlier_records_runs_of_the_configurations_it_lacks(
     assert attribution_main(["record", "--from", str(report), "--to", str(tmp_path / "chained"), "--note", "x",
                              "--reuse", str(record)]) == 0
     assert (tmp_path / "chained" / "ladder.csv").read_bytes() == (record / "ladder.csv").read_bytes()
-    assert f"are the runs of {record.as_posix()} (Commit: `unknown`" in (tmp_path / "chained" / "header.md").read_text()
+    # ... and its header names the commit each configuration was trained at: p04 came to `record` from the
+    # eight-arm record, so the chained header nests that record's line under its own
+    chained = (tmp_path / "chained" / "header.md").read_text().splitlines()
+    at = next(i for i, line in enumerate(chained) if line.startswith("- Reused, not retrained:"))
+    assert chained[at].startswith(f"- Reused, not retrained: configurations ['p04_pdmix_t7'] (arms {arms}) are "
+                                  f"the runs of {record.as_posix()}, rows copied as they are; it had itself reused")
+    assert chained[at + 1].startswith("  - Reused, not retrained: configurations ['p04_pdmix_t7'] ") and (
+        "216cfffc2d65fb499c7ec98abee53edd0af106d5" in chained[at + 1])
+    # a record that trained some of what it gives and reused the rest names both
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    for name in ("metrics.csv", "curves.csv", "arms.csv"):
+        shutil.copy(report / name, wide / name)
+    mine[mine.config == "__none__"].to_csv(wide / "metrics.csv", index=False)  # the report has nothing: all reused
+    assert attribution_main(["record", "--from", str(wide), "--to", str(tmp_path / "both"), "--note", "x",
+                             "--reuse", str(record)]) == 0
+    line = next(x for x in (tmp_path / "both" / "header.md").read_text().splitlines() if x.startswith("- Reused"))
+    assert (f"configurations ['p06_pd3_t3', 'p04_pdmix_t7'] (arms {arms}) are the runs of {record.as_posix()}, "
+            "rows copied as they are: ['p06_pd3_t3'] trained there (Commit: `unknown`") in line
+    assert line.endswith("; ['p04_pdmix_t7'] it had itself reused:"), line
+    (tmp_path / "both" / "header.md").write_text(
+        (tmp_path / "both" / "header.md").read_text().replace("configurations ['p06", "configurations ['p06'"))
+    assert attribution_main(["record", "--from", str(wide), "--to", str(tmp_path / "bad"), "--note", "x",
+                             "--reuse", str(tmp_path / "both")]) == 1
+    assert not (tmp_path / "bad").exists()
+    # --configs: only those configurations of the report (the ones trained since), the rest from --reuse
+    old[old.arm.isin(arms)].to_csv(wide / "metrics.csv", index=False, float_format="%.6g")
+    old_curves[old_curves.arm.isin(arms)].to_csv(wide / "curves.csv", index=False, float_format="%.6g")
+    assert attribution_main(["record", "--from", str(wide), "--to", str(tmp_path / "part"), "--note", "x",
+                             "--configs", "p06_pd3_t3", "--reuse", str(earlier)]) == 0
+    assert (tmp_path / "part" / "ladder.csv").read_bytes() == (record / "ladder.csv").read_bytes()
+    assert f"- Trained at the commit above: configurations ['p06_pd3_t3'] (the report {wide.as_posix()})." in (
+        tmp_path / "part" / "header.md").read_text()
+    for args in (["--configs", "p02_pd3_t3", "--reuse", str(earlier)], ["--configs", "p06_pd3_t3"]):
+        assert attribution_main(["record", "--from", str(wide), "--to", str(tmp_path / "no"), "--note", "x",
+                                 *args]) == 1
+        assert not (tmp_path / "no").exists()
     before = {p.name: p.read_bytes() for p in (tmp_path / "chained").iterdir() if p.is_file()}
     assert attribution_main(["record", "--from", str(report), "--to", str(tmp_path / "chained"), "--note", "x",
                              "--reuse", str(tmp_path / "chained")]) == 1

@@ -310,13 +310,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from multitab.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.attribution")
-    add_record_commands(p.add_subparsers(dest="command", required=True)).add_argument(
-        "--reuse", type=Path, action="append", default=[], help="an earlier attribution record whose runs of "
-        "the configurations the report lacks are taken as they are (bench/reuse.py); repeatable, in order")
+    rec = add_record_commands(p.add_subparsers(dest="command", required=True))
+    rec.add_argument("--reuse", type=Path, action="append", default=[], help="an earlier attribution record whose "
+                     "runs of the configurations the report lacks are taken as they are (bench/reuse.py); "
+                     "repeatable, in order")
+    rec.add_argument("--configs", nargs="+", help="with --reuse: only these configurations of the report (those "
+                     "trained since the reused record); the others come from --reuse")
     a = p.parse_args(argv)
     try:
         if a.command == "record":
-            reused = reused_record(a.source, a.target, a.reuse) if a.reuse else None  # checked before anything is written
+            if a.configs and not a.reuse:
+                raise StudyError("--configs takes part of the report; give the rest with --reuse FOLDER")
+            # everything is read and checked before anything is written
+            reused = reused_record(a.source, a.target, a.reuse, a.configs) if a.reuse else None
             copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
             metrics, extra = read_metrics_csv(a.target / "metrics.csv"), list[str]()
             if reused is not None:

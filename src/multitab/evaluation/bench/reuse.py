@@ -7,6 +7,8 @@ commit and machine: such a record holds runs of two commits, and says so.
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,23 +41,78 @@ def reused_rows(metrics: pd.DataFrame, curves: pd.DataFrame, arms: list[str], fo
             pd.concat([curves, curves_taken[curves.columns]], ignore_index=True), configs)
 
 
-def reuse_line(folder: Path, configs: list[str], arms: list[str]) -> str:
-    """header.md's line saying which configurations came from `folder`, with that record's commit and machine."""
+REUSED = "- Reused, not retrained: "
+
+
+def _header_lines(folder: Path) -> list[str]:
     header = folder / "header.md"
-    origin = next((line.removeprefix("- ") for line in header.read_text().splitlines()
-                   if line.startswith("- Commit:")), "commit not stated") if header.is_file() else "no header.md"
-    return (f"- Reused, not retrained: configurations {configs} (arms {arms}) are the runs of {folder.as_posix()} "
-            f"({origin.rstrip('.')}), rows copied as they are.")
+    return header.read_text().splitlines() if header.is_file() else []
 
 
-def reused_record(source: Path, target: Path, folders: Sequence[Path]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """The report's metrics and curves with each of `folders`' runs of the configurations still lacking, in order
-    (bench/reuse.py), and the header lines that say so; read before the record folder is written."""
+def _reused_blocks(header: Path, lines: list[str]) -> list[tuple[list[str], list[str]]]:
+    """A header's own reuse lines, each with the configurations it names and the lines nested under it."""
+    blocks: list[tuple[list[str], list[str]]] = []
+    for number, line in enumerate(lines, 1):
+        if line.startswith(REUSED):
+            found = re.search(r"configurations (\[[^\]]*\])", line)
+            try:
+                configs = ast.literal_eval(found.group(1)) if found else None  # literals only: nothing runs
+            except (ValueError, SyntaxError):
+                configs = None
+            if not isinstance(configs, list):
+                raise StudyError(f"{header}, line {number}: a reuse line without its list of configurations "
+                                 "(`configurations ['...']`); restore the line as `record` wrote it")
+            blocks.append(([str(c) for c in configs], [line]))
+        elif line.startswith("  ") and blocks:
+            blocks[-1][1].append(line)
+    return blocks
+
+
+def reuse_line(folder: Path, configs: list[str], arms: list[str]) -> str:
+    """header.md's lines saying which configurations came from `folder`: those trained there, with that record's
+    commit, machine and flow wall time, and, nested, those `folder` had itself reused (its own lines, indented),
+    so that a chain of partial records still names the commit each configuration was trained at."""
+    lines = _header_lines(folder)
+    if not lines:
+        origin = "no header.md"
+    else:
+        origin = next((line.removeprefix("- ").rstrip(".") for line in lines if line.startswith("- Commit:")),
+                      "commit not stated")
+        wall = next((line for line in lines if line.startswith("- Wall time of the whole")), None)
+        if wall is not None:
+            origin += "; flow wall time " + wall.rsplit(":", 1)[1].strip().rstrip(".")
+    nested = [(sorted(set(block_configs) & set(configs), key=configs.index), block)
+              for block_configs, block in _reused_blocks(folder / "header.md", lines)]
+    nested = [(taken, block) for taken, block in nested if taken]
+    there = [c for c in configs if not any(c in taken for taken, _ in nested)]
+    head = f"{REUSED}configurations {configs} (arms {arms}) are the runs of {folder.as_posix()}"
+    if not nested:
+        return f"{head} ({origin}), rows copied as they are."
+    again = [c for taken, _ in nested for c in taken]
+    text = [f"{head}, rows copied as they are: {there} trained there ({origin}); {again} it had itself reused:"
+            if there else f"{head}, rows copied as they are; it had itself reused them ({origin}):"]
+    for _, block in nested:
+        text += ["  " + line for line in block]
+    return "\n".join(text)
+
+
+def reused_record(source: Path, target: Path, folders: Sequence[Path], only: Sequence[str] | None = None
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The report's metrics and curves (those of configurations `only`, when given: the ones trained since the
+    record reused) with each of `folders`' runs of the configurations still lacking, in order (bench/reuse.py),
+    and the header lines that say so; read before the record folder is written."""
     from multitab.evaluation.bench.attribution import read_arms_csv
 
     metrics, curves = read_metrics_csv(source / "metrics.csv"), pd.read_csv(source / "curves.csv")
+    if only is not None:
+        absent = [c for c in only if c not in set(metrics["config"])]
+        if absent:
+            raise StudyError(f"{source / 'metrics.csv'}: no run of configuration(s) {absent}; --configs names "
+                             f"configurations of the report ({sorted(set(metrics['config']))})")
+        metrics, curves = metrics[metrics["config"].isin(only)], curves[curves["config"].isin(only)]
     arms = list(read_arms_csv(source / "arms.csv")["arm"])
-    lines = []
+    own = list(dict.fromkeys(metrics["config"]))
+    lines = [f"- Trained at the commit above: configurations {own} (the report {source.as_posix()})."] if own else []
     for folder in folders:
         if folder.resolve() == target.resolve():
             raise StudyError(f"{folder}: the record being written; reuse a committed record under another name")
