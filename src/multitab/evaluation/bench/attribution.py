@@ -324,11 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             # everything is read and checked before anything is written
             reused = reused_record(a.source, a.target, a.reuse, a.configs) if a.reuse else None
             copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
-            metrics, extra = read_metrics_csv(a.target / "metrics.csv"), list[str]()
-            if reused is not None:
+            if reused is not None:  # the merged rows, not the report's copy
                 metrics, curves, extra = reused
                 write_csv(metrics, a.target / "metrics.csv")
                 write_csv(curves, a.target / "curves.csv")
+            else:
+                metrics, extra = read_metrics_csv(a.target / "metrics.csv"), []
             header = record_header(metrics, commit=git_commit(a.source), machine=machine(), note=a.note,
                                    flow_wall_seconds=a.flow_wall_seconds)
             write_text("\n".join(header[:-1] + extra + [""]) + "\n", a.target / "header.md")
