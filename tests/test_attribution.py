@@ -213,7 +213,8 @@ def test_a_record_reuses_an_earlier_records_runs_of_the_configurations_it_lacks(
     mine.to_csv(report / "metrics.csv", index=False, float_format="%.6g")
     old_curves[old_curves.arm.isin(arms) & (old_curves.config == "p06_pd3_t3")].to_csv(
         report / "curves.csv", index=False, float_format="%.6g")
-    pd.DataFrame({"arm": arms, "source": ["paper", "paper"], "changed": ["mask=t_t", "inter_sample=rope_attention"]}
+    pd.DataFrame({"arm": arms, "source": ["paper", "paper"],
+                  "changed": ["mask=t_t, inter_sample=per_sample_mixing", "inter_sample=rope_attention"]}
                  ).to_csv(report / "arms.csv", index=False)
     record = tmp_path / "record"
     assert attribution_main(["record", "--from", str(report), "--to", str(record), "--note", "Two layers.",
@@ -222,7 +223,14 @@ def test_a_record_reuses_an_earlier_records_runs_of_the_configurations_it_lacks(
     assert "configurations ['p04_pdmix_t7'] (arms ['A6_mask_t_t', 'A7_inter_sample'])" in header
     assert "216cfffc2d65fb499c7ec98abee53edd0af106d5" in header and "> Two layers." in header
     assert {p.name for p in (record / "figures").iterdir()} >= {"figure5_layers.png", "figure6_layers.svg"}
-    assert "](figures/figure5_layers.png)" in (record / "section.md").read_text()
+    section = (record / "section.md").read_text()
+    assert "](figures/figure5_layers.png)" in section
+    # the answer per figure and layer, from the ladder: p06_pd3_t3 is Figure 5's, p04_pdmix_t7 Figure 6's
+    assert ("- Figure 5, MultiTab-Net with per_sample_mixing (A6_mask_t_t): **holds** on 1 of the 1 "
+            "configuration(s) run (p06_pd3_t3 +1.07 ± 0.19).") in section
+    assert ("- Figure 6, MultiTab-Net with rope_attention (A7_inter_sample): **inconclusive** on 1 of the 1 "
+            "configuration(s) run (p04_pdmix_t7 -2.98 ± 0.71).") in section
+    assert "The answer per figure" not in (earlier / "section.md").read_text()  # its arms change the rivals too
     both = pd.read_csv(record / "metrics.csv", dtype={"degrees": str})
     assert len(both) == len(old[old.arm.isin(arms)]) and set(both.config) == {"p06_pd3_t3", "p04_pdmix_t7"}
     pd.testing.assert_frame_equal(both[both.config == "p04_pdmix_t7"].reset_index(drop=True),

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
-from multitab.evaluation.bench.layers import layer_figures
+from multitab.evaluation.bench.layers import figure_answer, layer_figures
 from multitab.evaluation.bench.numbers import (
     CURVES_COLUMNS,
     METRICS_COLUMNS,
@@ -246,6 +246,7 @@ def write_attribution(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.Data
     written += figures.save_figure(ladder_figure(table, settings), out / "figures", "ladder", settings.dpi)
     layers = layer_figures(metrics, settings, out)  # arms that differ in MultiTab-Net alone: Figures 5 and 6
     links = [f"![{p.stem}](figures/{p.name})" for p in layers if p.suffix == ".png"]
+    header = [*header, *figure_answer(table, metrics, settings)] if layers else header
     section = render_section(table, settings, header) + ("\n" + "\n\n".join(links) + "\n" if links else "")
     written += layers
     written.append(write_text(section, out / "section.md"))

@@ -5,11 +5,13 @@ authors' per-sample mixing and the paper-text attention across the batch, on the
 Drawn only when every arm reads the very same runs of every other model (the `run` column), so the rivals'
 bars are one set of runs and only MultiTab-Net's differ; a ladder whose arms change the rivals too (the
 eight-arm record) gets no such figure. Δm per seed against the arms' shared STL, mean ± SE over seeds, as the
-study's figures.
+study's figures. Such a record's section.md also opens with the answer per figure and layer (`figure_answer`:
+the verdicts over the configurations it holds, each with its gap to the best rival).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +24,7 @@ from multitab.evaluation.bench.numbers import (
     delta_m_runs,
     summarise,
 )
-from multitab.evaluation.bench.render import figure_frame
+from multitab.evaluation.bench.render import figure_frame, plus_minus
 
 FIGURES = (
     ("figure5_layers", FIGURE5_GROUPS, "Figure 5: Δm (%) vs STL, MultiTab-Net with each inter-sample layer"),
@@ -72,3 +74,39 @@ def layer_figures(metrics: pd.DataFrame, settings: StudySettings, out: Path) -> 
         fig = figures.delta_m_figure(part, groups, [settings.label(m) for m in plotted], title)
         written += figures.save_figure(fig, out / "figures", name, settings.dpi)
     return written
+
+
+def arm_layers(table: pd.DataFrame) -> dict[str, str]:
+    """arm -> its inter-sample layer: the last `inter_sample=` any arm up to it changed (the ladder's `changed`,
+    arms in order; the first arm lists every factor)."""
+    layer, out = "an unstated inter-sample layer", {}
+    for arm, changed in dict(zip(table["arm"], table["changed"], strict=False)).items():
+        found = re.findall(r"inter_sample=(\w+)", changed)
+        layer = found[-1] if found else layer
+        out[arm] = layer
+    return out
+
+
+def figure_answer(table: pd.DataFrame, metrics: pd.DataFrame, settings: StudySettings) -> list[str]:
+    """section.md lines answering the paper's claim per figure and per MultiTab-Net layer: the verdicts over the
+    configurations of that figure this record holds, each with its gap to the best rival (± SE)."""
+    configs = configs_from_metrics(metrics)
+    figure_of = {c.name: "6" if set(c.groups) & set(FIGURE6_GROUPS) else "5" if set(c.groups) & set(FIGURE5_GROUPS)
+                 else "" for c in configs.values()}
+    model, rivals = settings.label(settings.model), ", ".join(settings.label(r) for r in settings.rivals)
+    lines = ["### The answer per figure and layer", "",
+             f"The claim: {model}'s Δm significantly above every rival's ({rivals}) at α {settings.alpha:g}; gap to "
+             "the best rival ± SE, in points, over the configurations this record holds.", ""]
+    for figure in ("5", "6"):
+        names = [c for c in dict.fromkeys(table["config"]) if figure_of.get(c) == figure]
+        for arm, layer in arm_layers(table).items():
+            rows = table[(table.arm == arm) & table.config.isin(names) & (table.verdict != "missing")]
+            if rows.empty:
+                continue
+            counts = rows["verdict"].value_counts()
+            says = ", ".join(f"**{v}** on {counts[v]}" for v in ("holds", "inconclusive", "does not hold")
+                             if v in counts)
+            each = ", ".join(f"{r.config} {plus_minus(r.gap, r.gap_se)}" for r in rows.itertuples())
+            lines.append(f"- Figure {figure}, {model} with {layer} ({arm}): {says} of the {len(rows)} "
+                         f"configuration(s) run ({each}).")
+    return lines + [""]
