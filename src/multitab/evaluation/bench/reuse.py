@@ -112,7 +112,7 @@ def reused_record(source: Path, target: Path, folders: Sequence[Path], only: Seq
         metrics, curves = metrics[metrics["config"].isin(only)], curves[curves["config"].isin(only)]
     arms = list(read_arms_csv(source / "arms.csv")["arm"])
     own = list(dict.fromkeys(metrics["config"]))
-    lines = [f"- Trained at the commit above: configurations {own} (the report {source.as_posix()})."] if own else []
+    lines = [f"- Trained at the commit above: configurations {own}."] if own else []
     for folder in folders:
         if folder.resolve() == target.resolve():
             raise StudyError(f"{folder}: the record being written; reuse a committed record under another name")
