@@ -22,6 +22,7 @@ from multitab.evaluation.bench.numbers import (
     collect,
     convergence,
     delta_m_runs,
+    figure_number,
     read_metrics_csv,
     summarise,
 )
@@ -65,6 +66,12 @@ def _write_runs(root: Path, seeds=(0, 1, 2)) -> None:
 
 
 MODELS = ["stl_mlp", "mmoe", "ple", "stem", "multitab_net"]
+
+
+def test_figure_number_follows_the_groups_figure_6_first():
+    assert [figure_number(c) for c in CONFIGS.values()] == ["5", "6"]
+    assert figure_number(SyntheticConfig("both", ("count", "nonuniform"), 0.6, (3, 5))) == "6"
+    assert figure_number(SyntheticConfig("x", ("other",), None, None)) == ""
 
 
 def test_delta_m_and_claim_per_configuration(tmp_path):

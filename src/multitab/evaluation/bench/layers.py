@@ -22,6 +22,7 @@ from multitab.evaluation.bench.numbers import (
     StudySettings,
     configs_from_metrics,
     delta_m_runs,
+    figure_number,
     summarise,
 )
 from multitab.evaluation.bench.render import figure_frame, plus_minus
@@ -91,8 +92,7 @@ def figure_answer(table: pd.DataFrame, metrics: pd.DataFrame, settings: StudySet
     """section.md lines answering the paper's claim per figure and per MultiTab-Net layer: the verdicts over the
     configurations of that figure this record holds, each with its gap to the best rival (± SE)."""
     configs = configs_from_metrics(metrics)
-    figure_of = {c.name: "6" if set(c.groups) & set(FIGURE6_GROUPS) else "5" if set(c.groups) & set(FIGURE5_GROUPS)
-                 else "" for c in configs.values()}
+    figure_of = {c.name: figure_number(c) for c in configs.values()}
     model, rivals = settings.label(settings.model), ", ".join(settings.label(r) for r in settings.rivals)
     lines = ["### The answer per figure and layer", "",
              f"The claim: {model}'s Δm significantly above every rival's ({rivals}) at α {settings.alpha:g}; gap to "

@@ -28,6 +28,13 @@ FIGURE5_GROUPS = ("correlation", "complexity", "count")
 FIGURE6_GROUPS = ("nonuniform",)
 
 
+def figure_number(conf: SyntheticConfig) -> str:
+    """The paper's figure a configuration belongs to: "6" (non-uniform complexities), "5" (correlation,
+    complexity, count), or "" for neither."""
+    groups = set(conf.groups)
+    return "6" if groups & set(FIGURE6_GROUPS) else "5" if groups & set(FIGURE5_GROUPS) else ""
+
+
 class StudyError(ValueError):
     """A study input (metrics CSV, runs) is malformed; the message names the file and what to do."""
 

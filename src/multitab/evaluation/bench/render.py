@@ -17,6 +17,7 @@ from multitab.evaluation.bench.numbers import (
     FIGURE6_GROUPS,
     StudySettings,
     below_budget,
+    figure_number,
 )
 
 
@@ -70,7 +71,7 @@ def delta_m_markdown(summary: pd.DataFrame, configs: Mapping[str, SyntheticConfi
         if conf.name in seen:
             continue
         seen.add(conf.name)
-        figure = "6" if "nonuniform" in conf.groups else ("5" if set(conf.groups) & set(FIGURE5_GROUPS) else "-")
+        figure = figure_number(conf) or "-"
         cells = []
         for model in models:
             if (conf.name, model) not in index.index:
