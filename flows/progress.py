@@ -1,0 +1,177 @@
+"""Finished training runs kept in git, so that a long study resumes on a machine whose DVC cache is gone
+(`make layers` saves after each configuration and loads before the first; docs/study.md, "Both layers").
+
+A finished `train@<run>` stage leaves a DVC run-cache entry (.dvc/cache/runs/...: the stage's command, the
+hashes of everything it read, its parameters, and the md5s of its outputs) and its outputs in the cache
+(metrics.json and the dvclive log: kilobytes). `save` copies the entries of the runs that match a pattern,
+and the objects they name, from the cache into a folder of the repository (default results/study/progress/,
+laid out as DVC's cache). `load` checks every object against its name and copies what the cache lacks back.
+DVC itself then decides: a run whose code, data, parameters and command hash as they did when it trained is
+restored from its run cache ("Restored" in the flow, and checked like any restored output, flows/integrity.py);
+any other runs again. Nothing here marks a stage done. Runs still training when a session stops are not in
+the run cache and start again (their checkpoints, 6-18 MB each, are not kept in git).
+
+index.json names, per run, the entry's file, the commit HEAD was at and the CPU when it was saved: the
+record of a study that spans sessions states which runs were trained where (results/study/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from multitab.exit_codes import BAD_INPUT
+from multitab.integrity import cache_dir, md5_file
+
+DEFAULT_DIR = "results/study/progress"
+DEFAULT_RUNS = "attribution-*"
+_TRAIN = re.compile(r"python -m stages\.train --run (\S+)")
+_MD5 = re.compile(r"[0-9a-f]{32}(\.dir)?")
+
+
+class ProgressError(ValueError):
+    """A saved run or object is unusable; the message names the file and what to do."""
+
+
+def _entries(cache: Path, pattern: str) -> dict[str, Path]:
+    """Run-cache entry files of `train@<run>` stages whose run matches `pattern`, by run."""
+    found: dict[str, Path] = {}
+    for path in sorted((cache / "runs").glob("*/*/*")):
+        try:
+            entry = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue  # not ours to judge: DVC ignores what it cannot read
+        hit = _TRAIN.fullmatch(" ".join(str((entry or {}).get("cmd", "")).split())) if isinstance(entry, dict) else None
+        if hit and fnmatch.fnmatchcase(hit.group(1), pattern):
+            found[hit.group(1)] = path
+    return found
+
+
+def _objects(cache: Path, entry: dict[str, Any], where: Path) -> list[str]:
+    """The md5 names of an entry's outputs, a folder's `.dir` list followed by its files."""
+    names: list[str] = []
+    for out in entry.get("outs") or []:
+        md5 = str((out or {}).get("md5", ""))
+        if not _MD5.fullmatch(md5):
+            raise ProgressError(f"{where}: output {out!r} has no md5; delete this entry and run the stage again")
+        names.append(md5)
+        if md5.endswith(".dir"):
+            listing = json.loads(_object(cache, md5).read_bytes())
+            names += [str(item["md5"]) for item in listing]
+    return names
+
+
+def _object(base: Path, md5: str) -> Path:
+    return base / "files" / "md5" / md5[:2] / md5[2:]
+
+
+def _copy(src: Path, dest: Path) -> bool:
+    """Copy a file whole (a temporary name, then a rename) unless `dest` exists; whether it copied."""
+    if dest.exists():
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dest)
+    return True
+
+
+def _head(root: Path) -> str:
+    r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)  # noqa: S607
+    return r.stdout.strip() if r.returncode == 0 else "unknown"
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def save(root: str | Path, folder: str | Path = DEFAULT_DIR, pattern: str = DEFAULT_RUNS) -> list[str]:
+    """Copy the finished runs matching `pattern` (their run-cache entries and output objects) from the DVC
+    cache of `root` into `folder`; the runs newly saved."""
+    root = Path(root)
+    cache, dest = cache_dir(root), root / folder
+    index_path = dest / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    new = []
+    for run, path in _entries(cache, pattern).items():
+        entry = yaml.safe_load(path.read_text())
+        rel = path.relative_to(cache)
+        try:
+            objects = _objects(cache, entry, path)
+            missing = [m for m in objects if not _object(cache, m).is_file()]
+        except FileNotFoundError as e:
+            missing = [str(e.filename)]
+        if missing:  # DVC's cache no longer holds its outputs (`dvc gc`): DVC would run it again too
+            print(f"not saved: {run} (DVC's cache lacks {missing[0]})", file=sys.stderr)
+            continue
+        for md5 in objects:
+            _copy(_object(cache, md5), _object(dest, md5))
+        _copy(path, dest / rel)
+        if index.get(run, {}).get("entry") != rel.as_posix():
+            index[run] = {"entry": rel.as_posix(), "commit": _head(root), "cpu": _cpu(),
+                          "saved": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            new.append(run)
+    if new:
+        tmp = index_path.with_name("index.json.part")
+        tmp.write_text(json.dumps(dict(sorted(index.items())), indent=1) + "\n")
+        tmp.replace(index_path)
+    return new
+
+
+def load(root: str | Path, folder: str | Path = DEFAULT_DIR) -> int:
+    """Check every saved object against its name, then copy what the DVC cache of `root` lacks; the number of
+    files copied. A corrupted object stops it before anything is copied."""
+    root = Path(root)
+    src, cache = root / folder, cache_dir(root)
+    if not (src / "runs").is_dir():
+        return 0
+    for obj in sorted((src / "files" / "md5").glob("*/*")):
+        name = obj.parent.name + obj.name
+        if md5_file(obj) != name.removesuffix(".dir"):
+            raise ProgressError(f"{obj}: its md5 is not its name (corrupted); restore it from git "
+                                f"(`git checkout -- {obj.relative_to(root)}`) or delete it and its run's entry")
+    copied = 0
+    for obj in sorted((src / "files" / "md5").glob("*/*")):
+        copied += _copy(obj, cache / obj.relative_to(src))
+    for entry in sorted((src / "runs").glob("*/*/*")):
+        copied += _copy(entry, cache / entry.relative_to(src))
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.progress", description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["save", "load"])
+    parser.add_argument("--dir", default=DEFAULT_DIR, help=f"the folder in the repository (default {DEFAULT_DIR})")
+    parser.add_argument("--runs", default=DEFAULT_RUNS, help=f"save: which runs (a glob, default {DEFAULT_RUNS!r})")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "save":
+            new = save(".", args.dir, args.runs)
+            print(f"saved {len(new)} finished run(s) to {args.dir}" + (f": {', '.join(new)}" if new else ""))
+        else:
+            print(f"copied {load('.', args.dir)} file(s) from {args.dir} into DVC's cache")
+    except ProgressError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return BAD_INPUT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""flows.progress: finished runs kept in the repository come back through DVC's run cache on a machine
+whose cache is gone; DVC still decides (a changed input runs again), and a corrupted object is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tests._toy_dvc import run_dvc
+
+from flows.progress import ProgressError, load, main, save
+from multitab.exit_codes import BAD_INPUT
+
+TRAIN = """\
+import pathlib, sys
+run = sys.argv[sys.argv.index('--run') + 1]
+with open(pathlib.Path('trained.log'), 'a') as log:  # not an output: counts the runs that really trained
+    log.write(run + '\\n')
+out = pathlib.Path('out') / run
+(out / 'dvclive').mkdir(parents=True, exist_ok=True)
+text = pathlib.Path('data.txt').read_text()
+(out / 'metrics.json').write_text('{"run": "%s", "data": %d}' % (run, len(text)))
+(out / 'dvclive' / 'ev.tsv').write_text('step\\tev\\n0\\t0.5\\n')
+"""
+
+
+def _project(root: Path) -> Path:
+    root.mkdir()
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True, env=env)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=root, check=True, env=env)
+    (root / "stages").mkdir()
+    (root / "stages" / "__init__.py").write_text("")
+    (root / "stages" / "train.py").write_text(TRAIN)
+    (root / "data.txt").write_text("rows\n")
+    (root / ".gitignore").write_text("/out/\n/trained.log\n")
+    stage = {"foreach": ["attribution-a", "study-b"],
+             "do": {"cmd": "python -m stages.train --run ${item}", "deps": ["stages/train.py", "data.txt"],
+                    "outs": ["out/${item}/metrics.json", "out/${item}/dvclive"]}}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": stage}}, sort_keys=False))
+    return root
+
+
+def _new_machine(root: Path) -> None:
+    """What a fresh clone has: no DVC cache, no outputs, no dvc.lock entries."""
+    for path in (root / ".dvc" / "cache", root / ".dvc" / "tmp", root / "out"):
+        shutil.rmtree(path, ignore_errors=True)
+    (root / "dvc.lock").unlink(missing_ok=True)
+    (root / "trained.log").unlink(missing_ok=True)
+
+
+def _trained(root: Path) -> list[str]:
+    log = root / "trained.log"
+    return sorted(log.read_text().split()) if log.exists() else []
+
+
+def test_saved_runs_are_restored_by_dvc_and_a_changed_input_runs_again(tmp_path):
+    root = _project(tmp_path / "p")
+    run_dvc(["repro"], root)
+    assert _trained(root) == ["attribution-a", "study-b"]
+    before = (root / "out" / "attribution-a" / "metrics.json").read_bytes()
+
+    assert save(root, "progress") == ["attribution-a"]  # the pattern: attribution-* only
+    assert save(root, "progress") == []  # again: nothing new, nothing rewritten
+    index = json.loads((root / "progress" / "index.json").read_text())
+    assert list(index) == ["attribution-a"] and {"entry", "commit", "cpu", "saved"} <= set(index["attribution-a"])
+
+    _new_machine(root)
+    assert load(root, "progress") > 0
+    run_dvc(["repro"], root)
+    assert _trained(root) == ["study-b"]  # attribution-a restored from the run cache, not trained
+    assert (root / "out" / "attribution-a" / "metrics.json").read_bytes() == before
+    assert (root / "out" / "attribution-a" / "dvclive" / "ev.tsv").is_file()
+
+    _new_machine(root)
+    (root / "data.txt").write_text("other rows\n")  # an input that differs: DVC's key differs, it trains
+    load(root, "progress")
+    run_dvc(["repro"], root)
+    assert _trained(root) == ["attribution-a", "study-b"]
+
+
+def test_a_corrupted_saved_object_is_refused_before_anything_is_copied(tmp_path, capsys, monkeypatch):
+    root = _project(tmp_path / "p")
+    run_dvc(["repro", "train@attribution-a"], root)
+    save(root, "progress")
+    _new_machine(root)
+    objects = sorted(p for p in (root / "progress" / "files").rglob("*") if p.is_file())
+    objects[0].write_bytes(objects[0].read_bytes() + b" ")
+    with pytest.raises(ProgressError, match=rf"{objects[0].name}: its md5 is not its name"):
+        load(root, "progress")
+    assert not (root / ".dvc" / "cache" / "runs").exists() and not (root / ".dvc" / "cache" / "files").exists()
+    monkeypatch.chdir(root)
+    assert main(["load", "--dir", "progress"]) == BAD_INPUT  # one line, no traceback
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
