@@ -231,6 +231,9 @@ def test_a_record_reuses_an_earlier_records_runs_of_the_configurations_it_lacks(
     assert ("- Figure 6, MultiTab-Net with rope_attention (A7_inter_sample): **inconclusive** on 1 of the 1 "
             "configuration(s) run (p04_pdmix_t7 -2.98 ± 0.71).") in section
     assert "The answer per figure" not in (earlier / "section.md").read_text()  # its arms change the rivals too
+    # in plain words, the first arm is named by its layer, not by whose choice its last change was
+    assert "- p06_pd3_t3: under A6_mask_t_t (MultiTab-Net with per_sample_mixing) the claim" in section
+    assert "under A0_authors (the authors' code) the claim" in (earlier / "section.md").read_text()
     both = pd.read_csv(record / "metrics.csv", dtype={"degrees": str})
     assert len(both) == len(old[old.arm.isin(arms)]) and set(both.config) == {"p06_pd3_t3", "p04_pdmix_t7"}
     pd.testing.assert_frame_equal(both[both.config == "p04_pdmix_t7"].reset_index(drop=True),

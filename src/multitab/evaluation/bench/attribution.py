@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
-from multitab.evaluation.bench.layers import figure_answer, layer_figures
+from multitab.evaluation.bench.layers import arm_layers, figure_answer, layer_figures
 from multitab.evaluation.bench.numbers import (
     CURVES_COLUMNS,
     METRICS_COLUMNS,
@@ -162,8 +162,9 @@ def _says(verdict: str) -> str:
     return {"holds": "**holds**", "does not hold": "**does not hold**"}.get(verdict, f"is **{verdict}**")
 
 
-def paragraph(table: pd.DataFrame, settings: StudySettings) -> str:
-    """The answer in plain words, per configuration."""
+def paragraph(table: pd.DataFrame, settings: StudySettings, names: Mapping[str, str] | None = None) -> str:
+    """The answer in plain words, per configuration; `names`: arm -> what the first arm is called (default
+    whose setup its last change belongs to; a both-layers record: MultiTab-Net's layer)."""
     model = settings.label(settings.model)
     lines = []
     changes = flips(table)
@@ -173,7 +174,8 @@ def paragraph(table: pd.DataFrame, settings: StudySettings) -> str:
             lines.append(f"- {config}: no arm has all its runs yet.")
             continue
         first, last = present.iloc[0], present.iloc[-1]
-        text = (f"- {config}: under {first.arm} ({SOURCE_LABELS.get(first.source, first.source)}) the claim "
+        name = (names or {}).get(first.arm) or SOURCE_LABELS.get(first.source, first.source)
+        text = (f"- {config}: under {first.arm} ({name}) the claim "
                 f"({model} significantly above every rival at α {settings.alpha}) {_says(first.verdict)} "
                 f"(gap to the best rival {plus_minus(first.gap, first.gap_se)} points)")
         moves = changes[str(config)]
@@ -220,13 +222,14 @@ def ladder_figure(table: pd.DataFrame, settings: StudySettings) -> Any:
     return fig
 
 
-def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequence[str]) -> str:
+def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequence[str],
+                   names: Mapping[str, str] | None = None) -> str:
     lines = ["## MultiTab-Bench attribution: which choice decides the paper's claim", "", *header,
              "Arms in order, each changing one factor from the arm before (`Changes`); `Whose`: whose setup the "
              "arm's last change belongs to (the first arm: the authors' code exactly). Verdict per arm: "
              "three-valued at α (docs/study.md). Gap: MultiTab-Net's mean Δm minus the best rival's, ± the SE of "
              "that difference; `Not converged`: runs of the compared models flagged by the convergence rule.", "",
-             "### In plain words", "", paragraph(table, settings), "",
+             "### In plain words", "", paragraph(table, settings, names), "",
              "![Ladder](figures/ladder.png)", "", "### Ladder per configuration", "", ladder_markdown(table, settings)]
     return "\n".join(lines)
 
@@ -247,7 +250,8 @@ def write_attribution(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.Data
     layers = layer_figures(metrics, settings, out)  # arms that differ in MultiTab-Net alone: Figures 5 and 6
     links = [f"![{p.stem}](figures/{p.name})" for p in layers if p.suffix == ".png"]
     header = [*header, *figure_answer(table, metrics, settings)] if layers else header
-    section = render_section(table, settings, header) + ("\n" + "\n\n".join(links) + "\n" if links else "")
+    names = {a: f"{settings.label(settings.model)} with {x}" for a, x in arm_layers(table).items()} if layers else None
+    section = render_section(table, settings, header, names) + ("\n" + "\n\n".join(links) + "\n" if links else "")
     written += layers
     written.append(write_text(section, out / "section.md"))
     return written
