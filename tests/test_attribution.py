@@ -394,3 +394,17 @@ def test_the_study_report_reads_the_authors_arm_runs(tmp_path):
     assert arm_note(params) == (", with protocol authors_code's arm A0_authors of `attribution.arms` laid over them "
                                 "(optimizer adamw_wd0, mask none, inter_sample per_sample_mixing, epochs authors)")
     assert (data_settings(_study("paper")), arm_note(_study("paper"))) == ("70/15/15 split", "")
+
+
+def test_the_answer_per_figure_lists_configurations_in_the_papers_order_whatever_the_records():
+    """figure_answer orders each figure's configurations along the paper's x-axes (here Figure 5: p=0.2 before
+    p=0.6), not in the order the ladder holds them (a record appends the configurations it reuses)."""
+    from multitab.evaluation.bench.layers import figure_answer
+
+    record = ROOT / "results/study/layers_n100k_3seeds_4of9"
+    table = pd.read_csv(record / "ladder.csv", keep_default_na=False, na_values=[""])
+    metrics = pd.read_csv(record / "metrics.csv", dtype={"degrees": str})
+    settings = StudySettings()
+    for order in (table, table.iloc[::-1].reset_index(drop=True)):
+        lines = [x for x in figure_answer(order, metrics, settings) if x.startswith("- Figure 5")]
+        assert len(lines) == 2 and all(x.index("p02_pd3_t3") < x.index("p06_pd3_t3") for x in lines)

@@ -25,7 +25,7 @@ from multitab.evaluation.bench.numbers import (
     figure_number,
     summarise,
 )
-from multitab.evaluation.bench.render import figure_frame, plus_minus
+from multitab.evaluation.bench.render import figure_frame, ordered, plus_minus
 
 FIGURES = (
     ("figure5_layers", FIGURE5_GROUPS, "Figure 5: Δm (%) vs STL, MultiTab-Net with each inter-sample layer"),
@@ -90,17 +90,20 @@ def arm_layers(table: pd.DataFrame) -> dict[str, str]:
 
 def figure_answer(table: pd.DataFrame, metrics: pd.DataFrame, settings: StudySettings) -> list[str]:
     """section.md lines answering the paper's claim per figure and per MultiTab-Net layer: the verdicts over the
-    configurations of that figure this record holds, each with its gap to the best rival (± SE)."""
+    configurations of that figure this record holds, each with its gap to the best rival (± SE), in the paper's
+    order (its x-axes, group by group)."""
     configs = configs_from_metrics(metrics)
     figure_of = {c.name: figure_number(c) for c in configs.values()}
     model, rivals = settings.label(settings.model), ", ".join(settings.label(r) for r in settings.rivals)
     lines = ["### The answer per figure and layer", "",
              f"The claim: {model}'s Δm significantly above every rival's ({rivals}) at α {settings.alpha:g}; gap to "
              "the best rival ± SE, in points, over the configurations this record holds.", ""]
+    paper_order = list(dict.fromkeys(c.name for _, c in ordered(configs, (*FIGURE5_GROUPS, *FIGURE6_GROUPS))))
     for figure in ("5", "6"):
-        names = [c for c in dict.fromkeys(table["config"]) if figure_of.get(c) == figure]
+        names = [c for c in paper_order if figure_of.get(c) == figure]
         for arm, layer in arm_layers(table).items():
             rows = table[(table.arm == arm) & table.config.isin(names) & (table.verdict != "missing")]
+            rows = rows.sort_values("config", key=lambda col: col.map(names.index), kind="stable")
             if rows.empty:
                 continue
             counts = rows["verdict"].value_counts()

@@ -21,7 +21,8 @@ from multitab.evaluation.bench.numbers import (
 )
 
 
-def _ordered(configs: Mapping[str, SyntheticConfig], groups: Sequence[str]) -> list[tuple[str, SyntheticConfig]]:
+def ordered(configs: Mapping[str, SyntheticConfig], groups: Sequence[str]) -> list[tuple[str, SyntheticConfig]]:
+    """(group, configuration) in the paper's order: group by group, each sorted along its x-axis."""
     out = []
     for group in groups:
         members = sorted((c for c in configs.values() if group in c.groups), key=lambda c: c.sort_key(group))
@@ -34,7 +35,7 @@ def figure_frame(summary: pd.DataFrame, configs: Mapping[str, SyntheticConfig], 
     """Rows for `figures.delta_m_figure` (group, config, level, model label, delta_m, se, ...)."""
     records = []
     index = summary.set_index(["config", "model"])
-    for group, conf in _ordered(configs, (*FIGURE5_GROUPS, *FIGURE6_GROUPS, "other")):
+    for group, conf in ordered(configs, (*FIGURE5_GROUPS, *FIGURE6_GROUPS, "other")):
         for model in models:
             hit = index.loc[(conf.name, model)] if (conf.name, model) in index.index else None
             records.append({"group": group, "config": conf.name, "level": conf.level(group),
@@ -67,7 +68,7 @@ def delta_m_markdown(summary: pd.DataFrame, configs: Mapping[str, SyntheticConfi
     header = ["Configuration", "Figure", "Setting"] + [settings.label(m) for m in models]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     seen = set()
-    for _group, conf in _ordered(configs, (*FIGURE5_GROUPS, *FIGURE6_GROUPS, "other")):
+    for _group, conf in ordered(configs, (*FIGURE5_GROUPS, *FIGURE6_GROUPS, "other")):
         if conf.name in seen:
             continue
         seen.add(conf.name)
