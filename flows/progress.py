@@ -33,6 +33,8 @@ import yaml
 
 from multitab.exit_codes import BAD_INPUT
 from multitab.integrity import cache_dir, md5_file
+from multitab.io import atomic_path, write_json
+from multitab.provenance import cpu_model
 
 DEFAULT_DIR = "results/study/progress"
 DEFAULT_RUNS = "attribution-*"
@@ -44,9 +46,9 @@ class ProgressError(ValueError):
     """A saved run or object is unusable; the message names the file and what to do."""
 
 
-def _entries(cache: Path, pattern: str) -> dict[str, Path]:
-    """Run-cache entry files of `train@<run>` stages whose run matches `pattern`, by run."""
-    found: dict[str, Path] = {}
+def _entries(cache: Path, pattern: str) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """Run-cache entries (file, parsed) of `train@<run>` stages whose run matches `pattern`, by run."""
+    found: dict[str, tuple[Path, dict[str, Any]]] = {}
     for path in sorted((cache / "runs").glob("*/*/*")):
         try:
             entry = yaml.safe_load(path.read_text())
@@ -54,7 +56,7 @@ def _entries(cache: Path, pattern: str) -> dict[str, Path]:
             continue  # not ours to judge: DVC ignores what it cannot read
         hit = _TRAIN.fullmatch(" ".join(str((entry or {}).get("cmd", "")).split())) if isinstance(entry, dict) else None
         if hit and fnmatch.fnmatchcase(hit.group(1), pattern):
-            found[hit.group(1)] = path
+            found[hit.group(1)] = (path, entry)
     return found
 
 
@@ -77,29 +79,18 @@ def _object(base: Path, md5: str) -> Path:
 
 
 def _copy(src: Path, dest: Path) -> bool:
-    """Copy a file whole (a temporary name, then a rename) unless `dest` exists; whether it copied."""
+    """Copy a file whole (multitab.io.atomic_path) unless `dest` exists; whether it copied."""
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
-    shutil.copyfile(src, tmp)
-    tmp.replace(dest)
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(src, tmp)
     return True
 
 
 def _head(root: Path) -> str:
     r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)  # noqa: S607
     return r.stdout.strip() if r.returncode == 0 else "unknown"
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def save(root: str | Path, folder: str | Path = DEFAULT_DIR, pattern: str = DEFAULT_RUNS) -> list[str]:
@@ -110,8 +101,7 @@ def save(root: str | Path, folder: str | Path = DEFAULT_DIR, pattern: str = DEFA
     index_path = dest / "index.json"
     index = json.loads(index_path.read_text()) if index_path.is_file() else {}
     new = []
-    for run, path in _entries(cache, pattern).items():
-        entry = yaml.safe_load(path.read_text())
+    for run, (path, entry) in _entries(cache, pattern).items():
         rel = path.relative_to(cache)
         try:
             objects = _objects(cache, entry, path)
@@ -125,13 +115,11 @@ def save(root: str | Path, folder: str | Path = DEFAULT_DIR, pattern: str = DEFA
             _copy(_object(cache, md5), _object(dest, md5))
         _copy(path, dest / rel)
         if index.get(run, {}).get("entry") != rel.as_posix():
-            index[run] = {"entry": rel.as_posix(), "commit": _head(root), "cpu": _cpu(),
+            index[run] = {"entry": rel.as_posix(), "commit": _head(root), "cpu": cpu_model() or platform.machine(),
                           "saved": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
             new.append(run)
     if new:
-        tmp = index_path.with_name("index.json.part")
-        tmp.write_text(json.dumps(dict(sorted(index.items())), indent=1) + "\n")
-        tmp.replace(index_path)
+        write_json(index_path, dict(sorted(index.items())))
     return new
 
 
