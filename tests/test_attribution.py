@@ -408,3 +408,39 @@ def test_the_answer_per_figure_lists_configurations_in_the_papers_order_whatever
     for order in (table, table.iloc[::-1].reset_index(drop=True)):
         lines = [x for x in figure_answer(order, metrics, settings) if x.startswith("- Figure 5")]
         assert len(lines) == 2 and all(x.index("p02_pd3_t3") < x.index("p06_pd3_t3") for x in lines)
+
+
+def _claim_rows(p_values: dict[str, float]) -> pd.DataFrame:
+    return pd.DataFrame({"rival": list(p_values), "p_value": list(p_values.values()),
+                         "status": ["above (significant)" if p < 0.05 else "not significant" for p in p_values.values()]})
+
+
+def test_short_of_names_the_rivals_that_keep_holds_from_a_claim_above_the_others():
+    """Above MMoE and STEM, not PLE: the ladder says which rival (and its p) made the verdict inconclusive; above
+    every rival or none, nothing (the gap to the best rival says it)."""
+    from multitab.evaluation.bench.numbers import short_of
+    from multitab.evaluation.bench.render import not_above
+
+    settings = StudySettings()
+    assert short_of(_claim_rows({"mmoe": 0.024, "ple": 0.0711, "stem": 0.032}), settings) == "PLE p 0.071"
+    assert short_of(_claim_rows({"mmoe": 0.2, "ple": 0.3, "stem": 0.01}), settings) == "MMoE p 0.200, PLE p 0.300"
+    assert short_of(_claim_rows({"mmoe": 0.01, "ple": 0.02, "stem": 0.03}), settings) == ""
+    assert short_of(_claim_rows({"mmoe": 0.6, "ple": 0.7, "stem": 0.5}), settings) == ""
+    assert short_of(_claim_rows({"mmoe": 0.01, "ple": float("nan"), "stem": 0.03}), settings) == "PLE p nan"
+    assert not_above("PLE p 0.071") == ", not above PLE p 0.071"
+    assert not_above(float("nan")) == "" and not_above("") == ""
+
+
+def test_a_positive_gap_that_is_inconclusive_names_the_rival_it_is_not_above():
+    """p06_pd3_t5 in the 8-of-9 layers record: MultiTab-Net (A6) is above STEM, the best rival, by +1.24 ± 0.33
+    and significantly above MMoE and STEM, but not PLE (one seed far below the other two): the ladder, the plain
+    words and the answer per figure say so."""
+    record = ROOT / "results/study/layers_n100k_3seeds_8of9"
+    table = pd.read_csv(record / "ladder.csv", keep_default_na=False, na_values=[""]).set_index(["config", "arm"])
+    assert table.loc[("p06_pd3_t5", "A6_mask_t_t"), "verdict"] == "inconclusive"
+    assert table.loc[("p06_pd3_t5", "A6_mask_t_t"), "short_of"] == "PLE p 0.071"
+    assert table["short_of"].isna().sum() == len(table) - 1  # the one configuration and arm where it applies
+    section = (record / "section.md").read_text()
+    assert "p06_pd3_t5 +1.24 ± 0.33 (not above PLE p 0.071)" in section
+    assert "(gap to the best rival +1.24 ± 0.33 points, not above PLE p 0.071)" in section
+    assert "| **inconclusive**, not above PLE p 0.071 |" in section

@@ -37,13 +37,14 @@ from multitab.evaluation.bench.numbers import (
     delta_m_runs,
     read_metrics_csv,
     run_rows,
+    short_of,
     summarise,
 )
-from multitab.evaluation.bench.render import plus_minus
+from multitab.evaluation.bench.render import ladder_figure, not_above, plus_minus
 
 ARMS_COLUMNS = ["arm", "source", "changed"]
 LADDER_COLUMNS = ["config", "arm", "source", "changed", "model_mean", "model_se", "best_rival", "rival_mean",
-                  "rival_se", "gap", "gap_se", "verdict", "not_converged"]
+                  "rival_se", "gap", "gap_se", "verdict", "short_of", "not_converged"]
 SOURCE_LABELS = {"authors_code": "the authors' code", "paper": "the paper's text", "ours": "ours"}
 
 
@@ -95,7 +96,8 @@ def all_changes(metrics: pd.DataFrame, arms: pd.DataFrame) -> dict[str, str]:
 
 def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -> pd.DataFrame:
     """One row per (configuration, arm) in the arms' order: MultiTab-Net's and the best rival's Δm (mean, SE),
-    their gap and its SE, the verdict, and how many runs of the compared models are flagged not converged."""
+    their gap and its SE, the verdict, the rivals it is not above when above others (`short_of`), and how many
+    runs of the compared models are flagged not converged."""
     rows = []
     configs = list(dict.fromkeys(metrics["config"]))
     changes = all_changes(metrics, arms)
@@ -105,11 +107,12 @@ def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, sett
             row: dict[str, Any] = {"config": config, "arm": arm.arm, "source": arm.source, "changed": changes[arm.arm],
                                    "model_mean": math.nan, "model_se": math.nan, "best_rival": "",
                                    "rival_mean": math.nan, "rival_se": math.nan, "gap": math.nan,
-                                   "gap_se": math.nan, "verdict": "missing", "not_converged": 0}
+                                   "gap_se": math.nan, "verdict": "missing", "short_of": "", "not_converged": 0}
             if not part.empty:
                 dm = delta_m_runs(part, settings.baseline)
                 summary = summarise(dm).set_index("model")
-                row["verdict"] = claims(dm, [config], settings)["verdict"].iloc[0]
+                tests = claims(dm, [config], settings)
+                row.update(verdict=tests["verdict"].iloc[0], short_of=short_of(tests, settings))
                 rivals = [r for r in settings.rivals if r in summary.index]
                 if settings.model in summary.index and rivals:
                     best = max(rivals, key=lambda r: float(summary.loc[r, "mean"]))
@@ -152,8 +155,8 @@ def ladder_markdown(table: pd.DataFrame, settings: StudySettings) -> str:
         for r in part.itertuples(index=False):
             rival = f"{settings.label(r.best_rival)} {plus_minus(r.rival_mean, r.rival_se)}" if r.best_rival else "missing"
             lines.append(f"| {r.arm} | {SOURCE_LABELS.get(r.source, r.source)} | {r.changed} | "
-                         f"{plus_minus(r.model_mean, r.model_se)} | {rival} | {plus_minus(r.gap, r.gap_se)} | **{r.verdict}** | "
-                         f"{r.not_converged} |")
+                         f"{plus_minus(r.model_mean, r.model_se)} | {rival} | {plus_minus(r.gap, r.gap_se)} | "
+                         f"**{r.verdict}**{not_above(r.short_of)} | {r.not_converged} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -177,49 +180,23 @@ def paragraph(table: pd.DataFrame, settings: StudySettings, names: Mapping[str, 
         name = (names or {}).get(first.arm) or SOURCE_LABELS.get(first.source, first.source)
         text = (f"- {config}: under {first.arm} ({name}) the claim "
                 f"({model} significantly above every rival at α {settings.alpha}) {_says(first.verdict)} "
-                f"(gap to the best rival {plus_minus(first.gap, first.gap_se)} points)")
+                f"(gap to the best rival {plus_minus(first.gap, first.gap_se)} points{not_above(first.short_of)})")
         moves = changes[str(config)]
         if not moves:
-            text += f"; no arm changes that verdict, down to {last.arm} ({plus_minus(last.gap, last.gap_se)})."
+            text += (f"; no arm changes that verdict, down to {last.arm} ({plus_minus(last.gap, last.gap_se)}"
+                     f"{not_above(last.short_of)}).")
         else:
             arm, before, after = moves[0]
             what = part.loc[part.arm == arm, "changed"].iloc[0]
             text += f"; the verdict turns to **{after}** at {arm}, once {what}"
             if len(moves) > 1:
                 text += "; then " + "; ".join(f"**{a2}** at {a}" for a, _, a2 in moves[1:])
-            text += f". Under {last.arm} it {_says(last.verdict)} ({plus_minus(last.gap, last.gap_se)})."
+            text += f". Under {last.arm} it {_says(last.verdict)} ({plus_minus(last.gap, last.gap_se)}{not_above(last.short_of)})."
         missing = part.loc[part.verdict == "missing", "arm"].tolist()
         if missing:
             text += f" Missing arms: {', '.join(missing)}."
         lines.append(text)
     return "\n".join(lines)
-
-
-def ladder_figure(table: pd.DataFrame, settings: StudySettings) -> Any:
-    """One panel per configuration: the gap (MultiTab-Net's Δm minus the best rival's) per arm, SE bars, the
-    verdict as the marker (▲ holds, ▼ does not hold, ● inconclusive)."""
-    import matplotlib.pyplot as plt
-
-    configs = list(dict.fromkeys(table["config"]))
-    fig, axes = plt.subplots(1, max(len(configs), 1), figsize=(max(5.0 * len(configs), 6.0), 4.2), squeeze=False,
-                             layout="constrained")
-    markers = {"holds": "^", "does not hold": "v", "inconclusive": "o"}
-    for ax, config in zip(axes[0], configs):
-        part = table[table.config == config].reset_index(drop=True)
-        ax.axhline(0.0, color="0.5", linewidth=0.8)
-        for i, r in part.iterrows():
-            if math.isnan(r["gap"]):
-                ax.text(i, 0.0, "missing", rotation=90, ha="center", va="bottom", fontsize=7)
-                continue
-            ax.errorbar([i], [r["gap"]], yerr=[0.0 if math.isnan(r["gap_se"]) else r["gap_se"]],
-                        fmt=markers.get(r["verdict"], "s"), color="C0", capsize=3)
-        ax.plot(range(len(part)), part["gap"].to_numpy(), color="C0", linewidth=0.8, alpha=0.5)
-        ax.set_xticks(range(len(part)), part["arm"].tolist(), rotation=45, ha="right", fontsize=7)
-        ax.set_title(config, fontsize=9)
-        ax.set_ylabel(f"{settings.label(settings.model)} Δm − best rival's (points)", fontsize=8)
-    fig.suptitle("Attribution ladder: ± SE; ▲ holds, ▼ does not hold, ● inconclusive (α "
-                 f"{settings.alpha})", fontsize=9)
-    return fig
 
 
 def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequence[str],
@@ -228,7 +205,9 @@ def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequenc
              "Arms in order, each changing one factor from the arm before (`Changes`); `Whose`: whose setup the "
              "arm's last change belongs to (the first arm: the authors' code exactly). Verdict per arm: "
              "three-valued at α (docs/study.md). Gap: MultiTab-Net's mean Δm minus the best rival's, ± the SE of "
-             "that difference; `Not converged`: runs of the compared models flagged by the convergence rule.", "",
+             "that difference; `not above`: where MultiTab-Net is significantly above some rivals only, the "
+             "others, with their one-sided Welch p; `Not converged`: runs of the compared models flagged by the "
+             "convergence rule.", "",
              "### In plain words", "", paragraph(table, settings, names), "",
              "![Ladder](figures/ladder.png)", "", "### Ladder per configuration", "", ladder_markdown(table, settings)]
     return "\n".join(lines)

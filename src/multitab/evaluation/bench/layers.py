@@ -25,7 +25,7 @@ from multitab.evaluation.bench.numbers import (
     figure_number,
     summarise,
 )
-from multitab.evaluation.bench.render import figure_frame, ordered, plus_minus
+from multitab.evaluation.bench.render import figure_frame, not_above, ordered, plus_minus
 
 FIGURES = (
     ("figure5_layers", FIGURE5_GROUPS, "Figure 5: Δm (%) vs STL, MultiTab-Net with each inter-sample layer"),
@@ -90,8 +90,8 @@ def arm_layers(table: pd.DataFrame) -> dict[str, str]:
 
 def figure_answer(table: pd.DataFrame, metrics: pd.DataFrame, settings: StudySettings) -> list[str]:
     """section.md lines answering the paper's claim per figure and per MultiTab-Net layer: the verdicts over the
-    configurations of that figure this record holds, each with its gap to the best rival (± SE), in the paper's
-    order (its x-axes, group by group)."""
+    configurations of that figure this record holds, each with its gap to the best rival (± SE) and, where it is
+    above some rivals only, the others with their p, in the paper's order (its x-axes, group by group)."""
     configs = configs_from_metrics(metrics)
     figure_of = {c.name: figure_number(c) for c in configs.values()}
     model, rivals = settings.label(settings.model), ", ".join(settings.label(r) for r in settings.rivals)
@@ -109,7 +109,8 @@ def figure_answer(table: pd.DataFrame, metrics: pd.DataFrame, settings: StudySet
             counts = rows["verdict"].value_counts()
             says = ", ".join(f"**{v}** on {counts[v]}" for v in ("holds", "inconclusive", "does not hold")
                              if v in counts)
-            each = ", ".join(f"{r.config} {plus_minus(r.gap, r.gap_se)}" for r in rows.itertuples())
+            each = ", ".join(f"{r.config} {plus_minus(r.gap, r.gap_se)}{not_above(r.short_of, ' (', ')')}"
+                             for r in rows.itertuples())
             lines.append(f"- Figure {figure}, {model} with {layer} ({arm}): {says} of the {len(rows)} "
                          f"configuration(s) run ({each}).")
     return lines + [""]

@@ -196,6 +196,17 @@ def summarise(dm: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=["config", "model", "n_seeds", "mean", "std", "se"])
 
 
+def short_of(rows: pd.DataFrame, settings: StudySettings) -> str:
+    """Which rivals keep `holds` from a configuration whose claim's model is significantly above some rivals but
+    not all (`claims` rows of one configuration): "PLE p 0.071" (each such rival with its one-sided p, rivals'
+    order); "" when it is above every rival or above none (the gap to the best rival then tells it all)."""
+    tested = rows[rows["status"] != "missing"]
+    behind = tested[~(tested["p_value"] < settings.alpha)]
+    if tested.empty or behind.empty or len(behind) == len(tested):
+        return ""
+    return ", ".join(f"{settings.label(r.rival)} p {r.p_value:.3f}" for r in behind.itertuples())
+
+
 VERDICTS = ("holds", "does not hold", "inconclusive", "missing")
 
 

@@ -58,6 +58,12 @@ def plus_minus(x: float, se: float | None = None) -> str:
     return text if text == "missing" or se is None or math.isnan(se) else f"{text} ± {se:.2f}"
 
 
+def not_above(rivals: Any, lead: str = ", ", end: str = "") -> str:
+    """", not above PLE p 0.071" (`lead` and `end` around it) for a ladder's `short_of` cell (bench/numbers.py
+    `short_of`); "" for an empty one (read back from a CSV as NaN)."""
+    return f"{lead}not above {rivals}{end}" if isinstance(rivals, str) and rivals else ""
+
+
 def _p(x: float) -> str:
     return "n/a" if math.isnan(x) else (f"{x:.2g}" if x < 0.001 else f"{x:.3f}")
 
@@ -209,3 +215,30 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         + (f" — listed in {convergence_file}." if flagged and convergence_file else "."), "",
     ]
     return "\n".join(lines)
+
+
+def ladder_figure(table: pd.DataFrame, settings: StudySettings) -> Any:
+    """One panel per configuration: the gap (MultiTab-Net's Δm minus the best rival's) per arm, SE bars, the
+    verdict as the marker (▲ holds, ▼ does not hold, ● inconclusive)."""
+    import matplotlib.pyplot as plt
+
+    configs = list(dict.fromkeys(table["config"]))
+    fig, axes = plt.subplots(1, max(len(configs), 1), figsize=(max(5.0 * len(configs), 6.0), 4.2), squeeze=False,
+                             layout="constrained")
+    markers = {"holds": "^", "does not hold": "v", "inconclusive": "o"}
+    for ax, config in zip(axes[0], configs):
+        part = table[table.config == config].reset_index(drop=True)
+        ax.axhline(0.0, color="0.5", linewidth=0.8)
+        for i, r in part.iterrows():
+            if math.isnan(r["gap"]):
+                ax.text(i, 0.0, "missing", rotation=90, ha="center", va="bottom", fontsize=7)
+                continue
+            ax.errorbar([i], [r["gap"]], yerr=[0.0 if math.isnan(r["gap_se"]) else r["gap_se"]],
+                        fmt=markers.get(r["verdict"], "s"), color="C0", capsize=3)
+        ax.plot(range(len(part)), part["gap"].to_numpy(), color="C0", linewidth=0.8, alpha=0.5)
+        ax.set_xticks(range(len(part)), part["arm"].tolist(), rotation=45, ha="right", fontsize=7)
+        ax.set_title(config, fontsize=9)
+        ax.set_ylabel(f"{settings.label(settings.model)} Δm − best rival's (points)", fontsize=8)
+    fig.suptitle("Attribution ladder: ± SE; ▲ holds, ▼ does not hold, ● inconclusive (α "
+                 f"{settings.alpha})", fontsize=9)
+    return fig
