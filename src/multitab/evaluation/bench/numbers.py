@@ -24,6 +24,7 @@ METRICS_COLUMNS = ["config", "groups", "correlation", "degrees", "model", "seed"
                    "best_epoch", "epochs", "max_epochs", "stopped_early", "train_seconds", "samples_per_second",
                    "n_train", "device"]
 CURVES_COLUMNS = ["config", "model", "seed", "epoch", "val_mean", "train_loss"]
+# The configuration groups of the paper's Figures 5 and 6: the study records' and the paper report's (paper/report.py)
 FIGURE5_GROUPS = ("correlation", "complexity", "count")
 FIGURE6_GROUPS = ("nonuniform",)
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from multitab.config.aggregate import AggregateConfig, SyntheticConfig
 from multitab.evaluation import figures
-from multitab.evaluation.bench.numbers import convergence
+from multitab.evaluation.bench.numbers import FIGURE5_GROUPS, FIGURE6_GROUPS, convergence
 from multitab.evaluation.curves import CURVES, seed_mean_curves
 from multitab.evaluation.paper import paper_tables as pt
 from multitab.evaluation.paper.bench_icl import icl_beside_bench
@@ -37,9 +37,6 @@ from multitab.markup import md_text
 from multitab.names import trains_in_epochs
 
 log = logging.getLogger(__name__)
-
-FIGURE5_GROUPS = ("correlation", "complexity", "count")
-FIGURE6_GROUPS = ("nonuniform",)
 
 
 @dataclass(frozen=True)
