@@ -45,8 +45,8 @@ from multitab.datasets.bench import synthesize_config
 from multitab.datasets.schema import schema_from_meta
 from multitab.hparams import BENCH, load
 from multitab.models import build_model
-from multitab.profiles import group_train, profiled
-from multitab.provenance import cpu_model
+from multitab.runs.profiles import group_train, profiled
+from multitab.runtime.provenance import cpu_model
 from multitab.training.data import split_from_frame_arrays
 from multitab.training.losses import MultitaskLoss
 

@@ -42,7 +42,7 @@ import yaml
 
 from multitab.config import read_yaml
 from multitab.datasets.schema import get_schema
-from multitab.provenance import cpu_model, git_commit
+from multitab.runtime.provenance import cpu_model, git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("acquire", "split", "validate_raw", "preprocess", "validate_processed")

@@ -40,11 +40,12 @@ from multitab.datasets.schema import HIGGS
 from multitab.hparams import load
 from multitab.models import build_model
 from multitab.models.accelerate import accelerate_cpu
-from multitab.runtime import tune_cpu_runtime
+from multitab.runtime.cpu import tune_cpu_runtime
 from multitab.training.data import iterate_batches, load_processed, place
 from multitab.training.device import autocast, resolve_device
-from multitab.training.loop import RunSettings, make_optimizer, train_epoch
+from multitab.training.loop import make_optimizer, train_epoch
 from multitab.training.losses import MultitaskLoss
+from multitab.training.settings import RunSettings
 
 AUTHORS_EPOCH = 5060.0
 AUTHORS_DATA_PATH = 34865.0

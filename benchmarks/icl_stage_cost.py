@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from multitab.provenance import cpu_model, git_commit
+from multitab.runtime.provenance import cpu_model, git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))

@@ -40,8 +40,8 @@ from multitab.datasets.schema import SCHEMAS, DatasetSchema
 from multitab.hparams import BENCH, load
 from multitab.models import MODELS, build_model
 from multitab.models.accelerate import accelerate_cpu
-from multitab.provenance import cpu_model
-from multitab.runtime import tune_cpu_runtime
+from multitab.runtime.cpu import tune_cpu_runtime
+from multitab.runtime.provenance import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]  # the project: its hparams/ folder
 
@@ -260,8 +260,8 @@ def bench_accuracy(models: list[str], *, n_samples: int, epochs: int, batch_size
     from multitab.config import load_params
     from multitab.datasets.bench import synthesize_config, write_dataset
     from multitab.hparams import for_run, selection_file
-    from multitab.profiles import group_train
-    from multitab.resolve import settings_for
+    from multitab.runs.profiles import group_train
+    from multitab.runs.resolve import settings_for
     from multitab.training.run import RunSpec, run_training
 
     root = Path(__file__).resolve().parents[1]

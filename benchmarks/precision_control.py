@@ -133,7 +133,7 @@ def train_arm(data_path: Path, dataset: str, model: str, seed: int, config: Any,
     """One run, as `multitab.training.run.run_training` trains it (seed, build, train, test), with the initial
     weights nudged when asked: its metrics record (with how it computed: compute_mode)."""
     from multitab.hparams import load
-    from multitab.resolve import settings_for
+    from multitab.runs.resolve import settings_for
     from multitab.training.compute_mode import computing
     from multitab.training.device import resolve_device, seed_everything
     from multitab.training.loop import train
@@ -171,7 +171,7 @@ def control(args: argparse.Namespace) -> dict[str, Any]:
     """Train every arm and decide every option: the JSON record."""
     from multitab.config import load_params
     from multitab.datasets.bench import synthesize_config, write_dataset
-    from multitab.provenance import cpu_model, git_commit
+    from multitab.runtime.provenance import cpu_model, git_commit
     from multitab.training.device import resolve_device
 
     params = load_params(ROOT / "params.yaml")
@@ -222,8 +222,8 @@ def control(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from multitab.exit_codes import BAD_INPUT
-    from multitab.io import write_json
+    from multitab.files.io import write_json
+    from multitab.runtime.exit_codes import BAD_INPUT
 
     p = argparse.ArgumentParser(description="The precision control: is an option's effect on Δm within a one-ulp "
                                             "nudge's? (module docstring)")

@@ -49,9 +49,9 @@ import study_cost as sc  # noqa: E402  (a sibling script, not a package)
 from multitab.config import load_params  # noqa: E402
 from multitab.datasets.bench import synthesize_config, write_dataset  # noqa: E402
 from multitab.hparams import BENCH, for_run, selection_file  # noqa: E402
-from multitab.profiles import group_train, profiled  # noqa: E402
-from multitab.provenance import cpu_model, git_commit  # noqa: E402
-from multitab.resolve import settings_for  # noqa: E402
+from multitab.runs.profiles import group_train, profiled  # noqa: E402
+from multitab.runs.resolve import settings_for  # noqa: E402
+from multitab.runtime.provenance import cpu_model, git_commit  # noqa: E402
 from multitab.training.device import resolve_device  # noqa: E402
 from multitab.training.run import RunSpec, run_training  # noqa: E402
 from multitab.training.stacked import StackRefused, run_training_stacked  # noqa: E402

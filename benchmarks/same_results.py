@@ -101,8 +101,8 @@ def run(out: Path, models: list[str]) -> None:
         from multitab.hparams import BENCH, for_run, selection_file
     except ImportError:
         for_run = None
-    try:  # a run's record (multitab.resolve); an older package took the TrainConfig and the hyperparameters
-        from multitab.resolve import settings_for
+    try:  # a run's record (multitab.runs.resolve); an older package took the TrainConfig and the hyperparameters
+        from multitab.runs.resolve import settings_for
     except ImportError:
         settings_for = None
 

@@ -32,11 +32,12 @@ import torch
 
 from multitab.hparams import load
 from multitab.models import build_model
-from multitab.provenance import cpu_model, git_commit, machine
+from multitab.runtime.provenance import cpu_model, git_commit, machine
 from multitab.training.compute_mode import computing
 from multitab.training.data import load_processed
 from multitab.training.device import resolve_device, seed_everything
-from multitab.training.loop import RunSettings, train
+from multitab.training.loop import train
+from multitab.training.settings import RunSettings
 from multitab.training.stacked import StackMember, seeded, train_stacked
 
 ROOT = Path(__file__).resolve().parents[1]

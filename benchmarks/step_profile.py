@@ -65,9 +65,9 @@ from multitab.config import load_params  # noqa: E402
 from multitab.datasets.bench import synthesize_config, write_dataset  # noqa: E402
 from multitab.datasets.schema import schema_from_meta  # noqa: E402
 from multitab.hparams import BENCH, for_run, selection_file  # noqa: E402
-from multitab.profiles import group_train, profiled  # noqa: E402
-from multitab.provenance import cpu_model  # noqa: E402
-from multitab.resolve import settings_for  # noqa: E402
+from multitab.runs.profiles import group_train, profiled  # noqa: E402
+from multitab.runs.resolve import settings_for  # noqa: E402
+from multitab.runtime.provenance import cpu_model  # noqa: E402
 from multitab.training.run import RunSpec, run_training  # noqa: E402
 from study_cost import forward_flops, matmul_peak  # noqa: E402
 

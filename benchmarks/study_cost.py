@@ -92,9 +92,9 @@ from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.evaluation.paper.complexity import complexity
 from multitab.hparams import BENCH, for_run, load, selection_file
 from multitab.models import build_model
-from multitab.profiles import group_train, profiled
-from multitab.provenance import cpu_model, git_commit
-from multitab.resolve import settings_for
+from multitab.runs.profiles import group_train, profiled
+from multitab.runs.resolve import settings_for
+from multitab.runtime.provenance import cpu_model, git_commit
 from multitab.training.compute_mode import tf32
 from multitab.training.device import resolve_device
 from multitab.training.run import RunSpec, run_training

@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from multitab.config import read_yaml  # noqa: E402
 from multitab.datasets.schema import SCHEMAS, DatasetSchema  # noqa: E402
-from multitab.provenance import git_commit, machine  # noqa: E402
+from multitab.runtime.provenance import git_commit, machine  # noqa: E402
 
 # the real releases' rows per split (AliExpress: the official train file split 0.9 / 0.1 into train / val)
 SIZES = {

@@ -27,7 +27,7 @@ from multitab.config.data import (
     StandinConfig,
 )
 from multitab.datasets.schema import get_schema
-from multitab.io import write_json
+from multitab.files.io import write_json
 from multitab.validation import Outcome, validate_processed, validate_raw
 from multitab.validation.suites import RAW_DTYPES, TASK_DTYPES
 

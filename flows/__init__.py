@@ -17,7 +17,7 @@ from pathlib import Path
 
 # Python sets argv[0] to "-m" while it imports the package of a `-m` module
 if sys.argv[:1] == ["-m"] and sys.orig_argv[sys.orig_argv.index("-m") + 1:][:1] == ["flows.pipeline"]:
-    from multitab.process import defer_ctrl_c_while_starting
+    from multitab.runtime.process import defer_ctrl_c_while_starting
 
     defer_ctrl_c_while_starting()
 

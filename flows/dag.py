@@ -17,9 +17,9 @@ from typing import Any
 
 from multitab.config import ConfigError, load_params
 from multitab.config.orchestration import OrchestrationConfig
-from multitab.io import local_path_not_regular, not_regular
-from multitab.runs import RUNS_FILE
-from multitab.runs import write as write_runs
+from multitab.files.io import local_path_not_regular, not_regular
+from multitab.runs.document import write as write_runs
+from multitab.runs.types import RUNS_FILE
 
 
 def load_config(root: str | Path, params: str | Path = "params.yaml") -> OrchestrationConfig:

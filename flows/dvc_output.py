@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.memory import wait_peak
-from multitab.process import die_with_parent
+from multitab.runtime.process import die_with_parent
 
 # DVC's messages for a stage that did not run its command (dvc/stage/__init__.py, dvc/stage/cache.py).
 _UP_TO_DATE = re.compile(r"'.*' didn't change, skipping")
@@ -96,7 +96,7 @@ def exit_code(lines: list[str], rc: int) -> int:
     """The stage command's own exit status from DVC's message; BAD_INPUT when DVC failed before running it
     for a reason in the project's files (a missing dependency, a malformed dvc.yaml: a retry cannot help);
     else `dvc repro`'s (255 for any other failure)."""
-    from multitab.exit_codes import BAD_INPUT
+    from multitab.runtime.exit_codes import BAD_INPUT
 
     for line in reversed(lines):
         if m := _CMD_EXIT.search(line):
@@ -130,7 +130,7 @@ def disk_full(lines: list[str], root: str | Path) -> str | None:
     """One line for a `dvc repro` whose own writes (the outputs into its cache, dvc.lock) found the disk
     full: what DVC was writing when its message names it, DVC's cache folder and the project with the space
     left on each, and what to do; None when DVC reported no full disk. (A stage's own full disk is its own
-    line: multitab.io.DiskFullError.)"""
+    line: multitab.files.io.DiskFullError.)"""
     errors = [m.group(1) for line in lines if (m := _DVC_ERROR.match(line))]
     if not any(_NO_SPACE.search(e) for e in errors):
         return None

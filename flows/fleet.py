@@ -14,7 +14,7 @@ client's and worker's), or `--auth-file FILE` holding that string; the database 
 MULTITAB_PG_PASSWORD or `--db-password-file FILE`. A file inside the git checkout is refused.
 
 PostgreSQL (Debian's package, a private cluster on 127.0.0.1) and the server's environment are set up by
-multitab.fleet_setup; this module gives them their secrets and runs the pool, the workers and the coordinator.
+multitab.runtime.fleet_setup; this module gives them their secrets and runs the pool, the workers and the coordinator.
 
 `run` (the coordinator; PREFECT_API_URL set): pulls the DVC remote with its run cache, lists the stale stages
 of `--targets`, splits them into `--shares` flow runs of deployment `--deployment` (registered with
@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from multitab.fleet_setup import PG_USER, FleetError, server_env, start_postgres, stop_postgres
+from multitab.runtime.fleet_setup import PG_USER, FleetError, server_env, start_postgres, stop_postgres
 
 REPO = Path(__file__).resolve().parent.parent
 MISSED_BEATS = 3  # a worker silent for this many heartbeat intervals is taken for lost
@@ -247,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             create_pool(a.name)
             return 0
         if a.command == "worker":
-            from flows.orchestrate import WORKER_ROOT_ENV
+            from flows.provenance import WORKER_ROOT_ENV
 
             env = {**os.environ, WORKER_ROOT_ENV: str(Path(a.root).resolve()),
                    "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}

@@ -1,4 +1,4 @@
-"""The flow's checks that no corrupted DVC output is used (multitab.integrity): a pre-flight before any
+"""The flow's checks that no corrupted DVC output is used (multitab.files.integrity): a pre-flight before any
 stage runs, and a check of each stage DVC restores from its run cache before any stage after it starts.
 
 The pre-flight hashes the outputs of the stages DVC finds up to date: DVC vouches for those from its state
@@ -16,12 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from flows.dag import StagePlan
-from multitab.integrity import Tally, verify_outputs
+from multitab.files.integrity import Tally, verify_outputs
 
 
 def preflight(root: str | Path, plan: StagePlan) -> Tally:
     """The outputs dvc.lock records for the plan's stages that DVC found up to date (all of them when it was
-    not asked); raises multitab.integrity.IntegrityError (a ValueError) naming the first file that differs."""
+    not asked); raises multitab.files.integrity.IntegrityError (a ValueError) naming the first file that differs."""
     changed = plan.changed or frozenset()
     return verify_outputs(root, [s for s in plan.order if s not in changed])
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from multitab.io import write_json
+from multitab.files.io import write_json
 
 GB = 1e9
 # a stage's exit status when its command was killed by SIGKILL: -9 (waited for directly) or 128 + 9 (through

@@ -32,19 +32,16 @@ from flows import memory
 from flows.dag import load_config, read_stage_graph, select, sync_runs_file
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slots_of
 from flows.integrity import preflight
-from flows.provenance import label_run, run_name, run_provenance
+from flows.provenance import WORKER_ROOT_ENV, label_run, run_name, run_provenance
 from flows.stage_task import pop_failures, run_stage
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
-from multitab.exit_codes import BAD_INPUT
-from multitab.integrity import IntegrityError
-from multitab.io import write_json
+from multitab.files.integrity import IntegrityError
+from multitab.files.io import write_json
+from multitab.runtime.exit_codes import BAD_INPUT
 
 # Set by flows.deploy for the runs of a deployment: the project folders a run's `root` may name
 # (os.pathsep-separated). Without it (`python -m flows.pipeline` by hand) any folder is accepted.
 ALLOWED_ROOTS_ENV = "MULTITAB_ALLOWED_ROOTS"
-# Set in a worker's environment (`python -m flows.fleet worker`): the checkout of that machine, which every
-# run the worker executes uses as its project, whatever `root` the run names.
-WORKER_ROOT_ENV = "MULTITAB_WORKER_ROOT"
 
 # flows.pipeline's handler that stops the whole run on SIGINT / SIGTERM (None: a deployment's run, where
 # Prefect's own SIGTERM handling is the runner's way to cancel). Prefect's flow engine puts its SIGTERM

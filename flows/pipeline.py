@@ -19,7 +19,7 @@ ever rewritten by one process at a time (`--wait-for-lock` makes the others wait
 What can still fail under contention is DVC's short lock around its rwlock file (three seconds, no wait
 option): such failures are recognised by their message and retried here without spending a retry.
 
-Failure semantics: a stage that exits with multitab.exit_codes.BAD_INPUT (a failed validation, a schema or
+Failure semantics: a stage that exits with multitab.runtime.exit_codes.BAD_INPUT (a failed validation, a schema or
 config error, a malformed file) fails at once, as does one interrupted by Ctrl-C (INTERRUPTED, 130); any other
 failure (a crash, a kill, an out-of-memory error) is retried `retries` times after `retry_delay` seconds. A
 stage that keeps failing stops only its descendants ("Not run", naming the stage), and every independent stage
@@ -56,9 +56,9 @@ from flows.dag import (
     sync_runs_file,
 )
 from flows.integrity import preflight
-from multitab.exit_codes import BAD_INPUT, INTERRUPTED
-from multitab.io import os_error_line
-from multitab.process import raise_deferred_ctrl_c
+from multitab.files.io import os_error_line
+from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
+from multitab.runtime.process import raise_deferred_ctrl_c
 
 if TYPE_CHECKING:
     from flows.orchestrate import PipelineFailed, pipeline
@@ -95,7 +95,7 @@ def __getattr__(name: str) -> Any:
 
 def _nothing_to_do(root: Path, plan: StagePlan, summary_path: Path, seconds: float) -> None:
     """Print and write the summary of a run that found every stage up to date (no flow run)."""
-    from multitab.io import write_json
+    from multitab.files.io import write_json
 
     summary = {
         "ran": [],
@@ -216,7 +216,7 @@ def stop_everything_on_signals() -> None:
         STOPPING.set()  # no stage starts or is retried from now on
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)
-        from multitab.process import terminate_descendants
+        from multitab.runtime.process import terminate_descendants
 
         terminate_descendants()
         wait_for_attempts(5.0)  # each stopped stage logs that it was interrupted (and why) before we exit
@@ -250,7 +250,7 @@ def temporary_server_that_dies_with_us() -> Iterator[None]:
         return
     from prefect.server.api.server import SubprocessASGIServer
 
-    from multitab.process import die_with_parent
+    from multitab.runtime.process import die_with_parent
 
     server = SubprocessASGIServer()
     # from this (the main) thread, which lives as long as the process

@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from multitab.exit_codes import BAD_INPUT
-from multitab.integrity import cache_dir, md5_file
-from multitab.io import atomic_path, write_json
-from multitab.provenance import cpu_model
+from multitab.files.integrity import cache_dir, md5_file
+from multitab.files.io import atomic_path, write_json
+from multitab.runtime.exit_codes import BAD_INPUT
+from multitab.runtime.provenance import cpu_model
 
 DEFAULT_DIR = "results/study/progress"
 DEFAULT_RUNS = "attribution-*"
@@ -79,7 +79,7 @@ def _object(base: Path, md5: str) -> Path:
 
 
 def _copy(src: Path, dest: Path) -> bool:
-    """Copy a file whole (multitab.io.atomic_path) unless `dest` exists; whether it copied."""
+    """Copy a file whole (multitab.files.io.atomic_path) unless `dest` exists; whether it copied."""
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, load_params, parse_yaml
-from multitab.provenance import FLOW_RUN_ENV, git_commit
+from multitab.runtime.provenance import FLOW_RUN_ENV, git_commit
+
+# Set in a worker's environment (`python -m flows.fleet worker`): the checkout of that machine, which every
+# run the worker executes uses as its project, whatever `root` the run names.
+WORKER_ROOT_ENV = "MULTITAB_WORKER_ROOT"
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,6 @@ def run_name() -> str:
     A project that cannot be read yet gets its targets only; the flow reports the error itself."""
     from prefect.runtime import flow_run
 
-    from flows.orchestrate import WORKER_ROOT_ENV  # the module whose flow this names (imported by then)
 
     parameters = flow_run.parameters or {}
     targets = parameters.get("targets")
@@ -116,7 +119,7 @@ def run_name() -> str:
 def label_run(prov: RunProvenance, targets: Sequence[str] | None, params: str, log: Any) -> None:
     """Name and tag the current flow run after `prov`, and publish the `run-provenance` artifact. A server
     that refuses the update costs the run its label only (logged). The name also goes to the environment
-    (multitab.provenance.FLOW_RUN_ENV) that the stages' `dvc repro` inherits: the entry page names it."""
+    (multitab.runtime.provenance.FLOW_RUN_ENV) that the stages' `dvc repro` inherits: the entry page names it."""
     from prefect.artifacts import create_markdown_artifact
     from prefect.client.orchestration import get_client
     from prefect.runtime import flow_run

@@ -25,8 +25,8 @@ from flows import memory
 from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import gpu_slot
 from flows.integrity import check_restored
-from multitab.exit_codes import BAD_INPUT, INTERRUPTED
-from multitab.integrity import IntegrityError
+from multitab.files.integrity import IntegrityError
+from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
 
 # Set when the run is being stopped (Ctrl-C / SIGTERM, flows.pipeline): no stage starts or is retried.
 STOPPING = threading.Event()
@@ -69,7 +69,7 @@ def wait_for_attempts(timeout: float) -> None:
 
 class StageFailed(RuntimeError):
     """One stage's `dvc repro` failed: the stage, the stage's exit code, the cause in one line, and
-    whether a retry can help: not for multitab.exit_codes.BAD_INPUT, nor for a stage that was interrupted
+    whether a retry can help: not for multitab.runtime.exit_codes.BAD_INPUT, nor for a stage that was interrupted
     (exit INTERRUPTED or killed by SIGINT: Ctrl-C) or stopped with the run (`stopped`)."""
 
     def __init__(self, stage: str, code: int, cause: str, attempt: int, stopped: bool = False) -> None:
@@ -186,7 +186,7 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
     # --pull: a stage DVC's run cache knows (from any machine, flows/remote.py) is restored with its outputs
     dvc_args = ["--wait-for-lock", "repro", "--single-item", *(["--pull"] if pull else []), stage]
     # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command
-    cmd = [sys.executable, "-m", "multitab.process", *dvc_args]
+    cmd = [sys.executable, "-m", "multitab.runtime.process", *dvc_args]
     attempt = runtime.task_run.run_count
     budget = memory.ACTIVE
     if budget is not None and attempt > 1:  # a retry waits until its expected peak (raised by a kill) fits

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.dag import StagePlan
-from multitab.io import read_json
+from multitab.files.io import read_json
 from multitab.markup import md_text
 
 # Where the validation stages keep one record per stage, dataset and split (multitab.validation.report_page).

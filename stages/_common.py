@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from multitab.config import ConfigError, Params, load_params
-from multitab.exit_codes import BAD_INPUT, INTERRUPTED
-from multitab.integrity import verify_stage_inputs
-from multitab.io import os_error_line, remove_stale_temporaries, write_json
-from multitab.process import ctrl_c_raises, stop_with_parent
+from multitab.files.integrity import verify_stage_inputs
+from multitab.files.io import os_error_line, remove_stale_temporaries, write_json
+from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
+from multitab.runtime.process import ctrl_c_raises, stop_with_parent
 
 if TYPE_CHECKING:
     from multitab.validation import Outcome
@@ -30,10 +30,10 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
     """Run a stage body; turn library errors into one clear line on stderr (`[stage] error: ...`).
 
     First the debris of a killed earlier attempt goes: the temporaries beside each of `outputs` (files or
-    folders written with multitab.io's atomic writers), and in each folder of `stems` (`folder/stem`) those
+    folders written with multitab.files.io's atomic writers), and in each folder of `stems` (`folder/stem`) those
     of the stage's files whose names start with the stem (its files in a folder other stages write to).
     Then, when DVC runs the stage, the outputs of other stages that it depends on are checked against the
-    hashes their producer recorded in dvc.lock (multitab.integrity): a corrupted one is bad input, named
+    hashes their producer recorded in dvc.lock (multitab.files.integrity): a corrupted one is bad input, named
     with what to do.
 
     Exit status: `BAD_INPUT` for what a retry cannot fix (ValueError, including ConfigError; KeyError; a
@@ -43,7 +43,7 @@ def run(stage: str, body: Callable[[], object], outputs: Sequence[Path] = (), st
     flows.pipeline does not retry it), also for a Ctrl-C during the stage's imports (stages/__init__.py).
     """
     logging.basicConfig(level=logging.INFO, format=f"[{stage}] %(levelname)s %(name)s: %(message)s")
-    stop_with_parent()  # a stage never outlives the `dvc repro` that started it (multitab.process)
+    stop_with_parent()  # a stage never outlives the `dvc repro` that started it (multitab.runtime.process)
     try:
         ctrl_c_raises()
         for path in outputs:

@@ -23,10 +23,10 @@ from multitab.evaluation.paper.published import load_published
 from multitab.evaluation.paper.report import Outputs, build_results
 from multitab.evaluation.paper.report_markdown import Provenance
 from multitab.evaluation.paper.runs import RunSet, load_runs, select_declared
-from multitab.io import all_or_nothing, remove_stale_temporaries
-from multitab.profiles import group_train, profiled
-from multitab.provenance import flow_run_name, git_commit
-from multitab.runs import declared_runs
+from multitab.files.io import all_or_nothing, remove_stale_temporaries
+from multitab.runs.expand import declared_runs
+from multitab.runs.profiles import group_train, profiled
+from multitab.runtime.provenance import flow_run_name, git_commit
 from stages._common import parser, run
 
 

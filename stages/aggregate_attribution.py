@@ -19,11 +19,11 @@ import pandas as pd
 from multitab.config import Params, load_params
 from multitab.config.aggregate import synthetic_configs
 from multitab.config.attribution import arm_runs
-from multitab.evaluation.bench.attribution import ARMS_COLUMNS, collect_arms, write_attribution
-from multitab.evaluation.bench.numbers import StudySettings
+from multitab.evaluation.bench.attribution import collect_arms, write_attribution
+from multitab.evaluation.bench.numbers import ARMS_COLUMNS, StudySettings
 from multitab.evaluation.bench.study import write_csv, write_text
-from multitab.profiles import group_train, profiled
-from multitab.runs import point_id
+from multitab.runs.profiles import group_train, profiled
+from multitab.runs.types import point_id
 from stages._common import parser, run
 
 log = logging.getLogger("stages.aggregate_attribution")

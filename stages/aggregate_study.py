@@ -22,8 +22,8 @@ from multitab.config.attribution import study_runs, study_settings
 from multitab.evaluation.bench.attribution import collect_arms
 from multitab.evaluation.bench.numbers import StudySettings, collect
 from multitab.evaluation.bench.study import write_csv, write_study, write_text
-from multitab.profiles import group_train, profiled
-from multitab.runs import point_id
+from multitab.runs.profiles import group_train, profiled
+from multitab.runs.types import point_id
 from stages._common import parser, run
 
 log = logging.getLogger("stages.aggregate_study")

@@ -14,9 +14,9 @@ from multitab.config import ComplexityConfig, load_params
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.evaluation.paper.complexity import complexity_rows
 from multitab.evaluation.tables import Cell, Table, Value
+from multitab.files.io import atomic_path
 from multitab.hparams import Hparams, apply_protocol, load, protocol_overlay, selection_file
 from multitab.hparams.recipe import recipe
-from multitab.io import atomic_path
 from multitab.models import MODELS, build_model
 from multitab.protocol import DEFAULT
 from stages._common import parser, run

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from multitab.config import Params, load_params
+from multitab.files.io import write_json, write_text
 from multitab.icl import lock
 from multitab.icl.run import NOT_RUN, evaluate
-from multitab.io import write_json, write_text
 from stages._common import parser, run
 
 HOW_TO = ("run `make icl-weights` (python -m multitab.icl.fetch: it fetches every checkpoint params.yaml "

@@ -7,7 +7,7 @@ from pathlib import Path
 from multitab.config import load_params
 from multitab.datasets.declared import SCHEMA_FILE, record, stage_schema
 from multitab.datasets.steps import split
-from multitab.io import write_json
+from multitab.files.io import write_json
 from stages._common import parser, run
 
 

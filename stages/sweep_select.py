@@ -19,8 +19,8 @@ from pathlib import Path
 from multitab.config import load_params
 from multitab.evaluation.sweep import collect
 from multitab.evaluation.sweep_report import write_sweep_outputs
-from multitab.profiles import group_train
-from multitab.runs import data_names
+from multitab.runs.locate import data_names
+from multitab.runs.profiles import group_train
 from stages._common import parser, run
 
 log = logging.getLogger("stages.sweep_select")

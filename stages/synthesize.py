@@ -10,7 +10,7 @@ from pathlib import Path
 
 from multitab.config import load_params
 from multitab.datasets.bench import synthesize_config, write_dataset
-from multitab.profiles import profiled
+from multitab.runs.profiles import profiled
 from stages._common import parser, run
 
 log = logging.getLogger("stages.synthesize")

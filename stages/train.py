@@ -7,7 +7,7 @@ model (multitab.training.stacked; each seed's files as its own run writes them).
 
 The run's key names its group, dataset, model, grid point and seed (multitab.runs); its data, validation
 verdict, output folders (relative to the params file's folder, the project root) and every setting it trains
-with come from its record in runs.yaml, resolved once by `python -m multitab.runs` (multitab.resolve: the
+with come from its record in runs.yaml, resolved once by `python -m multitab.runs` (multitab.runs.resolve: the
 constructor keywords, optimiser, budget ...; DVC tracks the record as the stage's params), which must be what
 params.yaml and the hyperparameter files resolve to now (else exit 3: run `python -m multitab.runs`). Writes <out>/metrics.json, the per-epoch curves as a
 dvclive log in <out>/dvclive, and the checkpoints (best.pt is the tested one; last.pt lets a killed run
@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, load_params
-from multitab.io import atomic_dir, read_json, remove_stale_temporaries, write_json
-from multitab.names import file_key
-from multitab.run_config import RecordError, RunConfig
-from multitab.runs import KEY, RUNS_FILE, STACKS, Run, entry, stack_entry
+from multitab.files.io import atomic_dir, read_json, remove_stale_temporaries, write_json
+from multitab.registry import file_key
+from multitab.runs.document import entry, stack_entry
+from multitab.runs.record import RecordError, RunConfig
+from multitab.runs.types import KEY, RUNS_FILE, STACKS, Run
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
 

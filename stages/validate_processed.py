@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from multitab.config import Params
-from multitab.io import read_json
+from multitab.files.io import read_json
 from multitab.validation import Outcome, validate_processed
 from stages._common import add_validation_args, parser, run_validation
 

@@ -2,7 +2,7 @@
 
 Writes the verdict (data/validated/<D>.raw.json) only when every check passes, apart from the check groups
 that params.yaml's validation.policy.<D> sets to `warn` (listed in the verdict's `warnings`), or with
---warn-only; otherwise prints a short summary and exits with multitab.exit_codes.BAD_INPUT (a deterministic
+--warn-only; otherwise prints a short summary and exits with multitab.runtime.exit_codes.BAD_INPUT (a deterministic
 failure: the flow does not retry it). Data Docs (reports/validation/) are written either way.
 """
 

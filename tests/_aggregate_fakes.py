@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from multitab.names import PAPER_ROWS, REGISTRY, table_order
+from multitab.registry import PAPER_ROWS, REGISTRY, table_order
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "src/multitab/evaluation/paper/published"
 # the paper's label -> registry name, in the paper's order (the order the noise is drawn in)
@@ -63,8 +63,8 @@ def stamp_params(runs_dir: Path, params_path: Path) -> None:
     `params`, as stages/train.py writes it), so that the aggregate stage takes the fakes as trained under
     those params. Runs the params do not declare get group `real`'s record."""
     from multitab.config import load_params
-    from multitab.profiles import run_params
-    from multitab.runs import declared_runs
+    from multitab.runs.expand import declared_runs
+    from multitab.runs.profiles import run_params
 
     params = load_params(params_path)
     declared = declared_runs(params)

@@ -14,10 +14,10 @@ from multitab.datasets.schema import SCHEMAS, DatasetSchema, Feature, RawColumn,
 from multitab.hparams import BENCH, load
 from multitab.models import MODELS, as_schema, build_model, hyperparameters
 from multitab.models.multitab_net import INTER_SAMPLE
-from multitab.names import REGISTRY
+from multitab.registry import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
-# each registered torch model's tiny configuration, from its registry entry (multitab.names)
+# each registered torch model's tiny configuration, from its registry entry (multitab.registry)
 TINY: dict[str, dict[str, Any]] = {name: dict(e.tiny) for name, e in REGISTRY.items() if e.tiny is not None}
 OWN_TESTS = {"xgboost": "tests/test_xgboost.py"}
 TORCH_MODELS = [n for n, cls in MODELS.items() if isinstance(cls, type) and issubclass(cls, nn.Module)]

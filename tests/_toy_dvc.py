@@ -100,7 +100,8 @@ def repo_dvc_yaml(names: Sequence[str], params: dict | None = None) -> dict:
 def write_runs_file(root: Path) -> None:
     """runs.yaml of `root`'s params.yaml (as `make repro` writes it before DVC reads dvc.yaml)."""
     from multitab.config import load_params
-    from multitab.runs import RUNS_FILE, render
+    from multitab.runs.document import render
+    from multitab.runs.types import RUNS_FILE
 
     (root / RUNS_FILE).write_text(render(load_params(root / "params.yaml")))
 

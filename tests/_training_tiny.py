@@ -112,15 +112,15 @@ LOOP: dict[str, Any] = {"batch_size": 2048, "optimizer": "adamw", "lr": 1e-3, "w
 
 def loop_settings(**kw: Any) -> Any:
     """multitab.training.loop.RunSettings: LOOP with `kw` (seed, max_epochs and patience at least)."""
-    from multitab.training.loop import RunSettings
+    from multitab.training.settings import RunSettings
 
     return RunSettings(**{**LOOP, **kw})
 
 
 def train_run(spec: Any, config: Any, hparams: Hparams, **kwargs: Any) -> tuple[dict[str, Any], list[dict[str, float]]]:
     """`run_training` of `spec` under a TrainConfig and resolved hyperparameters, its record resolved as the
-    pipeline resolves one (multitab.resolve.settings_for)."""
-    from multitab.resolve import settings_for
+    pipeline resolves one (multitab.runs.resolve.settings_for)."""
+    from multitab.runs.resolve import settings_for
     from multitab.training.run import run_training
 
     return run_training(spec, settings_for(config, hparams, model=spec.model, dataset=spec.dataset), **kwargs)
@@ -172,7 +172,8 @@ def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, model
     import yaml
 
     from multitab.config import load_params
-    from multitab.runs import RUNS_FILE, render
+    from multitab.runs.document import render
+    from multitab.runs.types import RUNS_FILE
 
     root.mkdir(parents=True, exist_ok=True)
     processed = root / "data" / "processed" / "tiny"

@@ -17,7 +17,7 @@ import yaml
 
 from _aggregate_fakes import published_runs, stamp_params, write_run
 from multitab.evaluation.delta_m import delta_m
-from multitab.exit_codes import BAD_INPUT
+from multitab.runtime.exit_codes import BAD_INPUT
 from stages import aggregate
 
 ROOT = Path(__file__).resolve().parents[1]

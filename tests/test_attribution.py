@@ -21,8 +21,10 @@ from multitab.evaluation.bench.attribution import collect_arms, flips, ladder, r
 from multitab.evaluation.bench.attribution import main as attribution_main
 from multitab.evaluation.bench.numbers import CURVES_COLUMNS, METRICS_COLUMNS, StudySettings
 from multitab.hparams import for_run
-from multitab.profiles import group_train, run_train
-from multitab.runs import document, expand, point_id
+from multitab.runs.document import document
+from multitab.runs.expand import expand
+from multitab.runs.profiles import group_train, run_train
+from multitab.runs.types import point_id
 from stages.aggregate_study import arm_note, collect_study, data_settings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ from multitab.config import parse_params
 from multitab.config.data import LocalConfig
 from multitab.datasets.schema import get_schema
 from multitab.datasets.sources import SourceError, acquire_local, read_raw_file
-from multitab.exit_codes import BAD_INPUT
-from multitab.runs_stages import data_stages
+from multitab.runs.stages import data_stages
+from multitab.runtime.exit_codes import BAD_INPUT
 from stages import acquire
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,7 +227,7 @@ def test_changed_local_file_reruns_acquire_and_dvc_status_says_so(tmp_path: Path
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     shutil.copy(FIX / "acs_one_state.csv", repo / "local" / "acs_income" / "acs.csv")
     params["datasets"]["acs_income"].update(source="local", local={"path": "local/acs_income/acs.csv"})
-    # what runs.yaml gives the data stages to iterate (multitab.runs_stages), inline
+    # what runs.yaml gives the data stages to iterate (multitab.runs.stages), inline
     lists = data_stages(parse_params({"datasets": params["datasets"]}))
     (repo / "dvc.yaml").write_text(yaml.safe_dump({"vars": [lists], "stages": {"acquire": dvcyaml["stages"]["acquire"]}}))
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

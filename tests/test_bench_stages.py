@@ -18,7 +18,7 @@ import yaml
 from multitab.config import ConfigError, parse_params, read_yaml
 from multitab.datasets.bench import generate
 from multitab.datasets.schema import schema_from_meta
-from multitab.exit_codes import BAD_INPUT
+from multitab.runtime.exit_codes import BAD_INPUT
 from stages import label_correlations as label_correlations_stage
 from stages import synthesize as synthesize_stage
 
@@ -227,7 +227,7 @@ def test_label_correlations_stage(params: dict, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------
 # DVC wiring.
 def test_dvc_yaml_stages_read_only_their_params(params: dict) -> None:
-    from multitab.runs_stages import synthetic_data
+    from multitab.runs.stages import synthetic_data
 
     dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     syn = dvc["stages"]["synthesize"]

@@ -28,8 +28,8 @@ from multitab.evaluation.bench.numbers import (
 )
 from multitab.evaluation.bench.study import main as bench_study_main
 from multitab.evaluation.bench.study import regenerate, section_only, write_study
-from multitab.exit_codes import BAD_INPUT
-from multitab.profiles import profiled
+from multitab.runs.profiles import profiled
+from multitab.runtime.exit_codes import BAD_INPUT
 
 CONFIGS = {
     "p02_pd3_t3": SyntheticConfig("p02_pd3_t3", ("correlation",), 0.2, (3, 3, 3)),
@@ -229,7 +229,7 @@ def test_write_study_with_no_runs_says_missing(tmp_path):
 
 def test_groups_and_the_study_profile_lay_their_sections_over_train_and_bench_data():
     from multitab.config import parse_params, read_yaml
-    from multitab.profiles import group_train
+    from multitab.runs.profiles import group_train
 
     raw = read_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
     raw["train"].update(max_epochs=2, max_train_rows=2048)
@@ -261,7 +261,8 @@ def test_groups_and_the_study_profile_lay_their_sections_over_train_and_bench_da
 
 def test_opt_in_groups_are_in_runs_yaml_only_when_asked_for():
     from multitab.config import load_params
-    from multitab.runs import active_groups, document
+    from multitab.runs.document import document
+    from multitab.runs.expand import active_groups
 
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
     assert active_groups(params) == ["real", "ablation", "bench"]
@@ -289,8 +290,8 @@ def test_repo_params_have_a_study_profile_that_leaves_the_default_unchanged():
     params = load_params(root / "params.yaml")
     study = params.study
     assert len(study.configs) == 9 and set(study.configs) == set(params.bench.configs)
-    from multitab.profiles import group_train
-    from multitab.runs import expand
+    from multitab.runs.expand import expand
+    from multitab.runs.profiles import group_train
 
     assert group_train(params, study.group).max_train_rows is None
     assert profiled(params, "study").bench.data.n_samples > params.bench.data.n_samples

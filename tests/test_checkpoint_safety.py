@@ -21,8 +21,8 @@ import torch
 
 from _toy_dvc import real_train_project
 from _training_tiny import TINY_HPARAMS, register_tiny, train_run, write_tiny_processed, write_tiny_project
-from multitab import io as mio
 from multitab.config.train import TrainConfig
+from multitab.files import io as mio
 from multitab.training import checkpoint as ckpt
 from multitab.training import loop as loop_mod
 from multitab.training.run import RunSpec, model_code_version
@@ -101,7 +101,7 @@ def test_a_file_that_is_no_checkpoint_is_one_warning_line_naming_it(tmp_path: Pa
     """A checkpoint of random bytes, cut short, whose pickle would run code, or a directory where the file
     belongs (it used to pass as "missing", silently): one warning line naming the file and why the run
     starts from scratch, never PyTorch's advice to load it with `weights_only=False`; nothing in it runs.
-    The same reader as the pretrained models' checkpoints (multitab.checkpoint_file)."""
+    The same reader as the pretrained models' checkpoints (multitab.files.checkpoint)."""
     from _bad_checkpoints import WHY, bad_checkpoints
 
     marker = tmp_path / "marker"

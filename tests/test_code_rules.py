@@ -16,7 +16,7 @@ CODE = [ROOT / "src" / "multitab", ROOT / "stages", ROOT / "flows", ROOT / "benc
 CONFIG = ROOT / "src" / "multitab" / "config"
 # What the config package may import from the project: itself and the leaf modules holding the facts it
 # checks against (the dataset schemas, the model names, the protocols) or reads with (YAML, files).
-CONFIG_MAY_IMPORT = ("multitab.config", "multitab.io", "multitab.protocol", "multitab.names")
+CONFIG_MAY_IMPORT = ("multitab.config", "multitab.files.io", "multitab.protocol", "multitab.registry")
 YAML_READERS = {"read_yaml_file", "load_yaml", "safe_load", "load"}
 
 Module = tuple[str, ast.Module]  # (where, tree)
@@ -76,27 +76,32 @@ LIBRARY = ROOT / "src" / "multitab"
 # multitab's packages and top-level modules, bottom layer first. A module may import from its own layer and
 # the layers below it, never from one above: at module level, inside a function and under TYPE_CHECKING
 # alike (an import that runs late is still a dependency, and a cycle once the two ends are loaded). Within
-# a layer anything goes (runs, resolve, runs_check and runs_cli call each other). stages/, flows/ and
-# benchmarks/ sit above all of it; the library never imports them. A new package or top-level module gets
-# a place here.
+# a layer anything goes but a cycle (test_no_import_cycles). The run matrix (multitab.runs) is layered module by
+# module (`runs.<module>`; its package docstring draws it). stages/, flows/ and benchmarks/ sit above all of it;
+# the library never imports them. A new package or top-level module gets a place here.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("io", "names", "protocol", "exit_codes", "markup", "runtime", "provenance", "process", "stage_deps",
-     "fleet_setup"),
-    ("checkpoint_file", "integrity"),  # files checked against pins and dvc.lock's hashes
+    ("runtime", "registry", "protocol", "markup"),  # exit codes, processes, provenance; model names; escaping
+    ("files",),  # atomic writes; files checked against pins and dvc.lock's hashes
     ("config",),  # params.yaml, strictly typed
-    ("datasets", "infer"),  # schemas, sources, splits, preprocessing, MultiTab-Bench; a table's feature kinds
+    ("datasets",),  # schemas, sources, splits, preprocessing, MultiTab-Bench; a table's feature kinds
     ("metrics",),  # per-task metrics: training and the in-context runs score with them
     ("models",),
     ("validation",),  # Great Expectations: the training path below never imports it
     ("hparams",),  # the per-model hyperparameter files
-    ("profiles",),  # step profiles by device
-    ("run_config",),  # a run record's typed view (read without torch)
+    # the run matrix: types -> expansion -> resolution -> checks -> runs.yaml -> command line
+    ("runs",),
+    ("runs.types", "runs.profiles", "runs.record", "runs.locate"),
+    ("runs.arms", "runs.expand", "runs.stages"),
+    ("runs.resolve",),
+    ("runs.check",),
+    ("runs.document",),
+    ("runs.cli", "runs.__main__"),
     ("training",),
     ("icl",),  # pretrained in-context models, scored on the processed data with training's data path
-    ("estimator", "tables"),  # the models as a scikit-learn estimator, trained by the training loop
-    ("runs", "runs_arms", "runs_stages", "resolve", "runs_check", "runs_cli"),  # params.yaml runs: -> runs.yaml, resolved once
+    ("estimator", "input_table"),  # the models as a scikit-learn estimator, trained by the training loop
     ("evaluation",),  # aggregate: the paper's tables, MultiTab-Bench, the sweeps' selection
 )
+SUBLAYERED = ("runs",)  # packages whose modules have layers of their own
 LAYER_OF = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
 ABOVE_THE_LIBRARY = ("stages", "flows", "benchmarks")
 
@@ -125,7 +130,9 @@ def _imported(node: ast.AST, module: str, package: bool) -> list[str]:
 
 def _unit(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if parts[0] == "multitab" and len(parts) > 1 else None
+    if parts[0] != "multitab" or len(parts) < 2:
+        return None
+    return ".".join(parts[1:3]) if parts[1] in SUBLAYERED and len(parts) > 2 else parts[1]
 
 
 def upward_imports(modules: Iterable[Module]) -> list[str]:
@@ -181,8 +188,8 @@ def test_the_library_imports_only_downwards() -> None:
 
 
 def test_every_layer_names_something_that_exists() -> None:
-    missing = [unit for unit in LAYER_OF
-               if not (LIBRARY / unit).is_dir() and not (LIBRARY / f"{unit}.py").is_file()]
+    missing = [unit for unit in LAYER_OF if not (LIBRARY / unit.replace(".", "/")).is_dir()
+               and not (LIBRARY / f"{unit.replace('.', '/')}.py").is_file()]
     assert not missing, f"LAYERS names what src/multitab no longer has: {missing}"
 
 
@@ -213,16 +220,16 @@ def test_the_size_rule_counts_lines(tmp_path: Path) -> None:
 
 
 def test_each_rule_catches_what_it_describes() -> None:
-    bad = ("from multitab.io import _private\n"
+    bad = ("from multitab.files.io import _private\n"
            "import yaml\nraw = yaml.safe_load(open('params.yaml'))\n")
-    assert private_imports([("stages/x.py", ast.parse(bad))]) == ["stages/x.py:1: from multitab.io import _private"]
+    assert private_imports([("stages/x.py", ast.parse(bad))]) == ["stages/x.py:1: from multitab.files.io import _private"]
     assert params_reads([("stages/x.py", ast.parse(bad))], CONFIG_FOLDER) == [
         "stages/x.py:3: yaml.safe_load(open('params.yaml'))"]
     assert params_reads([(CONFIG_FOLDER + "x.py", ast.parse(bad))], CONFIG_FOLDER) == []
     upward = "from multitab.training.loop import fit\nimport multitab.models\n"
     assert config_imports([(CONFIG_FOLDER + "x.py", ast.parse(upward))], CONFIG_FOLDER) == [
         f"{CONFIG_FOLDER}x.py:1: multitab.training.loop", f"{CONFIG_FOLDER}x.py:2: multitab.models"]
-    late = ("from multitab.io import write_text\nfrom multitab import metrics\n"
+    late = ("from multitab.files.io import write_text\nfrom multitab import metrics\n"
             "def f():\n    from multitab.evaluation import tables\n    from . import loop\n    import flows.pipeline\n")
     assert upward_imports([("src/multitab/training/x.py", ast.parse(late))]) == [
         f"src/multitab/training/x.py:4: multitab.evaluation (training, layer {LAYER_OF['training']}, "
@@ -233,3 +240,130 @@ def test_each_rule_catches_what_it_describes() -> None:
         f"src/multitab/models/x.py:1: multitab.training (models, layer {LAYER_OF['models']}, "
         f"imports training, layer {LAYER_OF['training']})"]
     assert upward_imports([("src/multitab/newpkg/x.py", ast.parse(""))]) == ["multitab.newpkg has no place in LAYERS"]
+
+
+# ---- Import cycles among src/, flows/ and stages/: computed from the code, every import counted (module level,
+# inside a function, under TYPE_CHECKING), `from package import name` as an import of the package's __init__ (and
+# of the submodule, when `name` is one). Python runs such a cycle only in some import orders; a cycle dodged by an
+# import inside a function still ties the two modules together.
+CYCLE_ROOTS = {"src": ROOT / "src", "flows": ROOT / "flows", "stages": ROOT / "stages"}
+
+
+def module_names(trees: Iterable[Module]) -> dict[str, bool]:
+    """Module name -> whether it is a package's __init__, for paths under src/ (without src/), flows/, stages/."""
+    out = {}
+    for where, _ in trees:
+        parts = list(Path(where).with_suffix("").parts)
+        if parts[0] == "src":
+            parts = parts[1:]
+        package = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if package else parts)] = package
+    return out
+
+
+def import_graph(trees: Iterable[Module]) -> dict[str, set[str]]:
+    """module -> the project's modules it imports (each import resolved to the longest module it names)."""
+    trees = list(trees)
+    known = module_names(trees)
+
+    def owner(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for where, tree in trees:
+        parts = list(Path(where).with_suffix("").parts)
+        parts = parts[1:] if parts[0] == "src" else parts
+        package = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if package else parts)
+        named: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                named.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if package else 0)]
+                    base = ".".join(anchor + ([base] if base else []))
+                named.add(base)
+                named.update(f"{base}.{alias.name}" for alias in node.names)
+        graph[module] = {m for m in map(owner, named) if m is not None and m != module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    cycles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    trees = [(where, tree) for where, tree in _modules() if where.split("/")[0] in CYCLE_ROOTS]
+    assert len(trees) > 150, "the modules were not found"
+    cycles = import_cycles(import_graph(trees))
+    assert not cycles, ("move what both sides share to the module it belongs in (no import inside a function "
+                        "to dodge it):\n" + "\n".join(" <-> ".join(c) for c in cycles))
+
+
+def test_the_cycle_rule_catches_a_cycle_however_it_is_written() -> None:
+    def trees(files: dict[str, str]) -> list[Module]:
+        return [(where, ast.parse(text)) for where, text in files.items()]
+    late = trees({"src/multitab/a.py": "from multitab.b import x\n",
+                  "src/multitab/b.py": "def f():\n    from multitab import a\n"})
+    assert import_cycles(import_graph(late)) == [["multitab.a", "multitab.b"]]
+    through_init = trees({"src/multitab/p/__init__.py": "from multitab.p.m import y\n",
+                          "src/multitab/p/m.py": "from multitab.p import z\n"})
+    assert import_cycles(import_graph(through_init)) == [["multitab.p", "multitab.p.m"]]
+    relative = trees({"src/multitab/p/__init__.py": "", "src/multitab/p/m.py": "from .n import y\n",
+                      "src/multitab/p/n.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                             "    from . import m\n"})
+    assert import_cycles(import_graph(relative)) == [["multitab.p.m", "multitab.p.n"]]
+    one_way = trees({"src/multitab/a.py": "import multitab.b\n", "src/multitab/b.py": "import os\n",
+                     "flows/f.py": "from multitab.a import x\n"})
+    assert import_cycles(import_graph(one_way)) == []
+
+
+# The top of src/multitab reads as the architecture: packages, and a few modules that belong to none.
+MAX_TOP_LEVEL_MODULES = 12
+
+
+def test_few_modules_sit_at_the_top_of_the_library() -> None:
+    loose = sorted(p.name for p in LIBRARY.glob("*.py"))
+    assert len(loose) <= MAX_TOP_LEVEL_MODULES, f"group these into packages by what they are: {loose}"

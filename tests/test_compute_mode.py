@@ -108,7 +108,7 @@ def test_other_warnings_pass_through_and_the_flag_off_is_recorded() -> None:
 
 
 def test_stacking_refuses_tf32_and_says_why() -> None:
-    from multitab.resolve import settings_for
+    from multitab.runs.resolve import settings_for
     from multitab.training.stacked_checks import StackRefused, check_training
 
     run = settings_for(_config(precision="tf32"), TINY_HPARAMS, model="mmoe", dataset="tiny")
@@ -120,7 +120,7 @@ def test_params_yaml_takes_tf32_and_the_run_records_it() -> None:
     import copy
 
     from multitab.config import ConfigError, parse_params, read_yaml
-    from multitab.profiles import run_params
+    from multitab.runs.profiles import run_params
 
     raw = read_yaml(Path(__file__).resolve().parents[1] / "params.yaml")
     raw["runs"]["real"]["train"] = {"precision": "tf32"}

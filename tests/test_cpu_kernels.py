@@ -15,7 +15,7 @@ from multitab.models import cpu_kernels as K
 from multitab.models.accelerate import CPUFeedForward, CPUSelfAttention, accelerate_cpu
 from multitab.models.blocks import FeedForward, SelfAttention, TransformerLayer
 from multitab.models.multitab_net import MASKS, attention_mask
-from multitab.runtime import keep_freed_memory, tune_cpu_runtime
+from multitab.runtime.cpu import keep_freed_memory, tune_cpu_runtime
 
 
 @pytest.fixture

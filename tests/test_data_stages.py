@@ -13,8 +13,8 @@ import yaml
 
 from _toy_dvc import run_dvc  # tests/ is on sys.path (pytest's default import mode)
 from multitab.config import parse_params
-from multitab.exit_codes import BAD_INPUT
-from multitab.runs_stages import data_stages as iterated
+from multitab.runs.stages import data_stages as iterated
+from multitab.runtime.exit_codes import BAD_INPUT
 from stages import acquire, preprocess, split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_dvc_repro_data_stages_then_nothing_to_do(tmp_path: Path) -> None:
     dvcyaml = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     data_stages = {k: v for k, v in dvcyaml["stages"].items() if k in ("acquire", "split", "validate_raw", "preprocess")}
     params = yaml.safe_load(small_params(tmp_path, rows=400).read_text())
-    lists = iterated(parse_params({"datasets": params["datasets"]}))  # runs.yaml's, inline (multitab.runs_stages)
+    lists = iterated(parse_params({"datasets": params["datasets"]}))  # runs.yaml's, inline (multitab.runs.stages)
     (repo / "dvc.yaml").write_text(yaml.safe_dump({"vars": [lists], "stages": data_stages}, sort_keys=False))
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)

@@ -17,7 +17,7 @@ from multitab.datasets.preprocess import preprocess
 from multitab.datasets.schema import SCHEMAS, get_schema, schema_from_meta
 from multitab.datasets.split import SplitError, canonicalize, split_frames
 from multitab.datasets.standin import write_standin
-from multitab.names import DATASET_NAMES
+from multitab.registry import DATASET_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from multitab.config import ConfigError, parse_params
-from multitab.exit_codes import BAD_INPUT
 from multitab.hparams.recipe import n_features
+from multitab.runtime.exit_codes import BAD_INPUT
 from stages import acquire, preprocess, split
 
 WINE = Path(__file__).parent / "fixtures" / "wine_quality"
@@ -154,7 +154,7 @@ def test_task_columns_named_as_torch_attributes_or_with_dots_build_a_model(model
 
 
 def test_runs_yaml_lists_declared_datasets_apart_from_the_registry_s(tmp_path: Path) -> None:
-    from multitab.runs_stages import data_stages
+    from multitab.runs.stages import data_stages
 
     raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())["datasets"]
     raw["mine"] = {"source": "local", "local": {"path": "local/mine"}, "split": SPLIT, "tasks": {"y": "binary"}}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from _slow_import import slow_import_env
-from multitab.exit_codes import BAD_INPUT
-from multitab.io import all_or_nothing, write_text
+from multitab.files.io import all_or_nothing, write_text
+from multitab.runtime.exit_codes import BAD_INPUT
 from stages._common import run, run_validation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_aggregate_stage_cleans_only_its_own_temporaries(tmp_path: Path) -> None
     theirs = [tables / ".complexity.csv.zz.tmp", tables / ".fig3_label_correlations.csv.q.tmp"]
     for p in (mine, *theirs):
         p.write_text("partial")
-    from multitab.io import remove_stale_temporaries
+    from multitab.files.io import remove_stale_temporaries
 
     assert remove_stale_temporaries(tables, stems=OWN_STEMS) == [mine]
     assert all(p.exists() for p in theirs)

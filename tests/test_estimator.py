@@ -72,10 +72,10 @@ def _table(n: int = 240, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_the_estimator_gives_the_pipelines_test_metrics(model: str, params: dict[str, Any], tmp_path: Path,
                                                        one_torch_thread: None) -> None:
     from multitab.config.data import PreprocessConfig
+    from multitab.datasets.infer import infer_features
     from multitab.datasets.preprocess import preprocess
     from multitab.datasets.schema import DatasetSchema, Feature, RawColumn, Task
-    from multitab.infer import infer_features
-    from multitab.run_config import RunConfig
+    from multitab.runs.record import RunConfig
     from multitab.training.run import RunSpec, run_training
 
     X, Y = _table()

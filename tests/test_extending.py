@@ -21,7 +21,7 @@ from _aggregate_fakes import published_runs, write_run
 from _toy_dvc import repo_dvc_yaml
 from _training_tiny import write_tiny_processed
 from multitab.config import load_params
-from multitab.names import REGISTRY, ModelEntry
+from multitab.registry import REGISTRY, ModelEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def test_a_toy_model_and_a_toy_run_group_run_through_dvc_repro(tmp_path: Path) -
           "    models: [toy, stl_mlp]\n    seeds: [0]\n    train: {max_epochs: 1, max_train_rows: null, batch_size: 64}\n"
           "    out: results/toy_runs\n    checkpoints: results/toy_checkpoints\n")
     after = {p.relative_to(root) for p in root.rglob("*") if p.is_file() and before.get(p.relative_to(root)) != p.read_bytes()}
-    assert after == {Path("src/multitab/models/toy.py"), Path("src/multitab/names.py"),
+    assert after == {Path("src/multitab/models/toy.py"), Path("src/multitab/registry.py"),
                      Path("hparams/authors/higgs/toy.yaml"), Path("params.yaml")}
 
     # its data (a processed dataset and its verdict, as the pipeline's stages write them)

@@ -169,7 +169,7 @@ def _wait(what: str, check, logs: list[Path], within: float = WITHIN):  # noqa: 
 
 
 def _pg_missing() -> bool:
-    from multitab.fleet_setup import FleetError, pg_bin
+    from multitab.runtime.fleet_setup import FleetError, pg_bin
 
     try:
         pg_bin("initdb")

@@ -14,14 +14,14 @@ import yaml
 
 from _training_tiny import write_tiny_project
 from multitab.config import load_params
-from multitab.exit_codes import BAD_INPUT
 from multitab.hparams import HparamsError, for_run, load, protocol_overlay, read
 from multitab.hparams.authors import files
 from multitab.hparams.authors import main as authors_main
 from multitab.models import MODELS
-from multitab.profiles import run_train
 from multitab.protocol import PROTOCOLS
-from multitab.runs import expand
+from multitab.runs.expand import expand
+from multitab.runs.profiles import run_train
+from multitab.runtime.exit_codes import BAD_INPUT
 from multitab.training.run import RUN_KEYWORDS
 
 ROOT = Path(__file__).resolve().parents[1]

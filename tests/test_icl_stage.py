@@ -182,7 +182,7 @@ def test_a_file_that_is_no_checkpoint_is_one_line_naming_it_and_bad_input(tmp_pa
     import hashlib
 
     from _bad_checkpoints import WHY, bad_checkpoints
-    from multitab.exit_codes import BAD_INPUT
+    from multitab.runtime.exit_codes import BAD_INPUT
 
     write_tiny_processed(tmp_path / "processed" / "acs_income", n={"train": 40, "val": 10, "test": 10})
     good = torch.load(orion_file(tmp_path)[0] if model == "orion_msp" else tabicl_file(tmp_path, False)[0],

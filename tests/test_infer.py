@@ -1,4 +1,4 @@
-"""Feature-kind and task-type inference (multitab.infer): the documented rule, deterministic, on real-looking
+"""Feature-kind and task-type inference (multitab.datasets.infer): the documented rule, deterministic, on real-looking
 column names."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from multitab.infer import MAX_LEVELS, InferenceError, infer_features, task_type
+from multitab.datasets.infer import MAX_LEVELS, InferenceError, infer_features, task_type
 
 
 def _table() -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""A corrupted DVC cache object or workspace file is never used (multitab.integrity, flows/integrity.py).
+"""A corrupted DVC cache object or workspace file is never used (multitab.files.integrity, flows/integrity.py).
 
 DVC trusts its cache objects' names: a byte flipped in a workspace output and in its cache object (the
 object's stat unchanged, as when a bit goes bad on disk), then `dvc repro --single-item <producer>`, restores
@@ -31,8 +31,8 @@ from _corrupt_dvc import (
     stage_error,
     toy_project,
 )
-from multitab import integrity
-from multitab.exit_codes import BAD_INPUT
+from multitab.files import integrity
+from multitab.runtime.exit_codes import BAD_INPUT
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,7 @@ def test_declared_deps_resolve_every_stage_of_the_repository_as_dvc_does():
     from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
 
-    from multitab.stage_deps import Declarations, declared_deps, normalise
+    from multitab.files.stage_deps import Declarations, declared_deps, normalise
 
     declarations = Declarations.load(ROOT)  # what declared_deps reads for each stage, read once here
     with Repo(str(ROOT)) as repo:

@@ -1,4 +1,4 @@
-"""Crash-safe writes (multitab.io): fsync before and after the rename, a full disk named with its path and
+"""Crash-safe writes (multitab.files.io): fsync before and after the rename, a full disk named with its path and
 size, stale temporaries of a killed writer removed, nothing half-written left behind."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from multitab import io as mio
+from multitab.files import io as mio
 
 
 def test_writes_are_fsynced_before_and_after_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

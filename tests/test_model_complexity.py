@@ -15,8 +15,8 @@ from torch import nn
 from _models_tiny import build_authors
 from multitab.datasets.schema import get_schema
 from multitab.evaluation.paper.complexity import PAPER_TABLE4, complexity, count_macs
-from multitab.exit_codes import BAD_INPUT
 from multitab.models import MODELS
+from multitab.runtime.exit_codes import BAD_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The model registry (multitab.names.MODEL_CLASSES -> multitab.models.MODELS) and `build_model(name, schema,
+"""The model registry (multitab.registry.MODEL_CLASSES -> multitab.models.MODELS) and `build_model(name, schema,
 hparams)` with the authors' hyperparameter files (hparams/authors/, multitab.hparams)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from _models_tiny import SCHEMA, TINY
 from multitab.datasets.schema import get_schema
 from multitab.hparams import load
 from multitab.models import MODELS, RUN_KEYWORDS, build_model, hyperparameters
-from multitab.names import MODEL_CLASSES, MODEL_NAMES, PAPER_ROWS, REGISTRY, table_order
+from multitab.registry import MODEL_CLASSES, MODEL_NAMES, PAPER_ROWS, REGISTRY, table_order
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from multitab.config import ConfigError, parse_params, read_yaml
-from multitab.exit_codes import BAD_INPUT
-from multitab.names import MODEL_NAMES
+from multitab.registry import MODEL_NAMES
+from multitab.runtime.exit_codes import BAD_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = read_yaml(ROOT / "params.yaml")
@@ -88,7 +88,7 @@ def test_the_repository_params_load() -> None:
 def test_early_stopping_smoothing_parses_and_reaches_the_run_records_only_when_set() -> None:
     """`train.early_stopping_smoothing` (and a group's) parses to a float; run_params (metrics.json
     `params`) names it only when set, so the records of runs trained without it still match."""
-    from multitab.profiles import group_train, run_params
+    from multitab.runs.profiles import group_train, run_params
 
     plain = parse_params(copy.deepcopy(BASE))
     assert "early_stopping_smoothing" not in run_params(plain, "bench", "p06_pd3_t3", "mmoe")["train"]

@@ -21,7 +21,7 @@ import yaml
 from _slow_import import slow_import_env
 from _toy_dvc import PY, dvc_status, make_project, write_stage
 from flows.pipeline import PipelineFailed, StagePlan, pipeline, read_stage_graph, select
-from multitab.exit_codes import BAD_INPUT
+from multitab.runtime.exit_codes import BAD_INPUT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -361,7 +361,7 @@ def test_the_run_page_names_the_targets_commit_protocol_and_changed_params(tmp_p
 def test_the_first_log_line_names_the_run_and_its_stages_know_the_name(tmp_path):
     """The flow run is named before it starts, so Prefect's first log line ("Beginning flow run ...") names
     it after its targets and commit, not a random name; the stages' `dvc repro` sees the name
-    (multitab.provenance.FLOW_RUN_ENV), which the entry page quotes."""
+    (multitab.runtime.provenance.FLOW_RUN_ENV), which the entry page quotes."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.client.schemas.sorting import LogSort
@@ -674,12 +674,12 @@ def test_ctrl_c_while_the_flow_imports_or_reads_the_dag_is_one_line_and_130(tmp_
 
 
 def test_the_dvc_wrapper_adopts_and_stops_what_a_stage_orphans(tmp_path):
-    """multitab.process.run_dvc's two parts, in a process of their own: as a child subreaper it adopts a
+    """multitab.runtime.process.run_dvc's two parts, in a process of their own: as a child subreaper it adopts a
     process whose parent exited (a stage's command whose shell was stopped while starting it), and
     terminate_descendants then stops it too."""
     code = textwrap.dedent("""
         import os, subprocess, psutil
-        from multitab.process import become_subreaper, terminate_descendants
+        from multitab.runtime.process import become_subreaper, terminate_descendants
         become_subreaper()
         pid = int(subprocess.run(["sh", "-c", "sleep 300 > /dev/null 2>&1 & echo $!"], capture_output=True,
                                  text=True, check=True).stdout)
@@ -695,13 +695,13 @@ def test_the_dvc_wrapper_adopts_and_stops_what_a_stage_orphans(tmp_path):
 
 
 def test_stopping_what_runs_below_keeps_its_exit_status_for_whoever_started_it():
-    """multitab.process.terminate_descendants waits for the processes it stops without collecting their exit
+    """multitab.runtime.process.terminate_descendants waits for the processes it stops without collecting their exit
     status: the DVC wrapper's own handler runs it while DVC waits for its command, and a status collected
     there is lost to DVC's subprocess.Popen, which then reads 0: DVC took a stage stopped by Ctrl-C for one
     that succeeded, and failed on its missing outputs instead."""
     code = textwrap.dedent("""
         import subprocess, sys
-        from multitab.process import terminate_descendants
+        from multitab.runtime.process import terminate_descendants
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         terminate_descendants(grace_seconds=10)
         print(child.wait(timeout=10))
@@ -714,7 +714,7 @@ def test_stopping_what_runs_below_keeps_its_exit_status_for_whoever_started_it()
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_stop_while_dvc_rewrites_its_lock_table_leaves_the_table_whole(tmp_path, sig):
-    """SIGTERM reaching the DVC wrapper (multitab.process.run_dvc) while DVC writes `.dvc/tmp/rwlock` (here:
+    """SIGTERM reaching the DVC wrapper (multitab.runtime.process.run_dvc) while DVC writes `.dvc/tmp/rwlock` (here:
     as it releases the stage's locks; in a real stop, when the flow signals DVC and the stage command at
     once) must not leave the file truncated: DVC refuses every later command on a corrupted lock table. The
     wrapper exits 128 + the signal after DVC has finished the write, and DVC works in the project
@@ -724,7 +724,7 @@ def test_a_stop_while_dvc_rewrites_its_lock_table_leaves_the_table_whole(tmp_pat
     code = textwrap.dedent("""
         import json, os, signal, sys, types
         import dvc.rwlock
-        from multitab import process
+        from multitab.runtime import process
 
         def dump(obj, fobj, **kw):  # the first write of an empty table is the release of the stage's locks
             if not any(obj.get("read", {}).values()) and not obj.get("write") and not fired:

@@ -17,7 +17,7 @@ from multitab.config import load_params
 from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation.bench import precision as pr
 from multitab.evaluation.bench.numbers import StudyError, StudySettings
-from multitab.runs import document
+from multitab.runs.document import document
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"p04_pdmix_t7": SyntheticConfig("p04_pdmix_t7", ("nonuniform",), 0.4, (1, 3, 2)),

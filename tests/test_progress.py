@@ -15,7 +15,7 @@ import yaml
 from tests._toy_dvc import run_dvc
 
 from flows.progress import ProgressError, load, main, save
-from multitab.exit_codes import BAD_INPUT
+from multitab.runtime.exit_codes import BAD_INPUT
 
 TRAIN = """\
 import pathlib, sys

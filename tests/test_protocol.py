@@ -21,8 +21,8 @@ from multitab.hparams import Hparams, load, read, selection_file
 from multitab.models import build_model
 from multitab.models.multitab_net import attention_mask
 from multitab.models.tokenizer import Init
-from multitab.names import MODEL_NAMES
 from multitab.protocol import PROTOCOLS
+from multitab.registry import MODEL_NAMES
 
 ROOT = Path(__file__).parents[1]
 PARAMS = read_yaml(ROOT / "params.yaml")

@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from multitab.config import load_params
-from multitab.exit_codes import BAD_INPUT
-from multitab.runs import RUNS_FILE, render
+from multitab.runs.document import render
+from multitab.runs.types import RUNS_FILE
+from multitab.runtime.exit_codes import BAD_INPUT
 from stages import acquire, preprocess, split, train, validate_processed, validate_raw
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from multitab.files.io import read_yaml_file
 from multitab.hparams import HparamsError, read
 from multitab.hparams.keywords import problems
 from multitab.hparams.recipe import recipe, recipe_file
-from multitab.io import read_yaml_file
-from multitab.names import MODEL_NAMES
+from multitab.registry import MODEL_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 # The paper's shared setup (Sec. 5.1): embedding 16 (8 above 50 features), transformer hidden 256 and 4 heads,

@@ -1,5 +1,5 @@
 """A run's whole configuration is resolved once, by `python -m multitab.runs`, into its record in runs.yaml
-(multitab.resolve): `show` prints every value with its source before the run trains, a swept file that does not
+(multitab.runs.resolve): `show` prints every value with its source before the run trains, a swept file that does not
 exist is refused there (no fallback), and DVC, tracking each run's record, re-runs exactly the runs a change
 changes (`dvc params diff` and `python -m multitab.runs diff` name them)."""
 
@@ -17,9 +17,9 @@ import yaml
 
 from _toy_dvc import repo_dvc_yaml
 from _training_tiny import TINY_TRAIN, write_tiny_hparams, write_tiny_processed
-from multitab.exit_codes import BAD_INPUT
 from multitab.models import file_keywords
-from multitab.runs import main as runs_main
+from multitab.runs.cli import main as runs_main
+from multitab.runtime.exit_codes import BAD_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,11 +167,11 @@ def test_a_changed_value_reruns_exactly_the_runs_it_changes(tmp_path: Path) -> N
 
 
 def test_the_loops_settings_have_no_defaults_and_a_record_lacking_a_key_is_refused_naming_it() -> None:
-    from multitab.training.loop import RunSettings
+    from multitab.training.settings import RunSettings
 
     with pytest.raises(TypeError, match="missing"):
         RunSettings(seed=0, max_epochs=1, patience=1)  # type: ignore[call-arg]
-    from multitab.run_config import RecordError, RunConfig
+    from multitab.runs.record import RecordError, RunConfig
 
     record = yaml.safe_load((ROOT / "runs.yaml").read_text())["train_runs"]["real-higgs-mmoe-0"]
     assert RunConfig.from_record(record, "r").train.batch_size == record["train"]["batch_size"]

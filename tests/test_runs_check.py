@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from multitab.config import load_params, read_yaml
-from multitab.exit_codes import BAD_INPUT
 from multitab.models import MODELS
-from multitab.runs import active_groups, main
+from multitab.runs.cli import main
+from multitab.runs.expand import active_groups
+from multitab.runtime.exit_codes import BAD_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = read_yaml(ROOT / "params.yaml")
@@ -66,7 +67,7 @@ def _edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
 
 def test_the_repository_matrix_passes_every_check() -> None:
     """The committed hyperparameter files and params.yaml, every group in: what `make repro` writes is unchanged."""
-    from multitab.runs_check import check
+    from multitab.runs.check import check
 
     params = load_params(ROOT / "params.yaml")
     check(params, active_groups(params, list(params.runs)), ROOT)

@@ -1,4 +1,4 @@
-"""runs.yaml's synthetic data folders and study reports (multitab.runs_stages), which dvc.yaml's `synthesize`,
+"""runs.yaml's synthetic data folders and study reports (multitab.runs.stages), which dvc.yaml's `synthesize`,
 `validate_synthetic` and `group_report` iterate: the command DVC writes for each folder, one stage per key, every
 folder a run reads produced by one of them, and each report over its run group's runs."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from dvc.parsing.interpolate import to_str  # how DVC writes a dict in a `cmd`: `--<key> <value> ...`
 
 from multitab.config import parse_params, read_yaml
-from multitab.runs import expand
-from multitab.runs_stages import group_reports, synthetic_data
+from multitab.runs.expand import expand
+from multitab.runs.stages import group_reports, synthetic_data
 
 ROOT = Path(__file__).resolve().parents[1]
 

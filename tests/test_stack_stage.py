@@ -17,8 +17,10 @@ import yaml
 from _toy_dvc import repo_dvc_yaml
 from _training_tiny import write_tiny_processed, write_tiny_project
 from multitab.config import load_params
-from multitab.exit_codes import BAD_INPUT
-from multitab.runs import STACKS, document, expand, stacked
+from multitab.runs.document import document
+from multitab.runs.expand import expand, stacked
+from multitab.runs.types import STACKS
+from multitab.runtime.exit_codes import BAD_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
 REGRESSION = [{"name": "y1", "type": "regression", "n_classes": None},

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from _benchmarks import load_benchmark
-from multitab.provenance import cpu_model, git_commit
+from multitab.runtime.provenance import cpu_model, git_commit
 
 study_cost = load_benchmark("study_cost")
 

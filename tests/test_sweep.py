@@ -25,8 +25,10 @@ from multitab.evaluation.sweep import Point, Sweep, SweepError, collect
 from multitab.evaluation.sweep_report import write_sweep_outputs
 from multitab.hparams import apply_protocol, load, protocol_overlay, read
 from multitab.models import build_model
-from multitab.profiles import plain
-from multitab.runs import data_names, expand, point_id
+from multitab.runs.expand import expand
+from multitab.runs.locate import data_names
+from multitab.runs.profiles import plain
+from multitab.runs.types import point_id
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = {"name": "p06_pd3_t3", "features": [{"name": f"x{i:02d}", "kind": "numerical", "cardinality": None}
@@ -60,7 +62,7 @@ def test_bad_sweep_group_fails_at_load_naming_the_key(change, message) -> None:
     raw["runs"]["sweep_mlp"]["train"] = dict(raw["runs"]["sweep_mlp"]["train"])
     change(raw["runs"]["sweep_mlp"])
     with pytest.raises(ConfigError, match=message):
-        from multitab.profiles import group_train
+        from multitab.runs.profiles import group_train
         group_train(parse_params(raw), "sweep_mlp")
 
 

@@ -30,8 +30,8 @@ from multitab import metrics as M
 from multitab.config import load_params
 from multitab.config.train import TrainConfig
 from multitab.datasets.schema import Task
-from multitab.exit_codes import BAD_INPUT
 from multitab.hparams import for_run
+from multitab.runtime.exit_codes import BAD_INPUT
 from multitab.training import loop as loop_mod
 from multitab.training.data import DataError, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
@@ -385,7 +385,8 @@ def test_real_data_is_not_labelled_standin(tmp_path: Path) -> None:
 def test_stage_writes_metrics_and_dvclive(tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import yaml
 
-    from multitab.runs import RUNS_FILE, render
+    from multitab.runs.document import render
+    from multitab.runs.types import RUNS_FILE
     from stages import train as stage
 
     params = write_tiny_project(tmp_path, data=tiny, train={"max_train_rows": 300}, success=False)
@@ -485,8 +486,8 @@ def test_the_train_stage_depends_on_every_train_setting_that_changes_a_run() -> 
 
     import yaml
 
-    from multitab.resolve import TRACKED
-    from multitab.runs import entries
+    from multitab.runs.document import entries
+    from multitab.runs.resolve import TRACKED
 
     stages = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]
     stage = stages["train"]["do"]
@@ -513,7 +514,7 @@ def test_the_train_stage_depends_on_every_train_setting_that_changes_a_run() -> 
 
 
 def test_committed_runs_file_is_what_params_declare() -> None:
-    from multitab.runs import main as runs_main
+    from multitab.runs.cli import main as runs_main
 
     root = Path(__file__).parents[1]
     assert runs_main(["--params", str(root / "params.yaml"), "--out", str(root / "runs.yaml"), "--check"]) == 0

@@ -207,7 +207,7 @@ def test_the_data_files_are_hashed_once_per_process_in_the_background(tmp_path: 
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The run fingerprint's sha256 of the processed files: what `sha256_file` says, each file hashed once
     (stacked seeds ask for the folder once per member), again when it changes."""
-    from multitab.io import sha256_file
+    from multitab.files.io import sha256_file
     from multitab.training import data_hashes as dh
 
     path = tmp_path / "tiny"
@@ -229,7 +229,7 @@ _PREDICT_CHILD = textwrap.dedent(
     """
     import torch
     from multitab.datasets.schema import Task
-    from multitab.runtime import tune_cpu_runtime
+    from multitab.runtime.cpu import tune_cpu_runtime
     from multitab.training.data import TensorSplit
     from multitab.training.evaluate import predict
     torch.set_num_threads(1)

@@ -34,8 +34,9 @@ from multitab.training import loop as loop_mod
 from multitab.training.data import load_processed
 from multitab.training.device import seed_everything
 from multitab.training.graphs import EagerCapture, GraphedStep
-from multitab.training.loop import RunResult, RunSettings
+from multitab.training.loop import RunResult
 from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.settings import RunSettings
 from multitab.training.stacked import StackMember, seeded, train_stacked
 
 torch.set_num_threads(1)

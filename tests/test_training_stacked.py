@@ -46,14 +46,15 @@ from _training_tiny import ROOT, TinyNet, loop_settings, train_run, write_tiny_p
 from multitab.config.train import TrainConfig
 from multitab.hparams import Hparams, load
 from multitab.models import build_model
-from multitab.resolve import settings_for as run_config
+from multitab.runs.resolve import settings_for as run_config
 from multitab.training import checkpoint as ckpt
 from multitab.training import loop as loop_mod
 from multitab.training import stacked as stacked_mod
 from multitab.training.data import load_processed
 from multitab.training.device import seed_everything
-from multitab.training.loop import RunResult, RunSettings
+from multitab.training.loop import RunResult
 from multitab.training.run import RunSpec
+from multitab.training.settings import RunSettings
 from multitab.training.stacked import (
     StackMember,
     StackRefused,

@@ -16,7 +16,7 @@ import torch
 from _training_tiny import train_run, write_tiny_processed
 from multitab.config.train import TrainConfig
 from multitab.models import build_model
-from multitab.resolve import settings_for as run_config
+from multitab.runs.resolve import settings_for as run_config
 from multitab.training import checkpoint as ckpt
 from multitab.training import loop as loop_mod
 from multitab.training import stacked as stacked_mod

@@ -21,7 +21,7 @@ from multitab.config.data import LocalConfig
 from multitab.datasets.schema import get_schema
 from multitab.datasets.sources import SourceError, acquire_local, read_raw_file
 from multitab.datasets.sources.formats import iter_lines
-from multitab.exit_codes import BAD_INPUT
+from multitab.runtime.exit_codes import BAD_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "fixtures"

@@ -16,7 +16,7 @@ import validation_frames as vf  # tests/ is on sys.path (pytest's default import
 from multitab.config import load_params
 from multitab.config.validation import ReportConfig
 from multitab.datasets.schema import get_schema
-from multitab.exit_codes import BAD_INPUT
+from multitab.runtime.exit_codes import BAD_INPUT
 from multitab.validation import expected_rows
 from stages import validate_processed, validate_raw
 

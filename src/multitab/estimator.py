@@ -10,14 +10,14 @@
 
 One estimator, not a classifier / regressor pair: a multitask table mixes binary, multiclass and regression
 tasks that one model learns together (the point of multitask learning), so the tasks' types live per task
-(`task_types_`, inferred from the targets by multitab.infer.task_type unless given) and each method answers per
+(`task_types_`, inferred from the targets by multitab.datasets.infer.task_type unless given) and each method answers per
 task: `predict` gives labels (classification) or values (regression), `predict_proba` a frame of class
 probabilities per classification task, `score` the mean over tasks of the pipeline's metric (AUC, explained
 variance), `task_scores` each one.
 
-What trains is the pipeline's own path: the features' kinds by multitab.infer, the preprocessing of the data
+What trains is the pipeline's own path: the features' kinds by multitab.datasets.infer, the preprocessing of the data
 stages (multitab.datasets.preprocess: quantile transform and ordinal codes fit on the training rows), the model
-of the registry (`model`: a name of multitab.names.REGISTRY) with a hyperparameter file's keywords (`hparams`: a
+of the registry (`model`: a name of multitab.registry.REGISTRY) with a hyperparameter file's keywords (`hparams`: a
 file's path, or None for the model's recipe, hparams/recipe/<model>.yaml, resolved from the table's width) under
 `protocol`'s overlay, and the training loop of the runs (multitab.training.loop.train: early stopping on the
 validation rows, `validation_fraction` of the rows drawn with `random_state` unless `fit` is given
@@ -37,8 +37,8 @@ import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from multitab.infer import infer_features, task_type
-from multitab.tables import as_frame, check_finite, validation_rows
+from multitab.datasets.infer import infer_features, task_type
+from multitab.input_table import as_frame, check_finite, validation_rows
 
 _INFO = {"source": "local", "standin": False}
 
@@ -55,7 +55,7 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
     inferred); `device` (auto | cpu | cuda); `verbose` (a progress bar per epoch).
 
     Attributes after `fit`: `classes_` ({classification task: its labels, sorted}), `task_types_`,
-    `feature_kinds_` (multitab.infer.FeatureKinds), `n_features_in_`, `feature_names_in_` (a DataFrame's),
+    `feature_kinds_` (multitab.datasets.infer.FeatureKinds), `n_features_in_`, `feature_names_in_` (a DataFrame's),
     `hparams_` (the resolved hyperparameters, as a run's metrics.json records them), `model_` (the torch module,
     or the XGBoost model), `history_` (one row per epoch), `best_epoch_`.
     """
@@ -96,7 +96,7 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         from multitab.hparams import Hparams, apply_protocol, protocol_overlay, read, tuples
         from multitab.hparams.keywords import problems
         from multitab.hparams.recipe import project_root, recipe
-        from multitab.names import REGISTRY
+        from multitab.registry import REGISTRY
 
         if self.model not in REGISTRY:
             raise ValueError(f"model={self.model!r} is not a registered model; the registry: {list(REGISTRY)}")
@@ -217,8 +217,9 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         from multitab.models import RUN_KEYWORDS, build_model, model_class
         from multitab.training.data import ProcessedData, split_from_frame_arrays
         from multitab.training.device import resolve_device, seed_everything
-        from multitab.training.loop import RunSettings, train
+        from multitab.training.loop import train
         from multitab.training.run import fit_predict
+        from multitab.training.settings import RunSettings
 
         schema = schema_from_meta(self.meta_)
         self.schema_ = schema

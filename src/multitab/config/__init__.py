@@ -8,7 +8,7 @@ One dataclass per section (`datasets`, `validation`, `bench`, `study`, `train`, 
 keys and wrong types fail at load with the file and the key path (`params.yaml: train.patinece: unknown
 key; known: [...]`). A section a project leaves out (the tests' small DVC projects hold only
 `orchestration`) fails only when it is asked for. Run profiles (`bench`, `study`) are a function of this
-object: multitab.profiles.profiled; the run matrix (`runs`) expands in multitab.runs.
+object: multitab.runs.profiles.profiled; the run matrix (`runs`) expands in multitab.runs.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from multitab.config.orchestration import OrchestrationConfig
 from multitab.config.runs import RunGroup
 from multitab.config.train import TrainConfig
 from multitab.config.validation import ValidationConfig
-from multitab.io import load_yaml, yaml_problem
+from multitab.files.io import load_yaml, yaml_problem
 from multitab.protocol import DEFAULT, PROTOCOLS, Protocol
 
 T = TypeVar("T")
@@ -132,7 +132,7 @@ class Params:
         return self._get("icl", IclConfig)
 
     def replace(self, **sections: Any) -> Params:
-        """A copy with some sections replaced (multitab.profiles)."""
+        """A copy with some sections replaced (multitab.runs.profiles)."""
         return dataclasses.replace(self, sections={**self.sections, **sections})
 
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 from multitab.config._build import ConfigError
 from multitab.config.bench import BenchDatasetConfig
-from multitab.names import label, table_order
+from multitab.registry import label, table_order
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class FiguresConfig:
 @dataclass(frozen=True)
 class AggregateConfig:
     baseline: str  # the single-task baseline b of Equation 5
-    # the tables' rows: `all` (every registered model, in the registry's table order: multitab.names.table_order)
+    # the tables' rows: `all` (every registered model, in the registry's table order: multitab.registry.table_order)
     # or registry names, in row order; the labels are the registry's
     models: Literal["all"] | tuple[str, ...]
     seeds: tuple[int, ...] | None  # the seeds every run set must hold; null = every seed found per dataset

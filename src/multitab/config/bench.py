@@ -119,7 +119,7 @@ class ClaimConfig:
 @dataclass(frozen=True)
 class StudyConfig:
     configs: tuple[str, ...] = field(metadata=bounded(unique=True))  # keys of bench.configs
-    # Keys of `bench.data` that the study profile replaces (multitab.profiles), checked against
+    # Keys of `bench.data` that the study profile replaces (multitab.runs.profiles), checked against
     # BenchDataConfig's fields when params.yaml is loaded. The study's runs are run group `runs.study`.
     data: dict[str, Any] = field(default_factory=dict)
     claim: ClaimConfig = field(default_factory=ClaimConfig)

@@ -103,7 +103,7 @@ TaskKind = Literal["binary", "multiclass", "regression"]
 
 @dataclass(frozen=True)
 class FeaturesConfig:
-    """A declared dataset's features: the kinds it fixes (the others are inferred: multitab.infer) and the
+    """A declared dataset's features: the kinds it fixes (the others are inferred: multitab.datasets.infer) and the
     columns it leaves out. Every column of the file that is neither a task nor dropped is a feature."""
 
     categorical: tuple[str, ...] = ()

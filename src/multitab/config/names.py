@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from multitab.config._build import ConfigError
-from multitab.names import DATASET_NAMES, REGISTRY
+from multitab.registry import DATASET_NAMES, REGISTRY
 
 STAGE_NAME_PART = re.compile(r"[A-Za-z0-9_]+")
 

@@ -12,7 +12,7 @@ class OrchestrationConfig:
     """params.yaml `orchestration:`; CLI options override the run-time knobs."""
 
     workers: int  # stages running at once
-    retries: int  # extra attempts for a failing stage (never for multitab.exit_codes.BAD_INPUT)
+    retries: int  # extra attempts for a failing stage (never for multitab.runtime.exit_codes.BAD_INPUT)
     retry_delay_seconds: float  # seconds before each retry
     gpu_concurrency: int | None  # GPU stages at once; null: one per visible CUDA device
     gpu_stages: tuple[str, ...]  # stage names (before '@') that use a GPU when CUDA is present
@@ -24,7 +24,7 @@ class OrchestrationConfig:
     # completed stage's outputs and run-cache entry after it (flows/remote.py; several machines)
     sync_remote: bool
     # The most training stages (train@, train_stack@) runs.yaml may hold: `python -m multitab.runs` refuses a
-    # larger run matrix (multitab.runs_check), since DVC reads every stage on each `dvc status` / `dvc repro`
+    # larger run matrix (multitab.runs.check), since DVC reads every stage on each `dvc status` / `dvc repro`
     # (docs/orchestration.md, "How large a run matrix")
     max_train_stages: int = field(metadata=bounded(ge=1))
     # Stages at once also by memory (flows/memory.py): the expected peaks of the stages running together stay

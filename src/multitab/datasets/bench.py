@@ -38,7 +38,7 @@ from multitab.config.data import PreprocessConfig, SplitConfig
 from multitab.datasets.columnar import to_parquet
 from multitab.datasets.schema import schema_from_meta
 from multitab.datasets.split import SPLITS, split_frames
-from multitab.io import atomic_dir, write_json
+from multitab.files.io import atomic_dir, write_json
 
 logger = logging.getLogger(__name__)
 

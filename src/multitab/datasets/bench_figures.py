@@ -27,7 +27,7 @@ import pandas as pd
 
 from multitab.config.bench import LabelCorrelationConfig
 from multitab.datasets.label_correlations import expected_label_correlation, label_correlations
-from multitab.io import atomic_path
+from multitab.files.io import atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

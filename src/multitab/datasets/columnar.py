@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from multitab.io import TMP_SUFFIX
+from multitab.files.io import TMP_SUFFIX
 
 ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default maximum row-group length (what to_parquet writes)
 
@@ -176,7 +176,7 @@ class ColumnStore:
 @contextlib.contextmanager
 def column_store(beside: Path) -> Iterator[ColumnStore]:
     """A ColumnStore in a scratch folder next to output `beside` (same disk), removed at the end; one left
-    by a killed run is a temporary of `beside` (multitab.io.remove_stale_temporaries removes it)."""
+    by a killed run is a temporary of `beside` (multitab.files.io.remove_stale_temporaries removes it)."""
     beside.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{beside.name}.columns.", suffix=TMP_SUFFIX, dir=beside.parent) as d:
         yield ColumnStore(Path(d))

@@ -25,7 +25,7 @@ import requests
 import urllib3
 from tqdm.auto import tqdm
 
-from multitab.io import replace_durably, sha256_file
+from multitab.files.io import replace_durably, sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from multitab.datasets.split import (
     split_rows,
 )
 from multitab.datasets.standin import write_standin
-from multitab.io import atomic_dir, read_json, sha256_file, write_json
+from multitab.files.io import atomic_dir, read_json, sha256_file, write_json
 
 log = logging.getLogger(__name__)
 

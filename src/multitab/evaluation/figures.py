@@ -26,7 +26,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from multitab.evaluation.tables import STANDIN_MARK  # noqa: E402
-from multitab.io import atomic_path  # noqa: E402
+from multitab.files.io import atomic_path  # noqa: E402
 
 GROUP_TITLES = {"correlation": "Task correlation", "complexity": "Task complexity", "count": "Task count",
                 "nonuniform": "Non-uniform complexities", "other": "Other configurations"}

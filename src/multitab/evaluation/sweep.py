@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config.runs import RunGroup
+from multitab.files.io import read_json
 from multitab.hparams import POINT_KEYS, ROPE, Hparams
 from multitab.hparams.recipe import n_features, read_run_file
-from multitab.io import read_json
-from multitab.profiles import plain
-from multitab.runs import grid_points, hparams_file, point_id
+from multitab.runs.locate import grid_points, hparams_file
+from multitab.runs.profiles import plain
+from multitab.runs.types import point_id
 
 TIE_DECIMALS = 6
 TIE_RULE = (f"highest mean validation metric over seeds; means equal to {TIE_DECIMALS} decimals are a tie, won by "
@@ -141,7 +142,7 @@ def same_value(a: Any, b: Any) -> bool:
 def collect(sweeps_dir: Path, groups: Mapping[str, RunGroup], kinds: Mapping[str, tuple[str, ...]],
             root: Path) -> list[Sweep]:
     """Every dataset and model of the sweep groups `groups` (name -> group; `kinds`: every name of each data
-    kind, multitab.runs.data_names) with its grid points' records under `sweeps_dir` and the authors' file
+    kind, multitab.runs.locate.data_names) with its grid points' records under `sweeps_dir` and the authors' file
     (under the project `root`) the points start from. A record of another grid point fails naming its file;
     a missing one fails naming its folder."""
     out = []
@@ -189,9 +190,3 @@ def selections(sweeps: Sequence[Sweep], protocol: str) -> dict[str, dict[str, An
         }
         out[f"{s.dataset}/{s.model}.yaml"] = entry
     return out
-
-
-if __name__ == "__main__":  # `python -m multitab.evaluation.sweep record ...`: the command lives with `record`
-    from multitab.evaluation.sweep_report import main
-
-    raise SystemExit(main())

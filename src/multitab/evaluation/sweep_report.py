@@ -2,7 +2,7 @@
 and ranked: the selections as hparams/swept/<dataset>/<model>.yaml, and results/sweeps/'s points.csv (every
 grid point), report.md (the grid, the selected point, the authors' selection and its rank), selection.json and
 a figure per dataset and model; `record` copies a real sweep's outputs into a committed record
-(`python -m multitab.evaluation.sweep record`).
+(`python -m multitab.evaluation.sweep_report record`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import yaml
 
 from multitab.evaluation.sweep import TIE_RULE, Sweep, SweepError, same_value, selections
-from multitab.io import atomic_dir, read_json, write_json, write_text
-from multitab.profiles import plain
-from multitab.runs import point_id
+from multitab.files.io import atomic_dir, read_json, write_json, write_text
+from multitab.runs.profiles import plain
+from multitab.runs.types import point_id
 
 
 def points_csv(sweeps: Sequence[Sweep]) -> str:
@@ -162,7 +162,7 @@ def record(root: Path, target: Path, note: str) -> None:
     where, at which commit, and how long the flow run took (results/pipeline_summary.json)."""
     import shutil
 
-    from multitab.provenance import git_commit, machine
+    from multitab.runtime.provenance import git_commit, machine
 
     src = root / "results" / "sweeps"
     for name in ("report.md", "points.csv", "selection.json", "figures"):
@@ -193,7 +193,7 @@ def record(root: Path, target: Path, note: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m multitab.evaluation.sweep record --to results/sweep_records/<name> --note "..."`."""
+    """`python -m multitab.evaluation.sweep_report record --to results/sweep_records/<name> --note "..."`."""
     import argparse
     import sys
 

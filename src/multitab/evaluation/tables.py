@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from multitab.io import atomic_path
+from multitab.files.io import atomic_path
 from multitab.markup import md_text
 
 STANDIN_MARK = "stand-in data"

@@ -24,7 +24,7 @@ over it, in this order: a sweep's grid point (`POINT_KEYS`), what params.yaml's 
 `train.model_overrides`, the variant's keywords). A missing file is an error that names it. The resolved
 values are what the run's metrics.json records under `hparams`. `python -m multitab.runs` refuses, before it
 writes runs.yaml, a file that lacks a keyword of the model's constructor, gives one it does not take or one of
-the wrong type, and overlays that do (multitab.runs_check, multitab.hparams.keywords).
+the wrong type, and overlays that do (multitab.runs.check, multitab.hparams.keywords).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config.train import TrainConfig
-from multitab.io import read_yaml_file
+from multitab.files.io import read_yaml_file
 from multitab.protocol import DEFAULT, check_protocol
 
 HPARAMS = "hparams"  # the folder, relative to the project root (the folder of params.yaml)

@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
+from multitab.files.io import read_yaml_file, write_text
 from multitab.hparams import BENCH, HPARAMS, NONE_PUBLISHED, selection_file
-from multitab.io import read_yaml_file, write_text
-from multitab.names import MODEL_NAMES
+from multitab.registry import MODEL_NAMES
 
 SOURCE = f"{HPARAMS}/source/authors_configs.yaml"
 THEIR_BENCH = "multitab_bench_example"

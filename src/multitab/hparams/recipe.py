@@ -11,7 +11,7 @@
     h, batch_size = recipe("mmoe", n_features=60)   # h.model["d_embedding"] == 8; h.record()["source"] == "recipe"
 
 A run of the pipeline on a dataset without its selection's file (hparams/authors/<dataset>/<model>.yaml) reads
-its model's recipe (multitab.runs.hparams_file), resolved for the dataset's number of features; its metrics.json
+its model's recipe (multitab.runs.locate.hparams_file), resolved for the dataset's number of features; its metrics.json
 says `recipe` (`hparams.source`).
 
 The files are data, read with yaml.safe_load; a resolved recipe is complete and typed as a hyperparameter file
@@ -24,9 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from multitab.files.io import read_yaml_file
 from multitab.hparams import HPARAMS, OPTIM_KEYS, OPTIMIZERS, Hparams, HparamsError, read, tuples
 from multitab.hparams.keywords import problems
-from multitab.io import read_yaml_file
 
 RECIPE = "recipe"  # the folder under hparams/, and the selection metrics.json records
 _KEYS = ("model", "optim", "batch_size", "shape", "source")

@@ -1,6 +1,6 @@
 """Pretrained checkpoints: a local file, or a model hub file fetched into a cache, each checked against the
 sha256 pinned in params before anything reads it; loaded as tensors and plain data only
-(multitab.checkpoint_file: nothing in the file can run code, and a file that cannot be read so is one line
+(multitab.files.checkpoint: nothing in the file can run code, and a file that cannot be read so is one line
 naming it)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from multitab.checkpoint_file import CheckpointError, load_plain
-from multitab.io import file_problem
+from multitab.files.checkpoint import CheckpointError, load_plain
+from multitab.files.io import file_problem
 
 __all__ = ["CheckpointError", "HubUnreachable", "fetch", "load", "sha256_of", "verify"]
 

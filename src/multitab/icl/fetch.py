@@ -20,10 +20,10 @@ from pathlib import Path
 
 from multitab.config import ConfigError, load_params
 from multitab.config.icl import IclCheckpoint
-from multitab.exit_codes import BAD_INPUT
+from multitab.files.io import atomic_path
 from multitab.icl import lock
 from multitab.icl.checkpoint import CheckpointError, HubUnreachable, fetch, verify
-from multitab.io import atomic_path
+from multitab.runtime.exit_codes import BAD_INPUT
 
 
 def _pin(name: str, wanted: IclCheckpoint, locked: lock.LockedCheckpoint | None) -> tuple[str | None, str, str | None]:

@@ -1,7 +1,7 @@
 """TabICL (Qu et al., ICML 2025; v2, 2026) through its own package, `tabicl` (pinned in pyproject, BSD-3):
 `TabICLClassifier` for binary and multiclass tasks, `TabICLRegressor` for regression tasks, each loading a
 local checkpoint file (checked against the sha256 pinned in params first) and never downloading. The file
-is read by multitab.checkpoint_file, as every checkpoint is, not by the package's own loader: a file that
+is read by multitab.files.checkpoint, as every checkpoint is, not by the package's own loader: a file that
 cannot be read, or is no TabICL checkpoint, is then one line naming it (bad input), not the package's
 unpickling error or assertion.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from multitab.checkpoint_file import CheckpointError, load_plain
+from multitab.files.checkpoint import CheckpointError, load_plain
 from multitab.icl import checkpoint
 
 # the package's checkpoint names (it refuses others); a local file of any name is loaded as the one named
@@ -42,7 +42,7 @@ def build(kind: str, *, path: str | Path, sha256: str | None, n_estimators: int,
 
 def _load_model(estimator: Any, path: Path) -> None:
     """The package's `_load_model` for a local file (tabicl 2.2.0: the classifier's and the regressor's set
-    the same three attributes), with the file read by multitab.checkpoint_file."""
+    the same three attributes), with the file read by multitab.files.checkpoint."""
     from tabicl._model.tabicl import TabICL
 
     loaded = load_plain(path)

@@ -7,7 +7,7 @@ non-torch models).
 every one of them (no constructor default is used: the pipeline's come from one hyperparameter file per run,
 multitab.hparams, checked complete when the run matrix is expanded; in a notebook,
 ``multitab.hparams.load(dataset, name).model`` gives the authors' selection under the default protocol).
-The registry is multitab.names.REGISTRY: multitab_net, stl_mlp, mtl_shared_bottom, mmoe, ple, stem,
+The registry is multitab.registry.REGISTRY: multitab_net, stl_mlp, mtl_shared_bottom, mmoe, ple, stem,
 tab_transformer, ft_transformer, saint, maya, xgboost.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
-from multitab.names import MODEL_CLASSES, REGISTRY
+from multitab.registry import MODEL_CLASSES, REGISTRY
 
 
 def _import(path: str) -> type[Any]:

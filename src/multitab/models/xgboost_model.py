@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import xgboost as xgb
 
 from multitab.datasets.schema import DatasetSchema, Task
-from multitab.io import atomic_dir
+from multitab.files.io import atomic_dir
 
 log = logging.getLogger(__name__)
 

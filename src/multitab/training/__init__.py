@@ -4,9 +4,10 @@ Great Expectations are not installed."""
 
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
-from multitab.training.loop import RunResult, RunSettings, train
+from multitab.training.loop import RunResult, train
 from multitab.training.losses import MultitaskLoss, task_loss
 from multitab.training.run import METRICS_SCHEMA, RunSpec, run_training
+from multitab.training.settings import RunSettings
 
 __all__ = [
     "METRICS_SCHEMA", "EarlyStopping", "MultitaskLoss", "ProcessedData", "RunResult", "RunSettings", "RunSpec",

@@ -14,7 +14,7 @@ early stays stopped, as it would have under the new cap.
 
 Safety: checkpoints travel between machines (DVC remotes), so a checkpoint is untrusted input. Only
 tensors, numbers, strings, lists, tuples and dicts are stored (`save` checks), and `torch.load` runs with
-`weights_only=True` (multitab.checkpoint_file, shared with the pretrained models' checkpoints): a file that
+`weights_only=True` (multitab.files.checkpoint, shared with the pretrained models' checkpoints): a file that
 needs any other Python object (a pickled callable) is refused before anything in it runs. An unreadable
 `best.pt` (truncated, corrupt, refused, a directory) is rebuilt from `last.pt` when the last epoch was the
 best one, otherwise the run retrains from scratch; `resume` says which.
@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from multitab.checkpoint_file import CheckpointError, load_plain
-from multitab.io import remove_stale_temporaries, write_bytes
+from multitab.files.checkpoint import CheckpointError, load_plain
+from multitab.files.io import remove_stale_temporaries, write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def _plain(obj: Any, where: str = "checkpoint") -> Any:
 
 def save(path: Path, payload: dict[str, Any]) -> None:
     """Serialise in memory (so the exact size is known), then write atomically and durably; a full disk
-    raises `multitab.io.DiskFullError` ("no space left on <path> (needed ~N MB)")."""
+    raises `multitab.files.io.DiskFullError` ("no space left on <path> (needed ~N MB)")."""
     buffer = io.BytesIO()
     torch.save(_plain(payload), buffer)
     write_bytes(path, buffer.getbuffer())

@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
-from multitab.io import sha256_file
+from multitab.files.io import sha256_file
 
 _HASHES: dict[tuple[str, int, int], Future[str]] = {}
 _LOCK = threading.Lock()

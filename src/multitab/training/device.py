@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from multitab.runtime import tune_cpu_runtime
+from multitab.runtime.cpu import tune_cpu_runtime
 
 
 def resolve_device(name: str) -> torch.device:

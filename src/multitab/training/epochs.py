@@ -23,16 +23,14 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from multitab.training import checkpoint as ckpt
+import multitab.training.checkpoint as ckpt
 from multitab.training.early_stopping import EarlyStopping
-
-if TYPE_CHECKING:
-    from multitab.training.loop import RunSettings
+from multitab.training.settings import RunSettings
 
 log = logging.getLogger(__name__)
 

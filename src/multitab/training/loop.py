@@ -29,16 +29,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+import multitab.training.checkpoint as ckpt
 from multitab.metrics import mean_metric
 from multitab.models.accelerate import accelerate_cpu
-from multitab.training import checkpoint as ckpt
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
 from multitab.training.device import autocast, resolve_device, seed_everything
 from multitab.training.early_stopping import EarlyStopping
@@ -54,38 +54,12 @@ from multitab.training.epochs import (
 from multitab.training.evaluate import evaluate, evaluation_batch, regression_mse
 from multitab.training.graphs import GraphedStep, StepFn, graph_plan, load_optimizer_state
 from multitab.training.losses import MultitaskLoss, task_loss
+from multitab.training.settings import RunSettings
 
 # What run.py and stacked training take from here: the loop's types and the run setup they share with it
 # (history_row, save_epoch, smoothed_note and EpochStats live in epochs.py and stay importable from here).
 __all__ = ["EpochStats", "RunResult", "RunSettings", "history_row", "make_optimizer", "optimizer_for", "regression_mse",
            "resolve_device", "save_epoch", "seed_everything", "evaluate_best", "smoothed_note", "train", "train_epoch"]
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """The loop's settings, every one given (a run's come from its record: multitab.run_config)."""
-
-    seed: int
-    max_epochs: int
-    patience: int
-    batch_size: int
-    optimizer: Literal["adam", "adamw"]
-    lr: float
-    weight_decay: float
-    device: Literal["auto", "cpu", "cuda"]
-    precision: Literal["fp32", "tf32", "bf16"]
-    compile: bool
-    deterministic: bool
-    progress: bool
-    # the early-stopping criterion's moving-average factor (train.early_stopping_smoothing); None: the raw
-    # per-epoch value, the paper's rule (early_stopping.py)
-    early_stopping_smoothing: float | None
-    # Test hook: called after every optimiser step with (epoch, step); lets a test kill a run mid-epoch.
-    on_step: Callable[[int, int], None] | None = field(compare=False)
-    # train.cuda_graph: full batches replay one captured step on CUDA (graphs.py); numbers as without it
-    cuda_graph: bool = False
-    # train.eval_batch_size: the evaluation batch of models whose rows do not see each other (evaluate.py)
-    eval_batch_size: int | None = None
 
 
 @dataclass

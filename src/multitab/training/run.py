@@ -21,19 +21,20 @@ from typing import Any
 import numpy as np
 import torch
 
+import multitab.training.checkpoint as ckpt
+from multitab.files.io import remove_stale_temporaries
 from multitab.hparams.keywords import problems
-from multitab.io import remove_stale_temporaries
 from multitab.metrics import mean_metric, task_metrics
 from multitab.models import RUN_KEYWORDS, build_model, model_class
-from multitab.run_config import RunConfig, TrainSettings
-from multitab.training import checkpoint as ckpt
+from multitab.runs.record import RunConfig, TrainSettings
 from multitab.training.compute_mode import PRECISIONS, computing
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.data_hashes import data_hashes, hash_in_background
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.evaluate import regression_mse
 from multitab.training.graphs import NOT_TORCH
-from multitab.training.loop import RunResult, RunSettings, train
+from multitab.training.loop import RunResult, train
+from multitab.training.settings import RunSettings
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ def run_training(
 ) -> tuple[dict[str, Any], list[dict[str, float]]]:
     """Train one run; returns (metrics record, per-epoch history). The model: `build_run_model` with
     `run.hparams.model`; the optimiser `run.hparams.optim`, the budget and every other setting `run.train`: the
-    run's record as `python -m multitab.runs` resolved it (multitab.resolve; multitab.resolve.settings_for for
+    run's record as `python -m multitab.runs` resolved it (multitab.runs.resolve; multitab.runs.resolve.settings_for for
     code outside the pipeline)."""
     config = run.train
     if config.num_threads > 0:

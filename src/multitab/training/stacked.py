@@ -67,27 +67,33 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+import multitab.training.checkpoint as ckpt
 from multitab.metrics import mean_metric
 from multitab.models.accelerate import accelerate_cpu
-from multitab.run_config import RunConfig
-from multitab.training import checkpoint as ckpt
+from multitab.runs.record import RunConfig
 from multitab.training.compute_mode import computing
 from multitab.training.data import ProcessedData
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.epochs import EpochStats, RunState, run_epochs, start_run
 from multitab.training.evaluate import evaluate, evaluation_batch
 from multitab.training.graphs import GraphPlan, graph_plan
-from multitab.training.loop import RunResult, RunSettings, evaluate_best
+from multitab.training.loop import RunResult, evaluate_best
 from multitab.training.losses import MultitaskLoss
 from multitab.training.run import RunSpec, build_run_model, load_run_data, torch_record, torch_run
-from multitab.training.stacked_checks import StackRefused, check_hparams, check_stackable, check_training
+from multitab.training.settings import RunSettings
+from multitab.training.stacked_checks import (
+    StackMember,
+    StackRefused,
+    check_hparams,
+    check_stackable,
+    check_training,
+)
 from multitab.training.stacked_data import StackData, check_same_shape, stack_data
 from multitab.training.stacked_step import Stack, plain_copy, vmap_attention
 
@@ -98,20 +104,6 @@ _Stack = Stack
 
 __all__ = ["StackMember", "StackRefused", "check_hparams", "check_stackable", "check_training", "global_rng_state",
            "run_training_stacked", "seeded", "train_stacked", "vmap_attention"]
-
-
-@dataclass
-class StackMember:
-    """One run of the stack: its seed, its model (built right after `seed_everything(seed)`: `seeded`), its
-    checkpoint folder and fingerprint (those of the separate run), and the global RNG states right after
-    the build (None: taken when training starts, right only for the member built last)."""
-
-    seed: int
-    model: nn.Module
-    checkpoint_dir: Path
-    run_fingerprint: str
-    run_settings: dict[str, Any] | None = None
-    rng: dict[str, Any] | None = None
 
 
 def global_rng_state() -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,22 +21,35 @@ from torch import nn
 
 from multitab.datasets.schema import DatasetSchema
 from multitab.models import model_class
-from multitab.run_config import RunConfig
+from multitab.runs.record import RunConfig
 from multitab.training.device import resolve_device
-from multitab.training.loop import RunSettings
+from multitab.training.settings import RunSettings
 from multitab.training.stacked_data import schema_shape
 from multitab.training.stacked_step import reference_type
 
 if TYPE_CHECKING:
     from multitab.training.data import ProcessedData
-    from multitab.training.stacked import StackMember
 
-__all__ = ["DATA_SETTINGS", "StackRefused", "check_hparams", "check_stackable", "check_training"]
+__all__ = ["DATA_SETTINGS", "StackMember", "StackRefused", "check_hparams", "check_stackable", "check_training"]
 
 # the run settings (training/run.py resume_settings) that name a run's data: members on other data differ there
 DATA_SETTINGS = ("dataset", "meta", "data")
 
 _DROPOUT_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+@dataclass
+class StackMember:
+    """One run of the stack: its seed, its model (built right after `seed_everything(seed)`: `seeded`), its
+    checkpoint folder and fingerprint (those of the separate run), and the global RNG states right after
+    the build (None: taken when training starts, right only for the member built last)."""
+
+    seed: int
+    model: nn.Module
+    checkpoint_dir: Path
+    run_fingerprint: str
+    run_settings: dict[str, Any] | None = None
+    rng: dict[str, Any] | None = None
 
 
 class StackRefused(ValueError):

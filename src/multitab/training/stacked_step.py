@@ -32,8 +32,9 @@ from multitab.models.accelerate import ACCELERATED
 from multitab.training.data import TensorSplit
 from multitab.training.epochs import EpochStats, RunState
 from multitab.training.graphs import Capture, GraphedStep, load_optimizer_state
-from multitab.training.loop import RunSettings, optimizer_for
+from multitab.training.loop import optimizer_for
 from multitab.training.losses import MultitaskLoss
+from multitab.training.settings import RunSettings
 
 __all__ = ["Stack", "plain_copy", "reference_type", "vmap_attention"]
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from multitab.io import atomic_dir, atomic_path, read_json
+from multitab.files.io import atomic_dir, atomic_path, read_json
 
 log = logging.getLogger(__name__)
 

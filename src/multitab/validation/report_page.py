@@ -10,7 +10,7 @@ from typing import Any
 
 import great_expectations as gx
 
-from multitab.io import atomic_path, read_json, write_json
+from multitab.files.io import atomic_path, read_json, write_json
 from multitab.validation.failures import Outcome
 
 GX_SITE_DIR = "gx"  # GX's own site, under the report folder; our static index.html sits above it

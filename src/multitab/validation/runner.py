@@ -50,7 +50,7 @@ from great_expectations.data_context.types.resource_identifiers import (
 from great_expectations.validator.validation_statistics import calc_validation_statistics
 
 from multitab.config.validation import ReportConfig
-from multitab.io import write_bytes, write_json
+from multitab.files.io import write_bytes, write_json
 from multitab.validation.assets import make_offline
 from multitab.validation.batched import forget_metrics, run_in_batches
 from multitab.validation.columns import SplitData

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+import multitab.validation.suites as suites
 from multitab.config.data import DatasetConfig
 from multitab.config.validation import RawConfig, ValidationConfig
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
-from multitab.io import read_json, sha256_file
-from multitab.validation import suites
+from multitab.files.io import read_json, sha256_file
 from multitab.validation.columns import BATCH_BYTES, WHOLE_BYTES, SplitData
 from multitab.validation.failures import Outcome
 from multitab.validation.own_checks import extra_checks

@@ -28,7 +28,7 @@ from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.sources.archives import extract_archive, is_archive_path, locate_in_folder
 from multitab.datasets.sources.formats import FORMAT_SUFFIX, SourceError
 from multitab.datasets.sources.typed import RawSummary, read_raw_file, read_raw_table, write_raw_parquet
-from multitab.io import atomic_path, file_problem, local_path_not_regular, not_regular, sha256_file
+from multitab.files.io import atomic_path, file_problem, local_path_not_regular, not_regular, sha256_file
 
 log = logging.getLogger(__name__)
 

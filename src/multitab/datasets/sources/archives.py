@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.sources.formats import ARCHIVE_SUFFIXES, DATA_SUFFIXES, SourceError
-from multitab.io import atomic_path
+from multitab.files.io import atomic_path
 
 log = logging.getLogger(__name__)
 

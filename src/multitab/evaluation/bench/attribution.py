@@ -35,6 +35,7 @@ from multitab.evaluation.bench.numbers import (
     claims,
     convergence,
     delta_m_runs,
+    read_arms_csv,
     read_metrics_csv,
     run_rows,
     short_of,
@@ -42,7 +43,6 @@ from multitab.evaluation.bench.numbers import (
 )
 from multitab.evaluation.bench.render import ladder_figure, not_above, plus_minus
 
-ARMS_COLUMNS = ["arm", "source", "changed"]
 LADDER_COLUMNS = ["config", "arm", "source", "changed", "model_mean", "model_se", "best_rival", "rival_mean",
                   "rival_se", "gap", "gap_se", "verdict", "short_of", "not_converged"]
 SOURCE_LABELS = {"authors_code": "the authors' code", "paper": "the paper's text", "ours": "ours"}
@@ -236,16 +236,6 @@ def write_attribution(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.Data
     return written
 
 
-def read_arms_csv(path: str | Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.is_file():
-        raise StudyError(f"{path}: arms CSV not found (written by stage `group_report@attribution`)")
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    if list(frame.columns) != ARMS_COLUMNS:
-        raise StudyError(f"{path}: columns {list(frame.columns)}; expected {ARMS_COLUMNS}")
-    return frame
-
-
 def regenerate(folder: str | Path, settings: StudySettings | None = None) -> list[Path]:
     """Re-write a record folder's ladder, figure and section from its metrics.csv, curves.csv and arms.csv
     (its header.md, when present, heads section.md)."""
@@ -291,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from multitab.evaluation.bench.reuse import reused_record
     from multitab.evaluation.bench.study import add_record_commands, copy_into_record, write_csv, write_text
-    from multitab.provenance import git_commit, machine
+    from multitab.runtime.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.attribution")
     rec = add_record_commands(p.add_subparsers(dest="command", required=True))

@@ -18,7 +18,7 @@ from multitab.evaluation.bench.verdict import holm, verdicts
 from multitab.evaluation.curves import read_curve
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
 from multitab.evaluation.significance import t_test_greater
-from multitab.names import REGISTRY
+from multitab.registry import REGISTRY
 
 METRICS_COLUMNS = ["config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev", "val_ev",
                    "best_epoch", "epochs", "max_epochs", "stopped_early", "train_seconds", "samples_per_second",
@@ -77,7 +77,7 @@ class StudySettings:
     loss_factor: float = 3.0  # a run's last training loss above this x its best same-model seed's: flagged
 
     def label(self, model: str) -> str:
-        """A registered model's label (multitab.names); any other name as it is."""
+        """A registered model's label (multitab.registry); any other name as it is."""
         return REGISTRY[model].label if model in REGISTRY else model
 
 
@@ -133,6 +133,19 @@ def collect(runs_dir: str | Path, configs: Mapping[str, SyntheticConfig], models
                     curve_rows += rows[1]
     return (pd.DataFrame.from_records(metric_rows, columns=METRICS_COLUMNS),
             pd.DataFrame.from_records(curve_rows, columns=CURVES_COLUMNS))
+
+
+ARMS_COLUMNS = ["arm", "source", "changed"]  # an attribution record's arms.csv
+
+
+def read_arms_csv(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise StudyError(f"{path}: arms CSV not found (written by stage `group_report@attribution`)")
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if list(frame.columns) != ARMS_COLUMNS:
+        raise StudyError(f"{path}: columns {list(frame.columns)}; expected {ARMS_COLUMNS}")
+    return frame
 
 
 def read_metrics_csv(path: str | Path) -> pd.DataFrame:

@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_csv,
         write_text,
     )
-    from multitab.provenance import git_commit, machine
+    from multitab.runtime.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.precision")
     sub = p.add_subparsers(dest="command", required=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from multitab.evaluation.bench.numbers import StudyError, read_metrics_csv
+from multitab.evaluation.bench.numbers import StudyError, read_arms_csv, read_metrics_csv
 
 
 def reused_rows(metrics: pd.DataFrame, curves: pd.DataFrame, arms: list[str], folder: Path
@@ -101,8 +101,6 @@ def reused_record(source: Path, target: Path, folders: Sequence[Path], only: Seq
     """The report's metrics and curves (those of configurations `only`, when given: the ones trained since the
     record reused) with each of `folders`' runs of the configurations still lacking, in order (bench/reuse.py),
     and the header lines that say so; read before the record folder is written."""
-    from multitab.evaluation.bench.attribution import read_arms_csv
-
     metrics, curves = read_metrics_csv(source / "metrics.csv"), pd.read_csv(source / "curves.csv")
     if only is not None:
         absent = [c for c in only if c not in set(metrics["config"])]

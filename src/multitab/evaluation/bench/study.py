@@ -53,7 +53,7 @@ from multitab.evaluation.bench.render import (
     figure_frame,
     render_section,
 )
-from multitab.io import atomic_path
+from multitab.files.io import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     regenerate its figures and tables from them. `regenerate FOLDER`: only the last step."""
     import argparse
 
-    from multitab.provenance import git_commit, machine
+    from multitab.runtime.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.study")
     add_record_commands(p.add_subparsers(dest="command", required=True))

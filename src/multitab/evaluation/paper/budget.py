@@ -16,7 +16,7 @@ from typing import Any
 
 from multitab.evaluation.bench.numbers import Budget
 from multitab.evaluation.paper.runs import Run, RunSet
-from multitab.names import trains_in_epochs
+from multitab.registry import trains_in_epochs
 
 PAPER_SEEDS = 5  # the paper's seeds per run (params.yaml: "paper: [0, 1, 2, 3, 4]")
 PAPER_TRAINING = "every training row, early stopping within 100 epochs (50 for AliExpress), 5 seeds"

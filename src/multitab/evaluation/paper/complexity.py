@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from multitab.datasets.schema import DatasetSchema
 from multitab.models.accelerate import ACCELERATED
-from multitab.names import REGISTRY
+from multitab.registry import REGISTRY
 
 log = logging.getLogger(__name__)
 

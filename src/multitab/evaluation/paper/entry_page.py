@@ -21,7 +21,7 @@ from typing import Any
 from multitab.evaluation.paper.budget import NOT_TESTED, GroupBudget, not_tested_banner, reduced_banner
 from multitab.evaluation.paper.report_html import html_page
 from multitab.evaluation.paper.report_markdown import Provenance
-from multitab.io import write_text
+from multitab.files.io import write_text
 from multitab.markup import html_text
 
 VALIDATION = "Data validation"

@@ -31,10 +31,10 @@ from multitab.evaluation.paper.report_markdown import Provenance, bench_inputs, 
 from multitab.evaluation.paper.results import PaperResults
 from multitab.evaluation.paper.runs import RunSet
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
+from multitab.files.io import atomic_path, write_json
 from multitab.icl.records import read_records
-from multitab.io import atomic_path, write_json
 from multitab.markup import md_text
-from multitab.names import trains_in_epochs
+from multitab.registry import trains_in_epochs
 
 log = logging.getLogger(__name__)
 

@@ -152,15 +152,15 @@ def _differences(recorded: Any, expected: Any, where: str = "") -> list[str]:
 
 
 def select_declared(runs: Iterable[Run], params: Any) -> list[Run]:
-    """The runs of the run matrix the current params declare (multitab.runs.declared_runs), each
+    """The runs of the run matrix the current params declare (multitab.runs.expand.declared_runs), each
     checked against what those params say about it (`run_params`, which metrics.json records as `params`).
 
     A run folder the matrix no longer holds (after a group's seeds shrank, a model left its models ...)
     stays on disk, as DVC leaves it, but enters no table: it is listed in a warning. A declared run trained
     under other settings (its stage not re-run since params.yaml changed, or a metrics.json from before
     runs recorded them) is refused: RunError naming its path and the settings that differ."""
-    from multitab.profiles import run_params
-    from multitab.runs import declared_runs
+    from multitab.runs.expand import declared_runs
+    from multitab.runs.profiles import run_params
 
     declared = declared_runs(params)
     kept, undeclared = [], []

@@ -2,7 +2,7 @@
 record, which the train stage reads and DVC tracks as the stage's params) and what `python -m multitab.runs show
 <run>` prints with the source of every value.
 
-A run reads one hyperparameter file (multitab.runs.hparams_file chooses it); over it, the later winning:
+A run reads one hyperparameter file (multitab.runs.locate.hparams_file chooses it); over it, the later winning:
   1. a sweep's grid point (`runs.<group>.grid`; multitab.hparams.POINT_KEYS);
   2. the protocol's overlay (hparams/protocol/<protocol>.yaml);
   3. params.yaml's `train`, each key replaced by the run group's (`runs.<group>.train`): `model_overrides` (per model,
@@ -14,8 +14,8 @@ A run reads one hyperparameter file (multitab.runs.hparams_file chooses it); ove
 
 The record (besides the run's shape: data, folders, its file):
     hparams:      the file, its selection, the grid point, `model` (every constructor keyword), `optim`
-    train:        multitab.run_config.TrainSettings
-    params:       what params.yaml says about the run, as metrics.json records it (multitab.profiles.run_params;
+    train:        multitab.runs.record.TrainSettings
+    params:       what params.yaml says about the run, as metrics.json records it (multitab.runs.profiles.run_params;
                   the aggregate stage compares it with the params of its time)
     progress:     the progress bar (changes no number: DVC does not track it)
     attribution:  the arm settings of the run's key (a run of arm settings), else null
@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, Params
+from multitab.config.attribution import trains_arm
 from multitab.config.train import TrainConfig
 from multitab.hparams import HPARAMS, Hparams, protocol_overlay, read, resolve
 from multitab.hparams.recipe import is_recipe, n_features, read_run_file
-from multitab.profiles import plain, run_params, run_train
-from multitab.run_config import RunConfig, TrainSettings
-from multitab.runs import Run, data_names
+from multitab.runs.locate import data_names
+from multitab.runs.profiles import plain, run_params, run_train
+from multitab.runs.record import RunConfig, TrainSettings
+from multitab.runs.types import Run
 
 log = logging.getLogger(__name__)
 # The record's keys that DVC tracks as the train stage's params (runs.yaml `train_runs.<key>.<this>`)
@@ -117,10 +119,8 @@ class Files:
 
 
 def resolve_run(params: Params, run: Any, files: Files, sources: dict[str, str] | None = None) -> dict[str, Any]:
-    """The record of `run` (a multitab.runs.Run or Stack: its group, dataset, model, point and file); `sources`
+    """The record of `run` (a multitab.runs.types.Run or Stack: its group, dataset, model, point and file); `sources`
     (when given) gets each value's source: `model.<keyword>`, `optim.<key>`, `train.<field>` -> where from."""
-    from multitab.config.attribution import trains_arm
-
     found = {} if sources is None else sources
     config, point = run_train(params, run.group, run.model, run.point)
     arm = run.point if trains_arm(params, run.group) else None

@@ -1,10 +1,10 @@
 """`python -m multitab.runs`: runs.yaml written (multitab.runs), and what a run trains with, before it trains, and
 what changed since runs.yaml was written.
 
-    python -m multitab.runs [--groups G ...]              # runs.yaml (multitab.runs.write)
+    python -m multitab.runs [--groups G ...]              # runs.yaml (multitab.runs.document.write)
     python -m multitab.runs show bench-p06_pd3_t3-mmoe-0   # every constructor keyword, optimiser value and
                                                           # training setting, each with the file or params key
-                                                          # it came from (multitab.resolve)
+                                                          # it came from (multitab.runs.resolve)
     python -m multitab.runs diff                          # the runs whose values params.yaml and the files
                                                           # resolve to now differ from runs.yaml's: old -> new
 
@@ -24,19 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, load_params
-from multitab.exit_codes import BAD_INPUT
-from multitab.resolve import TRACKED, Files, render_sources, resolve_run
-from multitab.runs import (
-    KEY,
-    RUNS_FILE,
-    STACKS,
-    check_current,
-    document,
-    expand,
-    read_runs_file,
-    stacked,
-    write,
-)
+from multitab.runs.document import check_current, document, read_runs_file, write
+from multitab.runs.expand import expand, stacked
+from multitab.runs.resolve import TRACKED, Files, render_sources, resolve_run
+from multitab.runs.types import KEY, RUNS_FILE, STACKS
+from multitab.runtime.exit_codes import BAD_INPUT
 
 
 def show(params_path: str | Path, key: str, runs_path: str | Path) -> str:

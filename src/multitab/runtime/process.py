@@ -7,7 +7,7 @@ every epoch, so a stage stopped this way resumes where it was at the next run.
 DVC runs a stage's command as `$SHELL -c CMD` (/bin/sh when SHELL is unset). bash and zsh replace
 themselves with the command; dash (Debian's /bin/sh) and fish do not, so the command's parent is the shell,
 which has no such request and outlives DVC, and the command with it. The flow therefore runs DVC through
-`python -m multitab.process DVC-ARGS` (`run_dvc`): that DVC adopts what its commands orphan (it is a
+`python -m multitab.runtime.process DVC-ARGS` (`run_dvc`): that DVC adopts what its commands orphan (it is a
 child subreaper, PR_SET_CHILD_SUBREAPER) and, on SIGTERM or SIGINT, stops every process below it before it
 exits. It stays in the flow's process group, so Ctrl-C in a terminal still reaches the stage's command,
 which says it was interrupted and exits 130 (stages/_common.py), also while it is still importing.

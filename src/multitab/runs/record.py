@@ -1,4 +1,4 @@
-"""What one run trains with, complete: the record `python -m multitab.runs` resolves for it (multitab.resolve) and
+"""What one run trains with, complete: the record `python -m multitab.runs` resolves for it (multitab.runs.resolve) and
 writes into runs.yaml, read back as typed values. Every field is required and nothing here or downstream supplies
 a default: a key missing from the record is an error naming it.
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from multitab.hparams import Hparams, tuples
+from multitab.runs.profiles import plain
 
 
 class RecordError(ValueError):
@@ -62,8 +63,6 @@ class RunConfig:
 
     def record(self) -> dict[str, Any]:
         """The record's `hparams` and `train` (runs.yaml's, plain values)."""
-        from multitab.profiles import plain
-
         return plain({"hparams": self.hparams.record(), "train": dataclasses.asdict(self.train)})
 
     @classmethod

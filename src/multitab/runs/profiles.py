@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any
 
 from multitab.config import ConfigError, Params
+from multitab.config.attribution import train_config, trains_arm
 from multitab.config.train import TrainConfig
 
 PROFILES = ("default", "study", "attribution")
@@ -50,8 +51,6 @@ def run_train(params: Params, group: str, model: str, point: dict[str, Any] | No
     over `train` and the sweep's point; the point of an attribution run (and of a study run under `protocol:
     authors_code`) is its arm's training settings instead, laid over the TrainConfig (multitab.config.attribution),
     with no grid point."""
-    from multitab.config.attribution import train_config, trains_arm
-
     config = group_train(params, group)
     if point is not None and trains_arm(params, group):
         return train_config(config, point, model), None

@@ -29,6 +29,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from multitab.config import Params
+from multitab.config.attribution import data_entries, study_data, study_settings
 from multitab.config.runs import DATA_KINDS
 
 # a study's params section -> the stage script that writes its report, and the report's folder
@@ -42,7 +43,7 @@ def data_folder(kind: str, name: str, config: str, factors: Mapping[str, Any] | 
     out, verdict = (pattern.format(name) for pattern in DATA_KINDS[kind])
     options: dict[str, Any] = {"config": config}
     if kind != "bench":
-        options["profile"] = kind  # multitab.profiles: study.data / attribution.data over bench.data
+        options["profile"] = kind  # multitab.runs.profiles: study.data / attribution.data over bench.data
     if factors is not None:
         options.update(evaluation=factors["evaluation"], targets=factors["targets"], **{"data-seed": factors["data_seed"]})
     return {"options": options, "out": out, "verdict": verdict,
@@ -52,8 +53,6 @@ def data_folder(kind: str, name: str, config: str, factors: Mapping[str, Any] | 
 def synthetic_data(params: Params, active: Collection[str]) -> dict[str, dict[str, Any]]:
     """runs.yaml's `synthetic_data` with the run groups `active`: MultiTab-Bench's folders, then the study's, then
     the attribution study's (no configuration's name holds the `-` of the others' keys: multitab.config.names)."""
-    from multitab.config.attribution import data_entries, study_data, study_settings
-
     out: dict[str, dict[str, Any]] = {}
     if "bench" in params.sections:
         out.update((config, data_folder("bench", config, config)) for config in params.bench.configs)
@@ -80,8 +79,6 @@ def data_stages(params: Params) -> dict[str, dict[str, dict[str, Any]]]:
 
 def group_reports(params: Params, active: Collection[str]) -> dict[str, dict[str, Any]]:
     """runs.yaml's `group_reports` with the run groups `active`."""
-    from multitab.config.attribution import study_settings
-
     reports: list[tuple[str, str, str]] = []  # key, section, run group
     if "study" in params.sections and params.study.group in active:
         key = "study" if study_settings(params) is None else "study-authors_code"

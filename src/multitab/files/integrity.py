@@ -42,9 +42,9 @@ from typing import Any
 
 import yaml
 
-from multitab.exit_codes import BAD_INPUT
-from multitab.io import write_json
-from multitab.stage_deps import declared_deps, locked_deps, normalise
+from multitab.files.io import write_json
+from multitab.files.stage_deps import declared_deps, locked_deps, normalise
+from multitab.runtime.exit_codes import BAD_INPUT
 
 LOCK_FILE = "dvc.lock"
 STATE_FILE = Path(".dvc") / "tmp" / "multitab-verified.json"
@@ -331,7 +331,7 @@ def verify_stage_inputs(environ: Mapping[str, str] = os.environ) -> Tally:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m multitab.integrity [ROOT]`: every output dvc.lock records, checked; a summary line."""
+    """`python -m multitab.files.integrity [ROOT]`: every output dvc.lock records, checked; a summary line."""
     p = argparse.ArgumentParser(description="check the workspace's DVC outputs against dvc.lock")
     p.add_argument("root", nargs="?", default=".", help="the DVC project (default: the current folder)")
     a = p.parse_args(argv)
@@ -339,9 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tally = verify_outputs(a.root)
     except ValueError as e:
-        print(f"multitab.integrity: {e}", file=sys.stderr)
+        print(f"multitab.files.integrity: {e}", file=sys.stderr)
         return BAD_INPUT
-    print(f"multitab.integrity: {tally.files} files match dvc.lock ({tally.hashed} hashed, "
+    print(f"multitab.files.integrity: {tally.files} files match dvc.lock ({tally.hashed} hashed, "
           f"{tally.hashed_bytes / 1e6:.1f} MB) in {time.monotonic() - t0:.2f} s")
     return 0
 

@@ -29,8 +29,9 @@ from multitab.config import ConfigError, Params
 from multitab.hparams import HPARAMS, POINT_KEYS, Hparams, protocol_overlay, resolve
 from multitab.hparams.keywords import expected, fits, keyword_types, problems
 from multitab.hparams.recipe import is_recipe, n_features, read_run_file
-from multitab.profiles import group_train, run_train
-from multitab.runs import Run, Stack, expand, stacked
+from multitab.runs.expand import expand, stacked
+from multitab.runs.profiles import group_train, run_train
+from multitab.runs.types import Run, Stack
 
 STAGE_KEY = re.compile(r"[A-Za-z0-9_+-]+")
 

@@ -12,15 +12,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from multitab.config import Params
+from multitab.config.attribution import arm_runs, study_runs
 from multitab.config.runs import DATA_KINDS
-from multitab.profiles import group_train
-from multitab.runs import Run, hparams_file, point_id
+from multitab.runs.locate import hparams_file
+from multitab.runs.profiles import group_train
+from multitab.runs.types import Run, point_id
 
 
 def settings_group_runs(params: Params, name: str) -> list[Run] | None:
     """The runs of group `name` when it trains arm settings; None for any other group."""
-    from multitab.config.attribution import study_runs
-
     if params.runs[name].data == "attribution":
         return attribution_runs(params, name)
     members = study_runs(params) if "study" in params.sections and params.study.group == name else None
@@ -33,8 +33,6 @@ def attribution_runs(params: Params, name: str) -> list[Run]:
     """The runs of the attribution study's group `name` (multitab.config.attribution): every arm x configuration x
     model x seed, so that the arms' shared runs have one key (the list holds them once per arm; `expand` keeps
     one)."""
-    from multitab.config.attribution import arm_runs
-
     members = [run for runs in arm_runs(params).values() for run in runs]
     return point_runs(params, name, "attribution", members, "authors")
 
