@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from _imports import import_cycles, import_graph
+
 ROOT = Path(__file__).resolve().parents[1]
 CODE = [ROOT / "src" / "multitab", ROOT / "stages", ROOT / "flows", ROOT / "benchmarks"]
 CONFIG = ROOT / "src" / "multitab" / "config"
@@ -247,91 +249,6 @@ def test_each_rule_catches_what_it_describes() -> None:
 # of the submodule, when `name` is one). Python runs such a cycle only in some import orders; a cycle dodged by an
 # import inside a function still ties the two modules together.
 CYCLE_ROOTS = {"src": ROOT / "src", "flows": ROOT / "flows", "stages": ROOT / "stages"}
-
-
-def module_names(trees: Iterable[Module]) -> dict[str, bool]:
-    """Module name -> whether it is a package's __init__, for paths under src/ (without src/), flows/, stages/."""
-    out = {}
-    for where, _ in trees:
-        parts = list(Path(where).with_suffix("").parts)
-        if parts[0] == "src":
-            parts = parts[1:]
-        package = parts[-1] == "__init__"
-        out[".".join(parts[:-1] if package else parts)] = package
-    return out
-
-
-def import_graph(trees: Iterable[Module]) -> dict[str, set[str]]:
-    """module -> the project's modules it imports (each import resolved to the longest module it names)."""
-    trees = list(trees)
-    known = module_names(trees)
-
-    def owner(name: str) -> str | None:
-        while name and name not in known:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph: dict[str, set[str]] = {}
-    for where, tree in trees:
-        parts = list(Path(where).with_suffix("").parts)
-        parts = parts[1:] if parts[0] == "src" else parts
-        package = parts[-1] == "__init__"
-        module = ".".join(parts[:-1] if package else parts)
-        named: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                named.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if package else 0)]
-                    base = ".".join(anchor + ([base] if base else []))
-                named.add(base)
-                named.update(f"{base}.{alias.name}" for alias in node.names)
-        graph[module] = {m for m in map(owner, named) if m is not None and m != module}
-    return graph
-
-
-def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    cycles: list[list[str]] = []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on.add(start)
-        while work:
-            node, edges = work[-1]
-            nxt = next(edges, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on.add(nxt)
-                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
-                elif nxt in on:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    cycles.append(sorted(component))
-    return cycles
 
 
 def test_no_import_cycles() -> None:

@@ -33,7 +33,7 @@ from multitab.config.attribution import data_entries, study_data, study_settings
 from multitab.config.runs import DATA_KINDS
 
 # a study's params section -> the stage script that writes its report, and the report's folder
-_REPORTS = {"study": ("aggregate_study", "results/study_report"),
+REPORTS = {"study": ("aggregate_study", "results/study_report"),
             "attribution": ("aggregate_attribution", "results/attribution_report")}
 
 
@@ -87,7 +87,7 @@ def group_reports(params: Params, active: Collection[str]) -> dict[str, dict[str
         reports.append(("attribution", "attribution", params.attribution.group))
     out: dict[str, dict[str, Any]] = {}
     for key, section, group in reports:
-        script, folder = _REPORTS[section]
+        script, folder = REPORTS[section]
         out[key] = {"script": script, "section": section, "group": group, "runs": params.runs[group].out,
                     "out": folder}
     return out
