@@ -157,7 +157,10 @@ TINY_TRAIN: dict[str, Any] = {
     "batch_size": 256, "max_epochs": 2, "max_train_rows": None, "patience": {"default": 5},
     "early_stopping_smoothing": None, "xgboost_early_stopping_rounds": 5, "progress": False,
     "optim": {}, "model_overrides": {}, "hparams": "authors", "variants": {}, "stack_seeds": False,
+    "cuda_graph": False, "eval_batch_size": None,
 }
+# A run group's keys params.yaml writes besides its data, models, seeds and train (a params file writes every key)
+GROUP_KEYS: dict[str, Any] = {"opt_in": False, "out": "results/runs", "checkpoints": "results/checkpoints"}
 
 
 def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, models: list[str] | None = None,
@@ -185,6 +188,7 @@ def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, model
     (root / "data" / "validated").mkdir(parents=True, exist_ok=True)
     (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": success}))
     groups = groups or {"real": {"data": {"datasets": ["tiny"]}, "models": models or ["tiny"], "seeds": [0], "train": {}}}
+    groups = {name: {**GROUP_KEYS, **group} for name, group in groups.items()}
     raw = {"train": {**TINY_TRAIN, **(train or {})}, "runs": groups, **(extra or {})}
     write_tiny_hparams(root, [m for g in groups.values() for m in g["models"]])
     params = root / "params.yaml"

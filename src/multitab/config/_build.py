@@ -1,7 +1,10 @@
 """The strict converter behind multitab.config: a YAML mapping -> frozen dataclasses.
 
 `build(cls, mapping, where)` rejects unknown and missing keys and wrong types and names the key path
-(`params.yaml: train.patinece: unknown key; known: [...]`), so a misspelt key fails at load time. A field
+(`params.yaml: train.patinece: unknown key; known: [...]`), so a misspelt key fails at load time. A params file
+writes every setting: a field with a default is required too, unless it is declared `optional(...)` with what its
+absence means (an override that keeps what it overrides, a declared dataset's keys the registry's need); so no
+value reaches a run from a default hidden in code. A field
 declared with `metadata=bounded(...)` is range-checked there too (`params.yaml: preprocess.noise=-1: must be >= 0`),
 each item of a list field, and a list declared `unique` rejects repeated items.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -67,6 +71,23 @@ def bounded(
     return {"bounds": Bounds(ge=ge, gt=gt, le=le, lt=lt, unique=unique)}
 
 
+def optional(meaning: str, *, when: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
+    """The metadata of a field params.yaml may leave out, and what its absence means (`meaning`, e.g. "the same
+    split under both protocols"); `when`: only where it holds of the mapping the field is read from (e.g. a
+    declared dataset). Every other field with a default is still required in a params file: its default serves
+    code that builds a config directly (tests, the estimator), never a missing key."""
+    return {"optional": meaning, "optional_when": when}
+
+
+def default_text(field: dataclasses.Field[Any]) -> str:
+    """A field's default as params.yaml would spell it, for the error that asks for the key."""
+    value = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def overlay(cls: type, value: Any, where: str) -> dict[str, Any]:
     """Some keys of dataclass `cls` (an overlay, e.g. a run group's `train` over `train`), each converted
     to its field's type; unknown keys fail like in `build`."""
@@ -84,6 +105,13 @@ def overlay(cls: type, value: Any, where: str) -> dict[str, Any]:
         out[key] = _convert(hints[key], v, _join(where, key))
         _check(bounds[key], out[key], _join(where, key))
     return out
+
+
+def _may_be_absent(field: dataclasses.Field[Any], mapping: dict[str, Any]) -> bool:
+    if "optional" not in field.metadata:
+        return False
+    when = field.metadata.get("optional_when")
+    return when is None or bool(when(mapping))
 
 
 def _check(bounds: Bounds | None, value: Any, where: str) -> None:
@@ -120,6 +148,9 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
                 _check(field.metadata.get("bounds"), kwargs[name], f"{where}.{name}")
             elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"{where}: missing key '{name}'")
+            elif not _may_be_absent(field, value):
+                raise ConfigError(f"{where}: missing key '{name}': every setting is written in the params file "
+                                  f"(the value the code suggests: {name}: {default_text(field)})")
         try:
             return tp(**kwargs)
         except ValueProblem as e:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from multitab.config._build import ConfigError
+from multitab.config._build import ConfigError, optional
 from multitab.config.bench import BenchDatasetConfig
 from multitab.registry import label, table_order
 
@@ -52,7 +52,7 @@ class AggregateConfig:
     figures: FiguresConfig
     ablation: tuple[AblationRow, ...]
     # the public datasets of Tables 2–10, in the paper's order; left out: the keys of `datasets:` (load_params)
-    datasets: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = field(default=(), metadata=optional("every key of `datasets:`, in its order"))
 
     def __post_init__(self) -> None:
         if self.baseline not in self.rows:

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from multitab.config._build import ValueProblem, bounded
+from multitab.config._build import ValueProblem, bounded, optional
 
 SplitMethod = Literal["official_test", "shuffle", "ordered", "stratified"]
 
@@ -15,10 +15,12 @@ SplitMethod = Literal["official_test", "shuffle", "ordered", "stratified"]
 class SplitOverride:
     """Split settings that protocol `authors_code` puts in place of the ones beside it (null: keep)."""
 
-    method: SplitMethod | None = None
-    seed: int | None = field(default=None, metadata=bounded(ge=0))
-    val_fraction: float | None = field(default=None, metadata=bounded(ge=0.0, lt=1.0))
-    test_fraction: float | None = field(default=None, metadata=bounded(ge=0.0, lt=1.0))
+    method: SplitMethod | None = field(default=None, metadata=optional("the split's own"))
+    seed: int | None = field(default=None, metadata={**bounded(ge=0), **optional("the split's own")})
+    val_fraction: float | None = field(default=None,
+                                       metadata={**bounded(ge=0.0, lt=1.0), **optional("the split's own")})
+    test_fraction: float | None = field(default=None,
+                                        metadata={**bounded(ge=0.0, lt=1.0), **optional("the split's own")})
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,10 @@ class SplitConfig:
     method: SplitMethod
     seed: int = field(metadata=bounded(ge=0))
     val_fraction: float = field(metadata=bounded(ge=0.0, lt=1.0))
-    test_fraction: float = field(default=0.0, metadata=bounded(ge=0.0, lt=1.0))
-    # What protocol `authors_code` uses instead (docs/deviations.md); null: the same under both.
-    authors_code: SplitOverride | None = None
+    test_fraction: float = field(default=0.0, metadata={**bounded(ge=0.0, lt=1.0), **optional(
+        "official_test: the source's own test file", when=lambda split: split.get("method") == "official_test")})
+    # What protocol `authors_code` uses instead (docs/deviations.md); null or absent: the same under both.
+    authors_code: SplitOverride | None = field(default=None, metadata=optional("the same split under both protocols"))
 
     def __post_init__(self) -> None:
         for split in (self, self.authors_code):
@@ -101,31 +104,39 @@ class PreprocessConfig:
 TaskKind = Literal["binary", "multiclass", "regression"]
 
 
+def _declared(entry: dict[str, object]) -> bool:
+    """Whether a `datasets.<name>` mapping declares its dataset (`tasks:`)."""
+    return "tasks" in entry
+
+
 @dataclass(frozen=True)
 class FeaturesConfig:
     """A declared dataset's features: the kinds it fixes (the others are inferred: multitab.datasets.infer) and the
     columns it leaves out. Every column of the file that is neither a task nor dropped is a feature."""
 
-    categorical: tuple[str, ...] = ()
-    numerical: tuple[str, ...] = ()
-    drop: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = field(default=(), metadata=optional("none fixed: inferred from the values"))
+    numerical: tuple[str, ...] = field(default=(), metadata=optional("none fixed: inferred from the values"))
+    drop: tuple[str, ...] = field(default=(), metadata=optional("no column left out"))
     # A numerical feature's missing cells: filled with the median of its training split's values (fitted on train
     # only, by preprocess@D: val and test rows never move it), or refused by acquire@D naming the column and row.
-    missing: Literal["median", "refuse"] = "median"
+    missing: Literal["median", "refuse"] = field(default="median", metadata=optional("median (docs/extending.md)"))
 
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetConfig:
     source: Literal["standin", "local", "remote"]
     # A dataset with a schema in the registry has a stand-in and may be downloaded; a declared one is local.
-    standin: StandinConfig = field(default_factory=lambda: StandinConfig(rows={}, seed=0))
+    standin: StandinConfig = field(default_factory=lambda: StandinConfig(rows={}, seed=0),
+                                   metadata=optional("a declared dataset has no stand-in", when=_declared))
     local: LocalConfig
-    remote: RemoteConfig = field(default_factory=RemoteConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig,
+                                 metadata=optional("a declared dataset is read from your files", when=_declared))
     split: SplitConfig
-    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig, metadata=optional(
+        "a declared dataset: the values docs/extending.md lists", when=_declared))
     # A dataset the registry does not know is declared here: task column -> type (multitab.datasets.declared).
-    tasks: dict[str, TaskKind] | None = None
-    features: FeaturesConfig | None = None
+    tasks: dict[str, TaskKind] | None = field(default=None, metadata=optional("a dataset of the registry"))
+    features: FeaturesConfig | None = field(default=None, metadata=optional("kinds inferred from the values"))
 
     def __post_init__(self) -> None:
         if self.tasks is None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from multitab.config._build import ValueProblem, bounded
+from multitab.config._build import ValueProblem, bounded, optional
 
 # Where each kind of data lives: (processed folder, validation verdict) per name.
 DATA_KINDS: dict[str, tuple[str, str]] = {
@@ -65,8 +65,10 @@ class RunGroup:
     # for none (required: the group's train stages depend on it, and DVC needs the key to exist)
     train: dict[str, Any]
     opt_in: bool = False  # true: `make repro` leaves the group out; a target that needs it runs it
-    sweep: str | None = None  # a sweep group's family (FAMILIES)
-    grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # a sweep group's axes -> values
+    # a sweep group's family (FAMILIES) and its axes -> values: both or neither (a group that is no sweep)
+    sweep: str | None = field(default=None, metadata=optional("not a sweep", when=lambda g: "grid" not in g))
+    grid: dict[str, tuple[Any, ...]] = field(default_factory=dict,
+                                             metadata=optional("not a sweep", when=lambda g: "sweep" not in g))
     out: str = "results/runs"  # run folders: <out>/<dataset>/<model>[/<point>]/seed<S>
     checkpoints: str = "results/checkpoints"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from multitab.config._build import ConfigError, bounded
+from multitab.config._build import ConfigError, bounded, optional
 from multitab.protocol import DEFAULT, Protocol
 
 
@@ -20,9 +20,9 @@ from multitab.protocol import DEFAULT, Protocol
 class OptimOverride:
     """Replaces the authors' selection for one model; null keeps it."""
 
-    optimizer: Literal["adam", "adamw"] | None = None
-    lr: float | None = field(default=None, metadata=bounded(gt=0.0))
-    weight_decay: float | None = field(default=None, metadata=bounded(ge=0.0))
+    optimizer: Literal["adam", "adamw"] | None = field(default=None, metadata=optional("the file's"))
+    lr: float | None = field(default=None, metadata={**bounded(gt=0.0), **optional("the file's")})
+    weight_decay: float | None = field(default=None, metadata={**bounded(ge=0.0), **optional("the file's")})
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class TrainConfig:
     eval_batch_size: int | None = field(default=None, metadata=bounded(ge=1))
     # params.yaml's top-level `protocol` (paper | authors_code; multitab.protocol), filled in by
     # load_params: it changes some models' settings where the paper and the authors' code differ.
-    protocol: Protocol = DEFAULT
+    protocol: Protocol = field(default=DEFAULT, metadata=optional("the top-level `protocol`"))
 
     def __post_init__(self) -> None:
         if self.batch_size < 2:

@@ -117,8 +117,10 @@ class ValidationConfig:
     raw: RawConfig
     processed: ProcessedConfig
     report: ReportConfig
-    # Per dataset (datasets without an entry: every group `error`, estimates `warn`).
+    # the policy of a dataset without an entry in `policy`
+    default_policy: PolicyConfig
+    # Per dataset: every check group's level
     policy: dict[str, PolicyConfig] = field(default_factory=dict)
 
     def policy_for(self, dataset: str) -> PolicyConfig:
-        return self.policy.get(dataset, PolicyConfig())
+        return self.policy.get(dataset, self.default_policy)

@@ -24,7 +24,9 @@ from typing import Any
 import yaml
 
 from multitab.files.io import read_yaml_file, write_text
-from multitab.hparams import BENCH, HPARAMS, NONE_PUBLISHED, selection_file
+from multitab.hparams import BENCH, HPARAMS, NONE_PUBLISHED, Hparams, selection_file, tuples
+from multitab.hparams.notes import note, with_note
+from multitab.hparams.recipe import recipe_file
 from multitab.registry import MODEL_NAMES
 
 SOURCE = f"{HPARAMS}/source/authors_configs.yaml"
@@ -190,14 +192,27 @@ def render(content: dict[str, Any]) -> str:
     return header + yaml.safe_dump(content, sort_keys=False, default_flow_style=None, width=110)
 
 
+def _noted(text: str, model: str, root: Path) -> str:
+    """A file's `text` ending with the note of what each protocol trains from it (multitab.hparams.notes)."""
+    data = yaml.safe_load(text)
+    h = Hparams(model=tuples(data["model"]), optim=data.get("optim"))
+    return with_note(text, note(h, model, root))
+
+
 def files(root: Path) -> dict[str, str]:
-    """path (relative to `root`) -> text of every file the generator writes."""
+    """path (relative to `root`) -> text of every file the generator writes: the authors' selections, and the
+    note at the end of each recipe (the recipes themselves are written by hand: hparams/README.md)."""
     source = read_yaml_file(root / SOURCE)
     out: dict[str, str] = {}
     for their, entries in source.items():
         folder = BENCH if their == THEIR_BENCH else their
         for model in MODEL_NAMES:
-            out[selection_file("authors", folder, model)] = render(translate(their, model, entries.get(model)))
+            text = render(translate(their, model, entries.get(model)))
+            out[selection_file("authors", folder, model)] = _noted(text, model, root)
+    for model in MODEL_NAMES:
+        recipe = root / recipe_file(model)
+        if recipe.is_file():
+            out[recipe_file(model)] = _noted(recipe.read_text(encoding="utf-8"), model, root)
     return out
 
 
@@ -216,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for f, text in wanted.items():
         write_text(a.root / f, text)
-    print(f"wrote {len(wanted)} files under {a.root / HPARAMS / 'authors'}")
+    print(f"wrote {len(wanted)} files under {a.root / HPARAMS} (authors/, and the notes of recipe/)")
     return 0
 
 

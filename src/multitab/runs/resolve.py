@@ -136,7 +136,10 @@ def resolve_run(params: Params, run: Any, files: Files, sources: dict[str, str] 
     train = train_settings(config, h, dataset=run.dataset, where=where, model=run.model, sources=found,
                            protocol_source=f"{params.source}: protocol")
     run_config = RunConfig(hparams=h, train=train, progress=config.progress)
-    return {**run_config.record(), "params": run_params(params, run.group, run.dataset, run.model),
+    record = run_config.record()
+    if is_recipe(run.hparams_file):  # said where a reader looks: runs show, metrics.json, the report
+        record["hparams"]["source"] = f"recipe (no authors' file for {run.dataset}/{run.model.partition('@')[0]})"
+    return {**record, "params": run_params(params, run.group, run.dataset, run.model),
             "progress": config.progress, "attribution": plain(arm)}
 
 
