@@ -330,7 +330,9 @@ def resumed_runs(root: Path, lock: dict[str, Any]) -> list[str]:
     return found
 
 
-def compare_results(clean: Path, faulty: Path, lock_clean: dict[str, Any], lock_faulty: dict[str, Any]) -> dict[str, Any]:
+def compare_results(
+    clean: Path, faulty: Path, lock_clean: dict[str, Any], lock_faulty: dict[str, Any]
+) -> dict[str, Any]:
     """The same stages and commands, and every output of the clean run equal in the faulty one (exactly,
     or apart from timings: train seconds, samples/s, the epoch a killed run resumed from)."""
     same_stages = lock_clean.keys() == lock_faulty.keys() and all(

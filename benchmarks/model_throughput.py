@@ -348,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device={device} threads={torch.get_num_threads()} batch={args.batch_size} "
           f"compile={args.compile} bf16={args.bf16} torch={torch.__version__}")
     results: dict[str, Any] = {"device": str(device), "threads": args.threads, "batch_size": args.batch_size,
-                               "compile": args.compile, "bf16": args.bf16, "malloc_keeps_freed_memory": not args.default_malloc,
+                               "compile": args.compile, "bf16": args.bf16,
+                               "malloc_keeps_freed_memory": not args.default_malloc,
                                "torch": torch.__version__, "load_average": list(os.getloadavg()),
                                "rates": {}, "higgs_check": {}}
     models = args.models or list(MODELS)

@@ -1,5 +1,6 @@
 """Projected wall time of the whole MultiTab-Bench study (Figures 5 + 6: params `study.configs` x
-the models of run group `runs.study`) at N samples x S seeds on this machine, from a measured subset. A PROJECTION, not a run.
+the models of run group `runs.study`) at N samples x S seeds on this machine, from a measured subset.
+A PROJECTION, not a run.
 
 How: for each task count t among the study's configurations (3, 5, 7) this script synthesises one study
 dataset at `--n-samples` (the study's generator, `bench.configs` settings) and trains every study model on it
@@ -367,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     record_metrics: dict[str, pd.DataFrame] = {}
     for r in a.record or []:
         try:
-            record_metrics[str(r)] = pd.read_csv(r / "metrics.csv", usecols=["config", "model", "seed", "epochs", "n_train"])
+            record_metrics[str(r)] = pd.read_csv(r / "metrics.csv",
+                                                 usecols=["config", "model", "seed", "epochs", "n_train"])
         except (OSError, ValueError) as err:
             raise SystemExit(f"--record {r}: cannot read its metrics.csv ({err}); give a study record folder "
                              "(results/study/<name>)") from None
@@ -382,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     if kind == "cuda":  # the context is paid in `start`: not in the first measured model's warm-up
         torch.zeros(1, device=device)
         torch.cuda.synchronize(device)
-    print(f"study cost: {a.n_samples:,} samples (measured at {measure_samples:,}, scaled linearly), measuring {a.measure_epochs} epoch(s) per model on t = "
+    print(f"study cost: {a.n_samples:,} samples (measured at {measure_samples:,}, scaled linearly), "
+          f"measuring {a.measure_epochs} epoch(s) per model on t = "
           f"{sorted(representative)}; stage process start {start:.1f} s", flush=True)
     measured: dict[int, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -423,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         per_model = {m: sum(run_seconds(measured[n_tasks[c]][m], epochs[c, m], scale, start) for c in configs)
                      * a.seeds for m in models}
-        worst = sum(run_seconds(measured[n_tasks[c]][m], 100.0, scale, start) for c in configs for m in models) * a.seeds
+        worst = sum(run_seconds(measured[n_tasks[c]][m], 100.0, scale, start)
+                    for c in configs for m in models) * a.seeds
     total = sum(per_model.values())
 
     # the compute floor: the study's training arithmetic at this machine's best matrix-product rate
@@ -451,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
                     "the stage start fixed") if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
         "commit": git_commit(ROOT), "torch": torch.__version__,
-        "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack or a.stack_data,
+        "cpu": cpu_model(), "device": device_name(device), "precision": config.precision,
+        "stack_seeds": a.stack or a.stack_data,
         "stack_data": ({str(t): [c for c in configs if n_tasks[c] == t] for t in measured} if a.stack_data else None),
         "cuda_graph": config.cuda_graph, "deterministic_requested": config.deterministic,
         "deterministic": all(bool(m.get("deterministic", config.deterministic)) for per_t in measured.values()

@@ -259,7 +259,8 @@ def run_case(repo: Path, dataset: str, data: Path, sizes: dict[str, int], work: 
         out["seconds_to_first_step"] = round(steps[0] - t0, 1)
         out["peak_rss_gb_to_first_step"] = round(marks["hwm_first_step"] / 1e9, 3)
         load = marks["load_run_data"][0][0]
-        phases = {"interpreter_and_imports": marks["imports_done"] - t0, "params_runs_hparams": load - marks["imports_done"]}
+        phases = {"interpreter_and_imports": marks["imports_done"] - t0,
+                  "params_runs_hparams": load - marks["imports_done"]}
         for name, label in (("load_run_data", "load"), ("resume_settings", "fingerprint_with_data_sha256"),
                             ("build_run_model", "build_model")):
             phases[label] = _span(marks, name) or 0.0
@@ -308,7 +309,8 @@ def bars(results: list[dict[str, Any]], scale: float) -> dict[str, Any]:
             out[f"{r['dataset']}_starts_within_{want['seconds_to_first_step']:.0f}_s"] = (
                 ok and r.get("seconds_to_first_step", 1e9) <= want["seconds_to_first_step"]) if ok else None
         if "peak_gb" in want:
-            out[f"{r['dataset']}_peak_under_{want['peak_gb']:.0f}_gb"] = (r["peak_rss_gb"] < want["peak_gb"]) if ok else None
+            key = f"{r['dataset']}_peak_under_{want['peak_gb']:.0f}_gb"
+            out[key] = (r["peak_rss_gb"] < want["peak_gb"]) if ok else None
         if "peak_over_tensors" in want:
             out[f"{r['dataset']}_peak_within_{want['peak_over_tensors']:.0f}x_tensors"] = (
                 r["peak_over_tensors"] <= want["peak_over_tensors"]) if ok else None
@@ -321,7 +323,8 @@ def markdown(record: dict[str, Any]) -> str:
              f"torch threads {record['threads']}; load average at the end {record['load_average']}. "
              f"{record['load_note']}", "", f"Command: `{record['command']}`", "",
              "| dataset | rows | tensors (GB) | peak RSS (GB) | peak / tensors | to first step (s) | epoch (s) | "
-             "loop (s) | validation (s) | test (s) | stage (s) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "loop (s) | validation (s) | test (s) | stage (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in record["cases"]:
         loop = f"{r['epoch_loop_seconds']}{' (extrapolated)' if r.get('epoch_loop_extrapolated') else ''}" \
             if "epoch_loop_seconds" in r else "—"
@@ -333,7 +336,8 @@ def markdown(record: dict[str, Any]) -> str:
               "| dataset | to first step | of which the load | epoch loop | validation | test |",
               "|---|---:|---:|---:|---:|---:|"]
     for r in record["cases"]:
-        lines.append(f"| {r['dataset']} | {r.get('cpu_seconds_to_first_step', '—')} | {r.get('cpu_seconds_load', '—')} | "
+        lines.append(f"| {r['dataset']} | {r.get('cpu_seconds_to_first_step', '—')} | "
+                     f"{r.get('cpu_seconds_load', '—')} | "
                      f"{r.get('cpu_seconds_epoch_loop', '—')} | {r.get('cpu_seconds_val', '—')} | "
                      f"{r.get('cpu_seconds_test', '—')} |")
     lines += ["", "Phases before the first step (wall seconds):", ""]

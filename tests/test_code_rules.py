@@ -222,7 +222,8 @@ def test_the_size_rule_counts_lines(tmp_path: Path) -> None:
 def test_each_rule_catches_what_it_describes() -> None:
     bad = ("from multitab.files.io import _private\n"
            "import yaml\nraw = yaml.safe_load(open('params.yaml'))\n")
-    assert private_imports([("stages/x.py", ast.parse(bad))]) == ["stages/x.py:1: from multitab.files.io import _private"]
+    assert private_imports([("stages/x.py", ast.parse(bad))]) == [
+        "stages/x.py:1: from multitab.files.io import _private"]
     assert params_reads([("stages/x.py", ast.parse(bad))], CONFIG_FOLDER) == [
         "stages/x.py:3: yaml.safe_load(open('params.yaml'))"]
     assert params_reads([(CONFIG_FOLDER + "x.py", ast.parse(bad))], CONFIG_FOLDER) == []

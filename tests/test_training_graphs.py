@@ -245,7 +245,8 @@ def test_a_model_with_its_own_training_loss_trains_uncaptured_and_records_why(tm
     model = WithOwnLoss(data.meta)
     s = loop_settings(seed=0, max_epochs=1, patience=5, batch_size=64, device="cpu", cuda_graph=True)
     result = loop_mod.train(model, data, s, checkpoint_dir=tmp_path / "ck", run_fingerprint="f")
-    assert result.cuda_graph == "not captured: the model's own training_loss (a replay would skip its per-step Python work)"
+    assert result.cuda_graph == ("not captured: the model's own training_loss "
+                                 "(a replay would skip its per-step Python work)")
     assert graphs.graph_plan(True, torch.device("cpu"), object()).reason == graphs.NOT_TORCH
 
 
