@@ -15,7 +15,8 @@ import torch
 from _training_tiny import TINY_HPARAMS, TinyModel, register_tiny, train_run, write_tiny_processed
 from multitab.config.train import TrainConfig
 from multitab.training.compute_mode import computing, nondeterministic_op
-from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.metrics_record import METRICS_SCHEMA
+from multitab.training.run import RunSpec
 
 # torch's own wording (ATen's alertNotDeterministic with warn_only=True), for an op only CUDA has
 TORCH_WARNING = ("scatter_add_cuda_kernel does not have a deterministic implementation, but you set "

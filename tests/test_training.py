@@ -36,7 +36,8 @@ from multitab.training import loop as loop_mod
 from multitab.training.data import DataError, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
 from multitab.training.losses import MultitaskLoss
-from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.metrics_record import METRICS_SCHEMA
+from multitab.training.run import RunSpec
 
 torch.set_num_threads(1)
 

@@ -35,7 +35,8 @@ from multitab.training.data import load_processed
 from multitab.training.device import seed_everything
 from multitab.training.graphs import EagerCapture, GraphedStep
 from multitab.training.loop import RunResult
-from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.metrics_record import METRICS_SCHEMA
+from multitab.training.run import RunSpec
 from multitab.training.settings import RunSettings
 from multitab.training.stacked import StackMember, seeded, train_stacked
 

@@ -13,7 +13,8 @@ from _training_tiny import ROOT, train_run, write_tiny_processed
 from multitab.config.train import TrainConfig
 from multitab.hparams import BENCH, load
 from multitab.models import MODELS
-from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.metrics_record import METRICS_SCHEMA
+from multitab.training.run import RunSpec
 
 torch.set_num_threads(1)
 
