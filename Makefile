@@ -91,8 +91,9 @@ ui: $(STAMP) $(ASSETS)
 	$(BIN)/python -m flows.deploy
 
 # The speed and memory targets (benchmarks/, docs/benchmarks.md); "bench" is MultiTab-Bench.
+# benchmarks/_*.py are modules the scripts share, not scripts.
 benchmarks: $(STAMP)
-	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b || exit 1; done
 
 clean-venv:
 	rm -rf $(VENV)

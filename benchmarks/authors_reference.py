@@ -66,7 +66,8 @@ class AuthorsStyleMultiTabNet(nn.Module):
                  tower: int = 64) -> None:
         super().__init__()
         self.num = nn.ModuleList(nn.Linear(1, e) for f in schema.features if f.kind == "numerical")
-        self.cat = nn.ModuleList(nn.Embedding(f.cardinality or 1, e) for f in schema.features if f.kind == "categorical")
+        self.cat = nn.ModuleList(nn.Embedding(f.cardinality or 1, e)
+                                 for f in schema.features if f.kind == "categorical")
         t = len(schema.tasks)
         self.task = nn.ModuleList(nn.Linear(1, e) for _ in range(t))
         n = t + len(self.num) + len(self.cat)
@@ -76,7 +77,8 @@ class AuthorsStyleMultiTabNet(nn.Module):
         self.col = _Block(e, ff, nn.MultiheadAttention(e, heads, batch_first=True))
         d = n * e
         self.rope = rope
-        self.row = _Block(d, ff, _RotaryAttention(d, heads) if rope else nn.MultiheadAttention(d, heads, batch_first=True))
+        row_attention = _RotaryAttention(d, heads) if rope else nn.MultiheadAttention(d, heads, batch_first=True)
+        self.row = _Block(d, ff, row_attention)
         self.heads = nn.ModuleList(nn.Sequential(nn.Linear(e, tower), nn.ReLU(), nn.Dropout(0.0), nn.Linear(tower, 1))
                                    for _ in range(t))
         for m in self.modules():

@@ -5,8 +5,9 @@ other.
 Each stage runs as DVC runs it (`python -m stages.<stage> ...`, the command of dvc.yaml with a params file
 whose stand-in rows are the published row counts), in its own process; its peak resident set is that
 process's (wait4's ru_maxrss) or, where larger, the sum over its process tree sampled every 0.2 s (preprocess
-maps columns on worker processes below a fork server; CPU seconds are the stage process's own). Sizes: AliExpress 12,157,894 train (its validation tenth included) +
-5,559,301 test rows, Higgs 11,000,000, ACS Income 1,664,500 (src/multitab/datasets/schema.py `real_rows`).
+maps columns on worker processes below a fork server; CPU seconds are the stage process's own). Sizes:
+AliExpress 12,157,894 train (its validation tenth included) + 5,559,301 test rows, Higgs 11,000,000, ACS
+Income 1,664,500 (src/multitab/datasets/schema.py `real_rows`).
 
 Bars (docs/benchmarks.md, "Data stages at the paper's sizes"): every stage ends, peak <= 8 GB and <= 10 min
 per stage at full size on a 2-core machine; peak memory at full size <= 2x that at a tenth.
@@ -245,7 +246,8 @@ def markdown(record: dict[str, Any]) -> str:
         "",
         "Per stage: wall seconds, peak resident memory of the stage's process, or of its process tree where that "
         "is larger (CPU seconds of the stage's process tree / wall seconds: the cores it kept busy). A row "
-        "named by a commit is --against's checkout, run right before the row below it. Growth: peak at full size / peak at a tenth.",
+        "named by a commit is --against's checkout, run right before the row below it. Growth: peak at full "
+        "size / peak at a tenth.",
         "",
         "| dataset | rows | " + " | ".join(STAGES) + " |",
         "|---|---|" + "---|" * len(STAGES),
@@ -300,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         for scale in scales:
             runs["full" if scale == 1.0 else f"x{scale:g}"] = run_dataset(name, scale, a.workdir / name, a)
         if "full" in runs and "x0.1" in runs:
-            runs["growth"] = {s: round(runs["full"]["stages"][s]["peak_rss_gb"] / runs["x0.1"]["stages"][s]["peak_rss_gb"], 2)
-                              for s in STAGES if s in runs["full"]["stages"] and s in runs["x0.1"]["stages"]}
+            full, tenth = runs["full"]["stages"], runs["x0.1"]["stages"]
+            runs["growth"] = {s: round(full[s]["peak_rss_gb"] / tenth[s]["peak_rss_gb"], 2)
+                              for s in STAGES if s in full and s in tenth}
         record["datasets"][name] = runs
     record["load_average_at_end"] = round(os.getloadavg()[0], 2)
     record["wall_seconds"] = round(time.perf_counter() - t0, 1)

@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                           "epoch_at_least_70pct_of_model_step": res["epoch_vs_model_step"] >= 0.7,
                           "data_path_50x": res["data_path_vs_authors"] >= 50}
     else:
-        res["targets"] = {"epoch_2x": res["epoch_vs_authors"] >= 2.0, "data_path_50x": res["data_path_vs_authors"] >= 50}
+        res["targets"] = {"epoch_2x": res["epoch_vs_authors"] >= 2.0,
+                          "data_path_50x": res["data_path_vs_authors"] >= 50}
     res["load_average"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(res, indent=2)
     print(text)

@@ -34,7 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from multitab.config import read_yaml
+# siblings of this script, not packages: the projects it runs and the comparison of their results
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _fault_compare import compare_results, resumed_runs  # noqa: E402
+from _fault_projects import build_toy, copy_project  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -95,106 +98,6 @@ note("done", rc=rc)
 sys.exit(rc)
 '''
 
-ITEMS = "abcdef"
-TOY_STAGES: dict[str, Any] = {
-    "prepare": {
-        "cmd": "python toy.py prepare",
-        "deps": ["toy.py"],
-        "params": [{"toy.yaml": ["rows"]}],  # its own file: params.yaml holds only known sections
-        "outs": ["data/raw.json"],
-    },
-    "features": {
-        "foreach": list(ITEMS),
-        "do": {
-            "cmd": "python toy.py features ${item}",
-            "deps": ["toy.py", "data/raw.json"],
-            "outs": ["data/features_${item}.json"],
-        },
-    },
-    "train": {
-        "foreach": list(ITEMS),
-        "do": {
-            "cmd": "python toy.py train ${item}",
-            "deps": ["toy.py", "data/features_${item}.json"],
-            "params": [{"toy.yaml": ["epochs"]}],
-            "outs": ["results/model_${item}.json"],
-        },
-    },
-    "aggregate": {
-        "cmd": "python toy.py aggregate",
-        "deps": ["toy.py", *(f"results/model_{m}.json" for m in ITEMS)],
-        "metrics": [{"results/summary.json": {"cache": False}}],
-    },
-}
-
-TOY_SCRIPT = '''"""Toy stages: deterministic, with a training loop that checkpoints every epoch and resumes."""
-import json, pathlib, sys, time, yaml
-
-params = yaml.safe_load(open("toy.yaml"))
-step, arg = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
-if step == "prepare":
-    pathlib.Path("data").mkdir(exist_ok=True)
-    json.dump([(i * 7919) % 1000 for i in range(params["rows"])], open("data/raw.json", "w"))
-elif step == "features":
-    raw = json.load(open("data/raw.json"))
-    k = "abcdef".index(arg) + 2
-    json.dump([x * k % 997 for x in raw], open(f"data/features_{arg}.json", "w"))
-elif step == "train":
-    xs = json.load(open(f"data/features_{arg}.json"))
-    ckpt = pathlib.Path(f"checkpoints/{arg}.json")  # outside DVC's outs: survives a killed attempt
-    state = json.loads(ckpt.read_text()) if ckpt.exists() else {"epoch": 0, "w": 0.0}
-    if state["epoch"]:
-        print(f"train@{arg}: resumed from the checkpoint of epoch {state['epoch']}", flush=True)
-    while state["epoch"] < params["epochs"]:
-        time.sleep(params["epoch_seconds"])
-        state = {"epoch": state["epoch"] + 1, "w": round(state["w"] * 0.5 + sum(xs) / len(xs), 6)}
-        ckpt.parent.mkdir(exist_ok=True)
-        tmp = ckpt.with_suffix(".tmp"); tmp.write_text(json.dumps(state)); tmp.replace(ckpt)
-    pathlib.Path("results").mkdir(exist_ok=True)
-    json.dump({"w": state["w"], "epochs": state["epoch"]}, open(f"results/model_{arg}.json", "w"))
-    ckpt.unlink()
-elif step == "aggregate":
-    models = {m: json.load(open(f"results/model_{m}.json")) for m in "abcdef"}
-    json.dump({m: v["w"] for m, v in models.items()}, open("results/summary.json", "w"), sort_keys=True)
-'''
-
-
-def build_toy(root: Path) -> None:
-    import yaml
-
-    root.mkdir(parents=True)
-    (root / "toy.py").write_text(TOY_SCRIPT)
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": TOY_STAGES}, sort_keys=False))
-    orchestration = read_yaml(REPO / "params.yaml")["orchestration"]
-    (root / "toy.yaml").write_text(yaml.safe_dump({"rows": 2000, "epochs": 6, "epoch_seconds": 0.5}))
-    (root / "params.yaml").write_text(yaml.safe_dump({"orchestration": orchestration}, sort_keys=False))
-    (root / ".gitignore").write_text("/checkpoints/\n")
-
-
-def copy_project(src: Path, dst: Path) -> None:
-    """The files git would see (tracked, plus untracked not ignored), into a fresh git + DVC repo."""
-    files = (
-        subprocess.run(
-            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src, capture_output=True, check=True
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    for rel in filter(None, files):
-        if (src / rel).is_file():
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / rel, dst / rel)
-    (dst / "dvc.lock").unlink(missing_ok=True)  # both runs start from nothing
-    subprocess.run(["git", "init", "-q"], cwd=dst, check=True)
-    if not (dst / ".dvc").is_dir():
-        subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=dst, check=True)
-    # A commit, as in a clone: dvclive (training stages) reads HEAD and fails in a repository without one.
-    git_env = {**os.environ, "GIT_AUTHOR_NAME": "fault-injection", "GIT_AUTHOR_EMAIL": "fi@localhost",
-               "GIT_COMMITTER_NAME": "fault-injection", "GIT_COMMITTER_EMAIL": "fi@localhost"}
-    subprocess.run(["git", "add", "-A"], cwd=dst, check=True, env=git_env)
-    subprocess.run(["git", "commit", "-q", "-m", "snapshot"], cwd=dst, check=True, env=git_env)
-
-
 def run_flow(root: Path, env: dict[str, str], args: list[str]) -> tuple[int, float, dict[str, Any], str]:
     """flows.pipeline on `root` in a child process; its output is kept (and echoed) for the report."""
     t0 = time.monotonic()
@@ -240,113 +143,6 @@ def dvc_status(root: Path) -> dict[str, Any]:
         check=True,
     ).stdout
     return json.loads(out or "{}")
-
-
-# What records how a run went rather than what it computed: timings, and the epoch a killed run resumed
-# from. Files and JSON keys matching these may differ between the clean and the faulty run.
-VOLATILE_KEYS = {"resumed_from_epoch", "load_average"}
-VOLATILE_FILE_STEMS = {"epoch_seconds", "data_seconds", "samples_per_second"}
-
-
-def _volatile(key: object) -> bool:
-    return isinstance(key, str) and (key in VOLATILE_KEYS or "seconds" in key or "per_second" in key)
-
-
-def _strip(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if not _volatile(k)}
-    if isinstance(obj, list | tuple):
-        return [_strip(v) for v in obj]
-    return obj
-
-
-def _equal(a: Any, b: Any) -> bool:
-    """Deep equality with tensors compared exactly (bit for bit, NaN equal to NaN)."""
-    import numpy as np
-    import torch
-
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):  # e.g. numpy's RNG state in a checkpoint
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return bool(a == b)
-
-
-def _svg_content(path: Path) -> str:
-    import re
-
-    text = re.sub(r"\s*<dc:date>[^<]*</dc:date>", "", path.read_text())
-    ids: dict[str, str] = {}  # element ids renamed in order of appearance
-    return re.sub(r"\b(p[0-9a-f]{10}|m[0-9a-f]{10})\b", lambda m: ids.setdefault(m.group(1), f"id{len(ids)}"), text)
-
-
-def compare_file(a: Path, b: Path) -> str:
-    """'identical', 'equal apart from timings' or 'different'."""
-    if a.read_bytes() == b.read_bytes():
-        return "identical"
-    if a.stem in VOLATILE_FILE_STEMS:
-        return "equal apart from timings"
-    if a.suffix == ".json":
-        same = _strip(json.loads(a.read_text())) == _strip(json.loads(b.read_text()))
-    elif a.suffix == ".svg":  # matplotlib stamps a date and random element ids (figures.py now fixes both)
-        same = _svg_content(a) == _svg_content(b)
-    elif a.suffix == ".pt":  # checkpoints: weights, optimizer and RNG states, history
-        import torch
-
-        try:  # weights_only: a checkpoint is data; one that needs code to load is refused (and differs)
-            same = _equal(*(_strip(torch.load(p, map_location="cpu", weights_only=True)) for p in (a, b)))
-        except Exception as e:  # torch raises several types for corrupt or refused files
-            print(f"{a.name}: cannot compare ({type(e).__name__}: {str(e).strip().splitlines()[0][:200]})")
-            same = False
-    else:
-        same = False
-    return "equal apart from timings" if same else "different"
-
-
-def out_files(root: Path, lock: dict[str, Any]) -> set[str]:
-    files: set[str] = set()
-    for entry in lock.values():
-        for out in entry.get("outs", []):
-            path = root / out["path"]
-            if path.is_dir():
-                files.update(str(p.relative_to(root)) for p in path.rglob("*") if p.is_file())
-            else:
-                files.add(out["path"])
-    return files
-
-
-def resumed_runs(root: Path, lock: dict[str, Any]) -> list[str]:
-    """Training runs (metrics.json outputs) that resumed from a checkpoint, with the epoch."""
-    found = []
-    for rel in sorted(out_files(root, lock)):
-        if rel.endswith("metrics.json"):
-            epoch = json.loads((root / rel).read_text()).get("resumed_from_epoch") or 0
-            if isinstance(epoch, int) and epoch > 0:
-                found.append(f"{rel} (after epoch {epoch})")
-    return found
-
-
-def compare_results(clean: Path, faulty: Path, lock_clean: dict[str, Any], lock_faulty: dict[str, Any]) -> dict[str, Any]:
-    """The same stages and commands, and every output of the clean run equal in the faulty one (exactly,
-    or apart from timings: train seconds, samples/s, the epoch a killed run resumed from)."""
-    same_stages = lock_clean.keys() == lock_faulty.keys() and all(
-        lock_clean[k].get("cmd") == lock_faulty[k].get("cmd") for k in lock_clean
-    )
-    files_clean, files_faulty = out_files(clean, lock_clean), out_files(faulty, lock_faulty)
-    verdicts = {rel: compare_file(clean / rel, faulty / rel) for rel in sorted(files_clean & files_faulty)}
-    return {
-        "same_stages_and_commands": same_stages,
-        "output_files": len(verdicts),
-        "identical": sum(v == "identical" for v in verdicts.values()),
-        "equal_apart_from_timings": sum(v == "equal apart from timings" for v in verdicts.values()),
-        "different": [k for k, v in verdicts.items() if v == "different"],
-        "missing_in_faulty": sorted(files_clean - files_faulty),
-        "extra_in_faulty": sorted(files_faulty - files_clean),
-    }
 
 
 def main(argv: list[str] | None = None) -> int:

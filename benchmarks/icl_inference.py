@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "what": "inference cost of the pretrained in-context models at their released architectures with random "
                 "weights (cost only, no prediction to read): seconds and peak memory per 1,000 test rows, one "
-                "ensemble view, each setting in a fresh process with torch's default threads; see benchmarks/icl_inference.py",
+                "ensemble view, each setting in a fresh process with torch's default threads; "
+                "see benchmarks/icl_inference.py",
         "machine": provenance.machine(),
         "load_average_at_end": list(os.getloadavg()),
         "commit": provenance.git_commit(ROOT),

@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
                 "n_estimators": r["n_estimators"], "tasks_run": sum(v == "ok" for v in r["status"].values())}
                for r in records]
     # the data it ran on: each split file's sha256 (the stand-ins' bytes depend on their generator's code)
-    data = {name: {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted((Path(args.data) / name).glob("*"))
-                   if f.is_file()} for name in raw["icl"]["datasets"]}
+    data = {name: {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                   for f in sorted((Path(args.data) / name).glob("*")) if f.is_file()}
+            for name in raw["icl"]["datasets"]}
     result = {"what": "icl stage, released-size random-weight models (cost only)", "profile": args.profile,
               "datasets": raw["icl"]["datasets"],
               "profile_settings": raw["icl"]["profiles"][args.profile], "orion": raw["icl"]["orion"],

@@ -28,125 +28,26 @@ import json
 import os
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from multitab.datasets.schema import SCHEMAS, DatasetSchema
 from multitab.hparams import BENCH, load
 from multitab.models import MODELS, build_model
-from multitab.models.accelerate import accelerate_cpu
 from multitab.runtime.cpu import tune_cpu_runtime
-from multitab.runtime.provenance import cpu_model
+
+# siblings of this script, not packages: the timed training step, and the --bench-shapes mode (bench_accuracy is
+# here for the tests, which read it from this script)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_shapes import bench_accuracy, bench_shapes  # noqa: E402, F401
+from _throughput_step import make_stepper  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]  # the project: its hparams/ folder
 
 AUTHORS_HIGGS = {"per_sample_mixing": 5918.0, "attention": 3443.0}
 TARGETS_CPU = {"per_sample_mixing": 2.0, "attention": 1.3}  # x the authors' figure
-
-
-def random_batch(schema: DatasetSchema, n: int, device: torch.device, seed: int = 0) -> tuple[Any, ...]:
-    g = torch.Generator().manual_seed(seed)
-    x_num = torch.randn(n, schema.n_num, generator=g)
-    cards = [f.cardinality or 1 for f in schema.features if f.kind == "categorical"]
-    x_cat = torch.stack([torch.randint(0, c, (n,), generator=g) for c in cards], 1) if cards else torch.zeros(
-        n, 0, dtype=torch.long
-    )
-    y: dict[str, torch.Tensor] = {}
-    for t in schema.tasks:
-        if t.type == "binary":
-            y[t.name] = torch.randint(0, 2, (n,), generator=g).float()
-        elif t.type == "multiclass":
-            y[t.name] = torch.randint(0, t.n_classes or 2, (n,), generator=g)
-        else:
-            y[t.name] = torch.randn(n, generator=g)
-    return x_num.to(device), x_cat.to(device), {k: v.to(device) for k, v in y.items()}
-
-
-def task_loss(schema: DatasetSchema, name: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    kind = schema.task(name).type
-    if kind == "binary":
-        return F.binary_cross_entropy_with_logits(out.float(), target)
-    if kind == "multiclass":
-        return F.cross_entropy(out.float(), target)
-    return F.mse_loss(out.float(), target)
-
-
-def make_stepper(
-    model: torch.nn.Module,
-    schema: DatasetSchema,
-    *,
-    optimizer: str,
-    lr: float,
-    weight_decay: float,
-    batch_size: int,
-    device: torch.device,
-    compile_: bool = False,
-    bf16: bool = False,
-    fused: bool = True,
-    cuda_graph: bool = False,
-) -> Callable[[int], float]:
-    """-> run(steps) -> training samples/s over `steps` steps (after the caller's warm-up). On CPU the model
-    gets the chunked kernels swapped in, as training does (accelerate_cpu)."""
-    model.to(device).train()
-    if device.type == "cpu":
-        accelerate_cpu(model)
-    opt_cls = torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam
-    graph = cuda_graph and device.type == "cuda" and not hasattr(model, "training_loss")
-    # A captured step needs an optimizer whose state stays on the device (capturable).
-    extra = {"capturable": True} if graph else {}
-    opt = opt_cls(model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused or None, **extra)
-    x_num, x_cat, y = random_batch(schema, batch_size, device)
-    fwd = torch.compile(model) if compile_ else model
-
-    def eager_step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            if hasattr(model, "training_loss"):
-                loss, _ = model.training_loss(x_num, x_cat, y, lambda k, o, t: task_loss(schema, k, o, t))
-            else:
-                out = fwd(x_num, x_cat)
-                loss = sum(task_loss(schema, k, o, y[k]) for k, o in out.items())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    step = eager_step
-    if graph:
-        # Whole-step CUDA graph (forward, backward, optimizer): one launch per batch instead of hundreds
-        # of small kernels, which dominate at batch 2048. Inputs stay in static tensors.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                eager_step()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        opt.zero_grad(set_to_none=True)
-        with torch.cuda.graph(g):
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                out = fwd(x_num, x_cat)
-                loss = sum(task_loss(schema, k, o, y[k]) for k, o in out.items())
-            loss.backward()
-            opt.step()
-        step = g.replay
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def run(steps: int) -> float:
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        return steps * batch_size / (time.perf_counter() - t0)
-
-    return run
 
 
 def measure(
@@ -205,102 +106,6 @@ def compare_with_authors_style(
     return statistics.median(a), statistics.median(b)
 
 
-BENCH_MODELS = ["stl_mlp", "mmoe", "ple", "stem", "multitab_net"]
-
-
-def bench_schema(name: str = "p06_pd3_t7", n_tasks: int = 7) -> DatasetSchema:
-    """A MultiTab-Bench dataset's schema: 32 numerical features, `n_tasks` regression tasks."""
-    from multitab.datasets.schema import schema_from_meta
-
-    return schema_from_meta({
-        "dataset": name,
-        "features": [{"name": f"x{i:02d}", "kind": "numerical", "cardinality": None} for i in range(32)],
-        "tasks": [{"name": f"y{i + 1}", "type": "regression", "n_classes": None} for i in range(n_tasks)],
-    })
-
-
-def bench_throughput(models: list[str], *, batch_size: int, warmup: int, steps: int, repeats: int
-                     ) -> dict[str, dict[str, float]]:
-    """fp32 and bf16-autocast training samples/s of each model on the MultiTab-Bench shapes (p06_pd3_t7:
-    7 tasks; the authors' multitab_bench_example settings under protocol "paper"), both built from the
-    same seed and timed alternately in this run, so the ratio is not skewed by a load change."""
-    schema = bench_schema()
-    device = torch.device("cpu")
-    out: dict[str, dict[str, float]] = {}
-    for name in models:
-        runs = {}
-        for precision in ("fp32", "bf16"):
-            torch.manual_seed(0)
-            hp = load(BENCH, name, protocol="paper", root=ROOT)
-            model = build_model(name, schema, hp.model)
-            cfg = hp.optim or {}
-            runs[precision] = make_stepper(model, schema, optimizer=cfg["optimizer"], lr=cfg["lr"],
-                                           weight_decay=cfg["weight_decay"], batch_size=batch_size, device=device,
-                                           bf16=precision == "bf16")
-            runs[precision](warmup)
-        rates: dict[str, list[float]] = {"fp32": [], "bf16": []}
-        for _ in range(repeats):
-            for precision, run in runs.items():
-                rates[precision].append(run(steps))
-        fp32, bf16 = statistics.median(rates["fp32"]), statistics.median(rates["bf16"])
-        out[name] = {"fp32_samples_per_second": round(fp32), "bf16_samples_per_second": round(bf16),
-                     "bf16_over_fp32": round(bf16 / fp32, 3)}
-        print(f"{name:14s} fp32 {fp32:9,.0f}  bf16 {bf16:9,.0f} samples/s  bf16/fp32 {bf16 / fp32:.2f}", flush=True)
-    return out
-
-
-def bench_accuracy(models: list[str], *, n_samples: int, epochs: int, batch_size: int) -> dict[str, Any]:
-    """Short training runs through run_training (the study's path: deterministic, 1 thread, batch
-    `batch_size`) on a generated p06_pd3_t7 dataset in fp32 and in bf16: test EV (mean over tasks), and
-    where an epoch's wall time goes (optimisation loop, data path inside it, validation pass; the rest of
-    the run: start-up, checkpoint writes, the test pass)."""
-    import tempfile
-    from dataclasses import replace
-
-    from multitab.config import load_params
-    from multitab.datasets.bench import synthesize_config, write_dataset
-    from multitab.hparams import for_run, selection_file
-    from multitab.runs.profiles import group_train
-    from multitab.runs.resolve import settings_for
-    from multitab.training.run import RunSpec, run_training
-
-    root = Path(__file__).resolve().parents[1]
-    loaded = load_params(root / "params.yaml")
-    base = group_train(loaded, loaded.study.group)
-    bench = replace(loaded.bench, data=replace(loaded.bench.data, n_samples=n_samples))
-    out: dict[str, Any] = {"dataset": "p06_pd3_t7", "n_samples": n_samples, "epochs": epochs, "batch_size": batch_size,
-                           "runs": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        frames, meta = synthesize_config("p06_pd3_t7", bench)
-        write_dataset(folder / "p06_pd3_t7", frames, meta)
-        for name in models:
-            for precision in ("fp32", "bf16"):
-                cfg = replace(base, max_epochs=epochs, batch_size=batch_size, num_threads=1, device="cpu",
-                              precision=precision, progress=False)  # type: ignore[arg-type]
-                spec = RunSpec("p06_pd3_t7", name, 0, folder / "p06_pd3_t7", folder / "ckpt" / name / precision)
-                hp = for_run(root, selection_file("authors", BENCH, name), model=name, dataset="p06_pd3_t7",
-                             point=None, config=cfg)  # the study's hyperparameters, as study_cost.py resolves them
-                t0 = time.perf_counter()
-                record, history = run_training(spec, settings_for(cfg, hp, model=name, dataset="p06_pd3_t7"))
-                wall = time.perf_counter() - t0
-                n_train = record["n_rows"]["train"]
-                loop = sum(n_train / h["samples_per_second"] for h in history)
-                epoch = sum(h["epoch_seconds"] for h in history)
-                data = sum(h["data_seconds"] for h in history)
-                out["runs"][f"{name}/{precision}"] = {
-                    "test_ev_mean": record["test_mean"], "samples_per_second": record["samples_per_second"],
-                    "wall_seconds": round(wall, 2), "loop_share": round(loop / wall, 3),
-                    "data_share": round(data / wall, 3), "validation_share": round((epoch - loop) / wall, 3),
-                    "rest_share": round((wall - epoch) / wall, 3),
-                }
-                r = out["runs"][f"{name}/{precision}"]
-                print(f"{name:14s} {precision}: test EV {record['test_mean']:.4f}, {record['samples_per_second']:,.0f} "
-                      f"samples/s, wall {wall:.1f} s = loop {r['loop_share']:.0%} (data {r['data_share']:.1%}) + "
-                      f"validation {r['validation_share']:.0%} + rest {r['rest_share']:.0%}", flush=True)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", nargs="*", default=sorted(SCHEMAS))
@@ -348,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device={device} threads={torch.get_num_threads()} batch={args.batch_size} "
           f"compile={args.compile} bf16={args.bf16} torch={torch.__version__}")
     results: dict[str, Any] = {"device": str(device), "threads": args.threads, "batch_size": args.batch_size,
-                               "compile": args.compile, "bf16": args.bf16, "malloc_keeps_freed_memory": not args.default_malloc,
+                               "compile": args.compile, "bf16": args.bf16,
+                               "malloc_keeps_freed_memory": not args.default_malloc,
                                "torch": torch.__version__, "load_average": list(os.getloadavg()),
                                "rates": {}, "higgs_check": {}}
     models = args.models or list(MODELS)
@@ -373,32 +179,6 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=2))
-        tmp.replace(args.out)
-    return 0
-
-
-def bench_shapes(args: argparse.Namespace) -> int:
-    torch.set_num_threads(1)  # the study runs one training per core
-    tune_cpu_runtime()
-    models = args.models or BENCH_MODELS
-    cpu = cpu_model()
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    results: dict[str, Any] = {
-        "mode": "bench-shapes", "device": "cpu", "threads": 1, "batch_size": args.batch_size, "cpu": cpu,
-        "amx_bf16": "amx_bf16" in flags, "cores": os.cpu_count(), "torch": torch.__version__,
-        "load_average_before": list(os.getloadavg()),
-    }
-    if not args.bench_no_throughput:
-        results["throughput"] = bench_throughput(models, batch_size=args.batch_size, warmup=args.warmup,
-                                                 steps=args.steps, repeats=args.repeats)
-    if args.bench_epochs > 0:
-        results["accuracy"] = bench_accuracy(models, n_samples=args.bench_n_samples, epochs=args.bench_epochs,
-                                             batch_size=args.bench_run_batch or args.batch_size)
-    results["load_average_after"] = list(os.getloadavg())
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=2) + "\n")
         tmp.replace(args.out)
     return 0
 

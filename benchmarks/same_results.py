@@ -108,10 +108,12 @@ def run(out: Path, models: list[str]) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     package = Path(multitab.__file__).parent
-    commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--", "."], capture_output=True,
                            text=True).stdout.strip()
-    (out / "info.json").write_text(json.dumps({"package": str(package), "commit": commit, "uncommitted_changes": bool(dirty),
+    (out / "info.json").write_text(json.dumps({"package": str(package), "commit": commit,
+                                               "uncommitted_changes": bool(dirty),
                                                "torch": torch.__version__, "models": models}, indent=1))
     data = {"p06_pd3_t3": out / "data" / "p06_pd3_t3", "standin_tiny": out / "data" / "standin_tiny"}
     write_bench(data["p06_pd3_t3"])

@@ -88,7 +88,8 @@ def measure(name: str, data_path: Path, work: Path, members: int, settings: RunS
     n_params = sum(p.numel() for p in stack[0].model.parameters())
     return {"model": name, "n_params": n_params, "separate_samples_per_second": round(separate_rate, 1),
             "stacked_samples_per_second": round(stacked_rate, 1), "speedup": round(stacked_rate / separate_rate, 3),
-            **({"cuda_graph": {"separate": r.cuda_graph, "stacked": results[0].cuda_graph}} if settings.cuda_graph else {})}
+            **({"cuda_graph": {"separate": r.cuda_graph, "stacked": results[0].cuda_graph}}
+               if settings.cuda_graph else {})}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """Projected wall time of the whole MultiTab-Bench study (Figures 5 + 6: params `study.configs` x
-the models of run group `runs.study`) at N samples x S seeds on this machine, from a measured subset. A PROJECTION, not a run.
+the models of run group `runs.study`) at N samples x S seeds on this machine, from a measured subset.
+A PROJECTION, not a run.
 
 How: for each task count t among the study's configurations (3, 5, 7) this script synthesises one study
 dataset at `--n-samples` (the study's generator, `bench.configs` settings) and trains every study model on it
@@ -82,23 +83,27 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import pandas as pd
 import torch
 
-from multitab.config import Params, load_params
-from multitab.config.train import TrainConfig
-from multitab.datasets.bench import synthesize_config, write_dataset
-from multitab.datasets.schema import DatasetSchema, schema_from_meta
-from multitab.evaluation.paper.complexity import complexity
-from multitab.hparams import BENCH, for_run, load, selection_file
-from multitab.models import build_model
+from multitab.config import load_params
 from multitab.runs.profiles import group_train, profiled
-from multitab.runs.resolve import settings_for
 from multitab.runtime.provenance import cpu_model, git_commit
-from multitab.training.compute_mode import tf32
 from multitab.training.device import resolve_device
-from multitab.training.run import RunSpec, run_training
-from multitab.training.stacked import StackRefused, run_training_stacked
+
+# siblings of this script, not packages: what it measures and the projection's arithmetic; the names it does
+# not use itself are here for the tests, step_profile.py and projection_check.py, which read them from it
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _study_cost_measure import PEAK_SHAPES, forward_flops, matmul_peak, measure  # noqa: E402, F401
+from _study_cost_model import (  # noqa: E402, F401
+    choose_epoch_record,
+    data_stack_seconds,
+    epochs_by_run,
+    epochs_per_run,
+    read_records,
+    record_train_rows,
+    run_seconds,
+    split_startup,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 2 * 3600.0  # the project's goal for 100,000 x 5 seeds on the 2-core CPU
@@ -132,165 +137,6 @@ def device_init_seconds(device: str) -> float:
     if done.returncode != 0:
         raise SystemExit(f"initialising {device} in a fresh process failed:\n{done.stderr}")
     return float(done.stdout.strip().splitlines()[-1])
-
-
-def split_startup(wall: float, epoch_seconds: list[float], members: int) -> dict[str, float]:
-    """One measured run's (or stack member's) seconds per steady epoch and its start-up in two parts: `warmup`,
-    the first epoch's excess over the steady epochs (fixed: kernel selection, allocator growth, not more work
-    at more rows), and `startup_per_row`, the wall time left over per member (data loading, model build, test
-    evaluation: scaled with the rows). `epoch_seconds` are the per-member epoch seconds, first epoch first."""
-    steady = epoch_seconds[1:] or epoch_seconds
-    per_epoch = statistics.median(steady)
-    warmup = max(0.0, epoch_seconds[0] - per_epoch)
-    # the epochs as run: the first one's warm-up is counted in `warmup`, the rest at the steady rate
-    rest = max(0.0, wall / members - per_epoch * len(epoch_seconds) - warmup)
-    return {"seconds_per_epoch": per_epoch, "warmup": warmup, "startup_per_row": rest, "startup": warmup + rest}
-
-
-def run_seconds(m: dict[str, float], epochs: float, scale: float, stage_start: float) -> float:
-    """Projected seconds of one run (one stack member) from its measurement `m` (split_startup's keys and
-    `stack_members`): the stage's fixed start shared by the stack's members, the fixed warm-up, and the per-row
-    start-up and `epochs` steady epochs scaled by `scale` (target rows / measured rows)."""
-    return (stage_start / m["stack_members"] + m["warmup"]
-            + (m["startup_per_row"] + epochs * m["seconds_per_epoch"]) * scale)
-
-
-def data_stack_seconds(m: dict[str, float], epochs_by_config: dict[str, float], seeds: int, scale: float,
-                       stage_start: float) -> float:
-    """Projected seconds of every configuration in `epochs_by_config` (one task count) x `seeds` seeds of one
-    model trained as ONE stack, from the measurement `m` of one member of such a stack (`stack_members` of
-    them, the stacked epoch and start-up shared out): the stack runs until its slowest member stops, at the
-    whole stack's cost throughout, and pays the stage start and the warm-up once. A model measured alone
-    (`stack_members` 1: it cannot stack) runs every configuration and seed separately, each for its own
-    configuration's epochs."""
-    if m["stack_members"] == 1:
-        return sum(run_seconds(m, e, scale, stage_start) for e in epochs_by_config.values()) * seeds
-    members = len(epochs_by_config) * seeds
-    if m["stack_members"] != members:
-        raise ValueError(f"measured a stack of {m['stack_members']:g} members, projecting one of {members}")
-    return members * run_seconds(m, max(epochs_by_config.values()), scale, stage_start)
-
-
-def epochs_per_run(metrics: pd.DataFrame, stacked: bool) -> dict[tuple[str, str], float]:
-    """Epochs per run by (configuration, model) from a study record's metrics.csv (one row per task): the
-    median over the seeds for separate runs, the max for a stack (it runs until its slowest member stops)."""
-    runs = metrics.drop_duplicates(["config", "model", "seed"]).groupby(["config", "model"])["epochs"]
-    got = runs.max() if stacked else runs.median()
-    return {(str(c), str(m)): float(v) for (c, m), v in got.items()}
-
-
-def choose_epoch_record(rows_by_record: dict[str, int], target_rows: int) -> tuple[str, bool]:
-    """The record whose epochs the projection takes, and whether it was measured at the target's training rows:
-    the one at `target_rows` when given, else the largest (its epoch count assumed to hold at the target)."""
-    at_target = [r for r, n in rows_by_record.items() if n == target_rows]
-    if at_target:
-        return at_target[0], True
-    return max(rows_by_record, key=lambda r: rows_by_record[r]), False
-
-
-def record_train_rows(metrics: pd.DataFrame, record: Path) -> int:
-    rows = set(metrics["n_train"].astype(int))
-    if len(rows) != 1:
-        raise SystemExit(f"{record}/metrics.csv: runs at {sorted(rows)} training rows; a record for the projection "
-                         "must hold one size")
-    return rows.pop()
-
-
-# (rows, inner, columns) of matrix products the study's models run at batch 2048: an MLP layer, a batched
-# expert layer's single product, MultiTab-Net's inter-sample q/k/v projection (t = 7) and its token FFN.
-PEAK_SHAPES: tuple[tuple[int, int, int], ...] = ((2048, 512, 512), (2048, 256, 128), (2048, 624, 1872),
-                                                 (79872, 16, 256))
-
-
-def matmul_peak(precision: str, threads: int, repeats: int = 5, device: str = "cpu") -> dict[str, float]:
-    """FLOP/s of torch.mm per shape of PEAK_SHAPES in `precision` on `device` (median of `repeats` timings;
-    on CUDA synchronised, so a timing is the kernels' own; tf32: TF32 products on CUDA, fp32 on a CPU), and the
-    best."""
-    torch.set_num_threads(max(threads, 1))
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    with tf32(torch.device(device), precision):
-        rates = {f"{m}x{k}x{n}": _mm_rate(m, k, n, dtype, device, repeats) for m, k, n in PEAK_SHAPES}
-    return {**rates, "best": max(rates.values())}
-
-
-def _mm_rate(m: int, k: int, n: int, dtype: torch.dtype, device: str, repeats: int) -> float:
-    cuda = device.startswith("cuda")
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-
-    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
-    for _ in range(3):
-        a @ b
-    inner = 50 if cuda else 5  # a CUDA product of these shapes takes microseconds: time a longer loop
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            a @ b
-        sync()
-        times.append((time.perf_counter() - t0) / inner)
-    return 2.0 * m * k * n / statistics.median(times)
-
-
-def forward_flops(schema: DatasetSchema, model: str, protocol: str, batch_size: int) -> float:
-    """Forward FLOPs per sample of `model` as the study builds it (at its batch: inter-sample attention
-    grows with the batch)."""
-    built = build_model(model, schema, load(BENCH, model, protocol=protocol, root=ROOT).model)
-    return float(complexity(built, schema, batch_size=batch_size)["flops"])
-
-
-def measure(params: Params, config: TrainConfig, name: str, models: list[str], epochs: int,
-            folder: Path, stack: int = 1, data_names: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Per model: seconds per epoch and start-up of one run, or, with `stack` > 1, of one member of a stacked
-    run of `stack` seeds (the stacked epoch and start-up shared out over its members), each seed on every
-    configuration of `data_names` where given (`name` among them: one stack of len(data_names) x `stack`
-    members); a model that cannot stack is measured alone on `name` and says why (`stack_refused`)."""
-    for n in dict.fromkeys([name, *(data_names or [])]):
-        frames, meta = synthesize_config(n, params.bench)
-        write_dataset(folder / n, frames, meta)
-        if n == name:
-            schema = schema_from_meta(meta)
-    out = {}
-    for model in models:
-        cfg = replace(config, max_epochs=epochs, progress=False)
-        t0 = time.perf_counter()
-        hp = for_run(ROOT, selection_file("authors", BENCH, model), model=model, dataset=name, point=None, config=cfg)
-        members, refused = 1, None
-        if stack > 1:
-            specs = [RunSpec(n, model, s, folder / n, folder / "ckpt" / n / model / str(s))
-                     for n in (data_names or [name]) for s in range(stack)]
-            try:
-                runs = run_training_stacked(specs, settings_for(cfg, hp, model=model, dataset=name))
-                members = len(specs)
-            except StackRefused as e:
-                refused = str(e)
-        if members == 1:
-            runs = [run_training(RunSpec(name, model, 0, folder / name, folder / "ckpt" / name / model),
-                                 settings_for(cfg, hp, model=model, dataset=name))]
-        record, history = runs[0]
-        wall = time.perf_counter() - t0
-        # steady state: the epochs after the first (which pays one-off warm-up), validation and checkpoints
-        # included; a stacked epoch is the sum of its members' shares (each member's row holds its share)
-        per_epoch_all = [sum(float(h[e]["epoch_seconds"]) for _, h in runs) / members for e in range(len(history))]
-        split = split_startup(wall, per_epoch_all, members)
-        per_epoch = split["seconds_per_epoch"]
-        out[model] = {"wall": wall, "epochs": record["epochs"], **split,
-                      "stack_members": members, **({"stack_refused": refused} if refused else {}),
-                      "samples_per_second": record["samples_per_second"],
-                      **({"cuda_graph": record["cuda_graph"]} if "cuda_graph" in record else {}),
-                      **{k: record[k] for k in ("deterministic", "nondeterministic_ops", "precision_effective")
-                         if k in record},
-                      "n_train": record["n_rows"]["train"], "n_val": record["n_rows"]["val"],
-                      "n_test": record["n_rows"]["test"],
-                      "forward_flops_per_sample": forward_flops(schema, model, params.protocol, config.batch_size)}
-        print(f"  {name} {model}: {per_epoch:.1f} s/epoch ({record['samples_per_second']:.0f} samples/s), "
-              f"warm-up {split['warmup']:.1f} s, start-up + test evaluation {split['startup_per_row']:.1f} s"
-              + (f" (per member of a stack of {members})" if members > 1 else "")
-              + (f"; not stacked: {refused}" if refused else ""), flush=True)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,17 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     n_tasks = {c: raw.bench.configs[c].n_tasks for c in configs}
     representative = {t: next(c for c in configs if n_tasks[c] == t) for t in sorted(set(n_tasks.values()))}
 
-    record_metrics: dict[str, pd.DataFrame] = {}
-    for r in a.record or []:
-        try:
-            record_metrics[str(r)] = pd.read_csv(r / "metrics.csv", usecols=["config", "model", "seed", "epochs", "n_train"])
-        except (OSError, ValueError) as err:
-            raise SystemExit(f"--record {r}: cannot read its metrics.csv ({err}); give a study record folder "
-                             "(results/study/<name>)") from None
-        missing = {(c, m) for c in configs for m in models} - set(epochs_per_run(record_metrics[str(r)], False))
-        if missing:
-            raise SystemExit(f"--record {r}: metrics.csv has no runs of {sorted(missing)[:3]}...; give a record of "
-                             "the whole study")
+    record_metrics = read_records(a.record or [], configs, models)
     rows_by_record = {r: record_train_rows(df, Path(r)) for r, df in record_metrics.items()}
 
     load0 = os.getloadavg()[0]
@@ -382,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if kind == "cuda":  # the context is paid in `start`: not in the first measured model's warm-up
         torch.zeros(1, device=device)
         torch.cuda.synchronize(device)
-    print(f"study cost: {a.n_samples:,} samples (measured at {measure_samples:,}, scaled linearly), measuring {a.measure_epochs} epoch(s) per model on t = "
+    print(f"study cost: {a.n_samples:,} samples (measured at {measure_samples:,}, scaled linearly), "
+          f"measuring {a.measure_epochs} epoch(s) per model on t = "
           f"{sorted(representative)}; stage process start {start:.1f} s", flush=True)
     measured: dict[int, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -393,25 +230,8 @@ def main(argv: list[str] | None = None) -> int:
 
     stacked = {m: any(per_t[m]["stack_members"] > 1 for per_t in measured.values()) for m in models}
     target_rows = round(next(iter(measured.values()))[models[0]]["n_train"] * scale)
-    epochs_measured_at_rows: int | None = None
-    epochs: dict[tuple[str, str], float]
-    if record_metrics:
-        chosen, at_target = choose_epoch_record(rows_by_record, target_rows)
-        epochs_measured_at_rows = rows_by_record[chosen]
-        medians = epochs_per_run(record_metrics[chosen], stacked=False)
-        maxima = epochs_per_run(record_metrics[chosen], stacked=True)
-        epochs = {(c, m): (maxima if stacked[m] else medians)[c, m] for c in configs for m in models}
-        epochs_source = (f"{chosen}/metrics.csv: per configuration and model, the median epochs over the seeds "
-                         "(separate runs)" + (", the max over the seeds for a stack (it runs until its slowest "
-                                              "member stops)" if any(stacked.values()) else "")
-                         + (f"; measured at {epochs_measured_at_rows:,} training rows, the projection's size"
-                            if at_target else
-                            f"; measured at {epochs_measured_at_rows:,} training rows: ASSUMED to hold at "
-                            f"{target_rows:,}"))
-    else:
-        e = a.epochs if a.epochs is not None else 20.0
-        epochs = {(c, m): e for c in configs for m in models}
-        epochs_source = f"assumed {e:g} epochs per run (early stopping; not measured)"
+    epochs, epochs_source, epochs_measured_at_rows = epochs_by_run(
+        record_metrics, rows_by_record, target_rows, stacked, configs, models, assumed=a.epochs)
     epochs_by_model = {m: statistics.median(epochs[c, m] for c in configs) for m in models}
 
     if a.stack_data:
@@ -423,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         per_model = {m: sum(run_seconds(measured[n_tasks[c]][m], epochs[c, m], scale, start) for c in configs)
                      * a.seeds for m in models}
-        worst = sum(run_seconds(measured[n_tasks[c]][m], 100.0, scale, start) for c in configs for m in models) * a.seeds
+        worst = sum(run_seconds(measured[n_tasks[c]][m], 100.0, scale, start)
+                    for c in configs for m in models) * a.seeds
     total = sum(per_model.values())
 
     # the compute floor: the study's training arithmetic at this machine's best matrix-product rate
@@ -451,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                     "the stage start fixed") if scale != 1 else "none",
         "seeds": a.seeds, "configs": configs, "models": models, "workers": workers,
         "commit": git_commit(ROOT), "torch": torch.__version__,
-        "cpu": cpu_model(), "device": device_name(device), "precision": config.precision, "stack_seeds": a.stack or a.stack_data,
+        "cpu": cpu_model(), "device": device_name(device), "precision": config.precision,
+        "stack_seeds": a.stack or a.stack_data,
         "stack_data": ({str(t): [c for c in configs if n_tasks[c] == t] for t in measured} if a.stack_data else None),
         "cuda_graph": config.cuda_graph, "deterministic_requested": config.deterministic,
         "deterministic": all(bool(m.get("deterministic", config.deterministic)) for per_t in measured.values()

@@ -36,259 +36,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
-import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from multitab.config import read_yaml  # noqa: E402
-from multitab.datasets.schema import SCHEMAS, DatasetSchema  # noqa: E402
+from multitab.datasets.schema import SCHEMAS  # noqa: E402
 from multitab.runtime.provenance import git_commit, machine  # noqa: E402
 
-# the real releases' rows per split (AliExpress: the official train file split 0.9 / 0.1 into train / val)
-SIZES = {
-    "aliexpress": {"train": 10_942_105, "val": 1_215_789, "test": 5_559_301},
-    "higgs": {"train": 9_900_000, "val": 550_000, "test": 550_000},
-}
-MODEL = "mmoe"
-ROW_GROUP = 1 << 20  # pyarrow's default row group (rows)
+# siblings of this script, not packages: the processed stand-in folders, and one case through the train stage
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _train_memory_data import SIZES, tensor_bytes, write_processed  # noqa: E402
+from _train_memory_stage import MODEL, run_case  # noqa: E402
+
 BARS = {"aliexpress": {"seconds_to_first_step": 120.0, "peak_gb": 12.0}, "higgs": {"peak_over_tensors": 2.0}}
-
-
-# ------------------------------------------------------------------------------------------------ data
-
-
-def processed_meta(schema: DatasetSchema, sizes: dict[str, int]) -> dict[str, Any]:
-    """meta.json as preprocess writes it (categorical cardinality + 1: code 0 is the unseen-in-train index)."""
-    return {
-        "dataset": schema.name,
-        "features": [{"name": f.name, "kind": f.kind,
-                      "cardinality": (f.cardinality or 1) + 1 if f.kind == "categorical" else None}
-                     for f in schema.features],
-        "tasks": [{"name": t.name, "type": t.type,
-                   "n_classes": t.n_classes if t.type == "multiclass" else (2 if t.type == "binary" else None)}
-                  for t in schema.tasks],
-        "source": "standin", "standin": True, "n_rows": sizes,
-        "target_stats": {t.name: {"mean": 0.0, "std": 1.0} for t in schema.tasks if t.type == "regression"},
-        "numerical_transform": "quantile", "target_transform": "raw", "inputs": {"benchmark": "train_memory"},
-    }
-
-
-def _chunk(schema: DatasetSchema, rows: int, rng: np.random.Generator) -> pa.Table:
-    cols: dict[str, np.ndarray] = {}
-    for f in schema.features:
-        if f.kind == "numerical":
-            cols[f.name] = rng.standard_normal(rows, dtype=np.float32)  # the quantile transform's normal output
-        else:
-            cols[f.name] = rng.integers(1, (f.cardinality or 1) + 1, rows, dtype=np.int64)
-    for t in schema.tasks:
-        if t.type == "binary":
-            positive = (t.class_ratio[1] if t.class_ratio else 50.0) / 100.0
-            cols[t.name] = (rng.random(rows, dtype=np.float32) < positive).astype(np.int64)
-        elif t.type == "regression":
-            cols[t.name] = rng.lognormal(0.0, 0.3, rows).astype(np.float32)
-        else:
-            cols[t.name] = rng.integers(0, t.n_classes or 2, rows, dtype=np.int64)
-    return pa.table(cols)
-
-
-def write_processed(path: Path, dataset: str, sizes: dict[str, int], seed: int = 0) -> None:
-    """A processed stand-in folder, written chunk by chunk (the writer holds one row group)."""
-    schema = SCHEMAS[dataset]
-    meta = processed_meta(schema, sizes)
-    if (path / "meta.json").is_file() and json.loads((path / "meta.json").read_text()) == meta:
-        return
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    rng = np.random.default_rng(seed)
-    for split, n in sizes.items():
-        first = _chunk(schema, min(n, ROW_GROUP), rng)
-        with pq.ParquetWriter(path / f"{split}.parquet", first.schema) as writer:
-            writer.write_table(first, row_group_size=ROW_GROUP)
-            for start in range(ROW_GROUP, n, ROW_GROUP):
-                writer.write_table(_chunk(schema, min(ROW_GROUP, n - start), rng), row_group_size=ROW_GROUP)
-    (path / "meta.json").write_text(json.dumps(meta, indent=2))  # last: a folder without it is rewritten
-
-
-def tensor_bytes(schema: DatasetSchema, rows: int) -> int:
-    """Bytes of a split's tensors: float32 numerical features and float targets, int64 codes and classes."""
-    n_float = sum(t.type != "multiclass" for t in schema.tasks)
-    n_long = sum(t.type == "multiclass" for t in schema.tasks)
-    return rows * (4 * schema.n_num + 8 * schema.n_cat + 4 * n_float + 8 * n_long)
-
-
-# ------------------------------------------------------------------------------------------ the stage
-
-
-def write_project(root: Path, repo: Path, dataset: str, data: Path, threads: int | None) -> str:
-    """A project folder holding one run (run group `memory`: `dataset` x mmoe x seed 0, one epoch, every
-    training row, CPU) over the processed folder `data`; returns the run's key."""
-    params = read_yaml(repo / "params.yaml")
-    params["train"].update(device="cpu", max_epochs=1, max_train_rows=None, progress=False)
-    if threads is not None:
-        params["train"]["num_threads"] = threads
-    params["runs"] = {"memory": {"data": {"datasets": [dataset]}, "models": [MODEL], "seeds": [0], "train": {}}}
-    for section in ("study", "attribution"):  # their run groups are replaced
-        params.pop(section, None)
-    root.mkdir(parents=True)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (root / "hparams").symlink_to(repo / "hparams")
-    (root / "data" / "processed").mkdir(parents=True)
-    (root / "data" / "processed" / dataset).symlink_to(data)
-    (root / "data" / "validated").mkdir(parents=True)
-    (root / "data" / "validated" / f"{dataset}.json").write_text(json.dumps({"success": True}))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "src")])}
-    subprocess.run([sys.executable, "-m", "multitab.runs", "--params", str(root / "params.yaml")], cwd=root,
-                   env=env, check=True, capture_output=True)
-    return f"memory-{dataset}-{MODEL}-0"
-
-
-# The child: marks the time and peak memory (VmHWM) of the first optimiser step (a global step hook), the
-# phases before it and each evaluation, then runs the train stage's main() as `python -m stages.train`
-# would. With max_steps > 0 each training epoch stops after that many batches (validation, test and the
-# record run as usual, on the whole splits).
-_CHILD = textwrap.dedent(
-    """
-    import json, os, resource, sys, time
-    marks_file, max_steps, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-
-    def cpu():  # CPU seconds of the process so far, every thread: what a quiet machine's wall time would be
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
-
-    marks = {"child_start": time.time(), "steps": [], "cpu_steps": []}
-
-    def hwm():
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    def hook(optimizer, args, kwargs):
-        marks["steps"].append(time.time())
-        marks["cpu_steps"].append(cpu())
-        if len(marks["steps"]) == 1:
-            marks["hwm_first_step"] = hwm()
-
-    register_optimizer_step_post_hook(hook)
-    import multitab.training.loop as loop
-    import multitab.training.run as run
-
-    def timed(module, name):
-        inner = getattr(module, name)
-
-        def wrapper(*a, **k):
-            marks.setdefault(name, []).append([time.time()])
-            marks.setdefault("cpu_" + name, []).append([cpu()])
-            out = inner(*a, **k)
-            marks[name][-1].append(time.time())
-            marks["cpu_" + name][-1].append(cpu())
-            return out
-        setattr(module, name, wrapper)
-
-    for name in ("load_run_data", "resume_settings", "build_run_model", "train"):
-        timed(run, name)
-    timed(loop, "evaluate")
-    if max_steps:
-        batches = loop.iterate_batches
-
-        def first_batches(*a, **k):
-            for i, batch in enumerate(batches(*a, **k)):
-                if k.get("generator") is not None and i >= max_steps:
-                    return
-                yield batch
-        loop.iterate_batches = first_batches
-    from stages.train import main
-    marks["imports_done"], marks["cpu_imports_done"] = time.time(), cpu()
-    marks["rc"] = main(argv)
-    marks["end"], marks["hwm_end"] = time.time(), hwm()
-    with open(marks_file, "w") as f:
-        json.dump(marks, f)
-    """
-)
-
-
-def _span(marks: dict[str, Any], name: str, i: int = 0) -> float | None:
-    spans = marks.get(name, [])
-    return spans[i][1] - spans[i][0] if len(spans) > i and len(spans[i]) == 2 else None
-
-
-def run_case(repo: Path, dataset: str, data: Path, sizes: dict[str, int], work: Path, a: argparse.Namespace
-             ) -> dict[str, Any]:
-    schema = SCHEMAS[dataset]
-    key = write_project(work / dataset, repo, dataset, data, a.threads)
-    marks_file, log_file = work / f"{dataset}.marks.json", work / f"{dataset}.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "src")])}
-    cmd = [sys.executable, "-c", _CHILD, str(marks_file), str(a.max_steps),
-           "--run", key, "--params", str(work / dataset / "params.yaml")]
-    t0 = time.time()
-    with log_file.open("w") as log:
-        proc = subprocess.Popen(cmd, cwd=work / dataset, env=env, stdout=log, stderr=subprocess.STDOUT)
-        timer = threading.Timer(a.timeout, proc.kill)
-        timer.start()
-        _, status, usage = os.wait4(proc.pid, 0)  # the child's own rusage: its peak RSS
-        timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    marks = json.loads(marks_file.read_text()) if marks_file.is_file() else {}
-    tensors = sum(tensor_bytes(schema, n) for n in sizes.values())
-    peak = usage.ru_maxrss * 1024
-    out: dict[str, Any] = {
-        "dataset": dataset, "model": MODEL, "rows": sizes, "rows_total": sum(sizes.values()),
-        "tensors_gb": round(tensors / 1e9, 3), "peak_rss_gb": round(peak / 1e9, 3),
-        "peak_over_tensors": round(peak / tensors, 2), "exit_code": proc.returncode,
-        "stage_seconds": round(time.time() - t0, 1),
-    }
-    if proc.returncode != 0 or marks.get("rc", 0) != 0:
-        out["log_tail"] = log_file.read_text(errors="replace").splitlines()[-15:]
-    steps = marks.get("steps", [])
-    if steps:
-        out["seconds_to_first_step"] = round(steps[0] - t0, 1)
-        out["peak_rss_gb_to_first_step"] = round(marks["hwm_first_step"] / 1e9, 3)
-        load = marks["load_run_data"][0][0]
-        phases = {"interpreter_and_imports": marks["imports_done"] - t0, "params_runs_hparams": load - marks["imports_done"]}
-        for name, label in (("load_run_data", "load"), ("resume_settings", "fingerprint_with_data_sha256"),
-                            ("build_run_model", "build_model")):
-            phases[label] = _span(marks, name) or 0.0
-        phases["train_setup_and_first_step"] = steps[0] - marks["train"][0][0]
-        phases["other"] = out["seconds_to_first_step"] - sum(phases.values())
-        out["phases_to_first_step"] = {k: round(v, 1) for k, v in phases.items()}
-        # CPU seconds (all threads): independent of other jobs on the machine, about a quiet machine's wall
-        # time where one thread works (imports, the model) and more than it where several do (the load)
-        out["cpu_seconds_to_first_step"] = round(marks["cpu_steps"][0], 1)
-        out["cpu_seconds_load"] = round(_span(marks, "cpu_load_run_data") or 0.0, 1)
-    n_batches = -(-sizes["train"] // 2048)
-    if len(steps) > 1:
-        per_step = (steps[-1] - steps[0]) / (len(steps) - 1)
-        out["steps_measured"] = len(steps)
-        out["epoch_loop_seconds"] = round(per_step * n_batches, 1)
-        out["epoch_loop_extrapolated"] = len(steps) < n_batches
-        out["samples_per_second"] = round(2048 / per_step)
-        cpu_step = (marks["cpu_steps"][-1] - marks["cpu_steps"][0]) / (len(steps) - 1)
-        out["cpu_seconds_epoch_loop"] = round(cpu_step * n_batches, 1)
-    val, test = _span(marks, "evaluate", 0), _span(marks, "evaluate", 1)
-    if val is not None:
-        out["val_seconds"] = round(val, 1)
-        out["cpu_seconds_val"] = round(_span(marks, "cpu_evaluate", 0) or 0.0, 1)
-        if "epoch_loop_seconds" in out:
-            out["epoch_seconds"] = round(out["epoch_loop_seconds"] + val, 1)
-    if test is not None:
-        out["test_seconds"] = round(test, 1)
-        out["cpu_seconds_test"] = round(_span(marks, "cpu_evaluate", 1) or 0.0, 1)
-    return out
 
 
 def _mem_available() -> int:
@@ -308,7 +73,8 @@ def bars(results: list[dict[str, Any]], scale: float) -> dict[str, Any]:
             out[f"{r['dataset']}_starts_within_{want['seconds_to_first_step']:.0f}_s"] = (
                 ok and r.get("seconds_to_first_step", 1e9) <= want["seconds_to_first_step"]) if ok else None
         if "peak_gb" in want:
-            out[f"{r['dataset']}_peak_under_{want['peak_gb']:.0f}_gb"] = (r["peak_rss_gb"] < want["peak_gb"]) if ok else None
+            key = f"{r['dataset']}_peak_under_{want['peak_gb']:.0f}_gb"
+            out[key] = (r["peak_rss_gb"] < want["peak_gb"]) if ok else None
         if "peak_over_tensors" in want:
             out[f"{r['dataset']}_peak_within_{want['peak_over_tensors']:.0f}x_tensors"] = (
                 r["peak_over_tensors"] <= want["peak_over_tensors"]) if ok else None
@@ -321,7 +87,8 @@ def markdown(record: dict[str, Any]) -> str:
              f"torch threads {record['threads']}; load average at the end {record['load_average']}. "
              f"{record['load_note']}", "", f"Command: `{record['command']}`", "",
              "| dataset | rows | tensors (GB) | peak RSS (GB) | peak / tensors | to first step (s) | epoch (s) | "
-             "loop (s) | validation (s) | test (s) | stage (s) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "loop (s) | validation (s) | test (s) | stage (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in record["cases"]:
         loop = f"{r['epoch_loop_seconds']}{' (extrapolated)' if r.get('epoch_loop_extrapolated') else ''}" \
             if "epoch_loop_seconds" in r else "—"
@@ -333,7 +100,8 @@ def markdown(record: dict[str, Any]) -> str:
               "| dataset | to first step | of which the load | epoch loop | validation | test |",
               "|---|---:|---:|---:|---:|---:|"]
     for r in record["cases"]:
-        lines.append(f"| {r['dataset']} | {r.get('cpu_seconds_to_first_step', '—')} | {r.get('cpu_seconds_load', '—')} | "
+        lines.append(f"| {r['dataset']} | {r.get('cpu_seconds_to_first_step', '—')} | "
+                     f"{r.get('cpu_seconds_load', '—')} | "
                      f"{r.get('cpu_seconds_epoch_loop', '—')} | {r.get('cpu_seconds_val', '—')} | "
                      f"{r.get('cpu_seconds_test', '—')} |")
     lines += ["", "Phases before the first step (wall seconds):", ""]

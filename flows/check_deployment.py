@@ -66,7 +66,8 @@ def check(
                     break
                 if time.monotonic() > deadline:
                     print(
-                        f"flow run {run.name} not finished after {timeout:.0f} s ({run.state.name if run.state else '?'}; "
+                        f"flow run {run.name} not finished after {timeout:.0f} s "
+                        f"({run.state.name if run.state else '?'}; "
                         "it goes on in the server: follow it in the UI). A part of the DAG finishes sooner: "
                         "--targets STAGE",
                         file=sys.stderr,

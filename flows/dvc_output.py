@@ -38,7 +38,9 @@ _STAGE_LOG_ERROR = re.compile(r"^\[[^\]]+\] (?:ERROR|CRITICAL) ")
 _STAGE_LOG_WARNING = re.compile(r"^\[[^\]]+\] WARNING ")
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b:?\s*(.*)")
 _VALIDATION_HEAD = re.compile(r"expectations? failed")
-_DVC_CHATTER = re.compile(r"^(Running stage|> |Stage '|Updating lock|Generating lock|To track|To enable|Use `dvc|\s*git add|\s*dvc config)")
+_DVC_CHATTER = re.compile(
+    r"^(Running stage|> |Stage '|Updating lock|Generating lock|To track|To enable|Use `dvc|\s*git add|\s*dvc config)"
+)
 _CAUSE_CHARS = 300
 # DVC's errors for a full disk name no path ("[Errno 28] No space left on device"), or, for a file it copied
 # into its cache with shutil, the copy's source and target ("...: '<src>' -> '<target>'").

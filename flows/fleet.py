@@ -77,7 +77,9 @@ def create_pool(name: str) -> None:
     with get_client(sync_client=True) as client:
         try:
             client.create_work_pool(
-                WorkPoolCreate(name=name, type="process", base_job_template=ProcessWorker.get_default_base_job_template())
+                WorkPoolCreate(
+                    name=name, type="process", base_job_template=ProcessWorker.get_default_base_job_template()
+                )
             )
             print(f"work pool {name} created")
         except ObjectAlreadyExists:

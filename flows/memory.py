@@ -191,8 +191,8 @@ class MemoryBudget:
             self.peaks[stage] = max(self.peaks.get(stage, 0), peak) if failed else peak
             peaks = dict(sorted(self.peaks.items()))
         try:
-            write_json(self.root / self.record, {"peak_rss_bytes": peaks,
-                                                 "note": "each stage's peak resident memory on this machine (flows/memory.py)"})
+            note = "each stage's peak resident memory on this machine (flows/memory.py)"
+            write_json(self.root / self.record, {"peak_rss_bytes": peaks, "note": note})
         except OSError:
             pass  # a read-only results/: this run still schedules by what it measured
 
@@ -206,7 +206,8 @@ def out_of_memory_line(stage: str, code: int, peak: int | None, kills_before: in
     kills = oom_kills()
     if kills is not None and kills_before is not None:
         if kills > kills_before:
-            parts.append(f"the kernel's out-of-memory killer struck meanwhile (/proc/vmstat oom_kill {kills_before} -> {kills})")
+            parts.append("the kernel's out-of-memory killer struck meanwhile "
+                         f"(/proc/vmstat oom_kill {kills_before} -> {kills})")
         else:
             parts.append("the kernel counted no out-of-memory kill meanwhile (/proc/vmstat oom_kill): if nobody "
                          "stopped it by hand, a container's limit may have")

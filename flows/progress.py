@@ -31,7 +31,8 @@ from typing import Any
 
 import yaml
 
-from multitab.files.integrity import cache_dir, md5_file
+from multitab.files.dvc_lock import cache_dir
+from multitab.files.integrity import md5_file
 from multitab.files.io import atomic_path, write_json
 from multitab.runtime.exit_codes import BAD_INPUT
 from multitab.runtime.provenance import cpu_model

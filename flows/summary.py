@@ -247,7 +247,8 @@ def publish_artifacts(root: Path, summary: dict[str, Any]) -> None:
         key="pipeline-summary",
         description="What every stage of this flow run did (DVC's outcome, attempts, time, cause).",
     )
-    if summary["stages"].get("sweep_select", {}).get("status") in ("ran", "restored") and (root / SWEEP_REPORT).exists():
+    sweep_status = summary["stages"].get("sweep_select", {}).get("status")
+    if sweep_status in ("ran", "restored") and (root / SWEEP_REPORT).exists():
         create_markdown_artifact(
             markdown=(root / SWEEP_REPORT).read_text(encoding="utf-8"),
             key="sweep-report",

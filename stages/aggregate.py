@@ -48,9 +48,9 @@ def aggregate(a: argparse.Namespace) -> None:
     with all_or_nothing():  # every table, figure, the report and the entry page: all new, or all as they were
         written = build_results(runs, config, load_published(), synthetic, a.complexity, outputs,
                                 runs_dir=a.runs, provenance=prov, icl_dir=a.icl)
+        budgets = group_budgets(runs, list(synthetic), prov.budget, [*config.datasets, *synthetic])
         write_entry_page(a.index, Path(a.params).resolve().parent, prov, params.protocol, what_ran(params),
-                         written, budgets=group_budgets(runs, list(synthetic), prov.budget, [*config.datasets, *synthetic]),
-                         flow_run=flow_run_name())
+                         written, budgets=budgets, flow_run=flow_run_name())
 
 
 def what_ran(params: Params) -> list[str]:

@@ -1,6 +1,7 @@
 """aggregate_attribution: the attribution study's report (`make attribution`) from results/attribution_runs.
 
-    python -m stages.aggregate_attribution --params params.yaml --runs results/attribution_runs --out results/attribution_report
+    python -m stages.aggregate_attribution --params params.yaml --runs results/attribution_runs \
+        --out results/attribution_report
 
 Writes <out>/metrics.csv and curves.csv (every arm's runs' numbers, a shared run under each of its arms) and
 arms.csv (the arms in order: whose, what each changes), then from those three alone (multitab.evaluation.
@@ -53,7 +54,8 @@ def aggregate_attribution(a: argparse.Namespace) -> None:
     write_csv(curves, out / "curves.csv")
     write_csv(arms_frame(params), out / "arms.csv")
     n_samples = profiled(params, "attribution").bench.data.n_samples
-    header = [f"Scale: {n_samples:,} samples per configuration, seeds {list(group.seeds)}, models {list(group.models)}, "
+    header = [f"Scale: {n_samples:,} samples per configuration, seeds {list(group.seeds)}, "
+              f"models {list(group.models)}, "
               f"run group `runs.{attribution.group}` (train {group.train}) over `train`, protocol {params.protocol}; "
               f"runs read from {a.runs}.", ""]
     write_attribution(metrics, curves, pd.read_csv(out / "arms.csv", dtype=str, keep_default_na=False), out,

@@ -70,15 +70,16 @@ def aggregate_study(a: argparse.Namespace) -> None:
     models = list(group.models)
     metrics, curves = collect_study(params, a.runs, configs, models, list(group.seeds))
     if metrics.empty:  # nothing to report (e.g. `make study-interim` before any run finished): write nothing
-        raise FileNotFoundError(f"{a.runs}: no finished study run (<config>/<model>/seed<S>/metrics.json; under protocol "
-                                f"authors_code <data>/<model>/<point>/seed<S>/metrics.json) of "
+        raise FileNotFoundError(f"{a.runs}: no finished study run (<config>/<model>/seed<S>/metrics.json; "
+                                "under protocol authors_code <data>/<model>/<point>/seed<S>/metrics.json) of "
                                 f"study.configs x runs.{study.group}'s models and seeds; `make study` trains them")
     out = Path(a.out)
     write_csv(metrics, out / "metrics.csv")
     write_csv(curves, out / "curves.csv")
     n_samples = profiled(params, "study").bench.data.n_samples
     header = [f"Scale: {n_samples:,} samples per configuration ({data_settings(params)}), seeds {list(group.seeds)}, "
-              f"training settings `runs.{study.group}.train` {group.train} over `train` (params.yaml){arm_note(params)}; "
+              f"training settings `runs.{study.group}.train` {group.train} over `train` "
+              f"(params.yaml){arm_note(params)}; "
               f"runs read from {a.runs}.", ""]
     _, section = write_study(metrics, curves, out, settings, header=header, models=models)
     write_text("# MultiTab-Bench study report\n\n" + section, out / "report.md")

@@ -62,10 +62,12 @@ def write_all(params_path: str, data: Path, synthetic: Path, lock_path: Path, ou
     # the lock's paths are relative to the folder it is in (the project root, where fetch writes them)
     files = {name: lock.checkpoint(name, config.checkpoints.get(name), entries, lock_path.absolute().parent)
              for name in {"tabicl_regressor", *config.checkpoints}}
+    scored = (f"at most {profile.eval_rows:,} val and test rows scored per split (seeded sample)" if profile.eval_rows
+              else "every val and test row scored")
     lines = ["# Pretrained in-context baselines (test metric per task)", "",
              f"Pretrained, no training on these datasets. Profile `{profile_name}` on {device.type}: context of at "
              f"most {profile.context_size or 'all'} training rows ({config.context_rule} seeded sample); "
-             f"{f'at most {profile.eval_rows:,} val and test rows scored per split (seeded sample)' if profile.eval_rows else 'every val and test row scored'}; test rows in "
+             f"{scored}; test rows in "
              f"seeded chunks of {profile.chunk_size or 'a whole split'}; ensemble views "
              f"{', '.join(f'{m} {n}' for m, n in profile.n_estimators.items())}.", "",
              "| dataset | model | seed | test | checkpoint |", "|---|---|---|---|---|"]
@@ -81,11 +83,13 @@ def write_all(params_path: str, data: Path, synthetic: Path, lock_path: Path, ou
     if bench:
         lines += ["", "## MultiTab-Bench", "",
                   "The configurations' synthetic data (data/synthetic, `bench.data`): every task is a regression, so "
-                  "TabICL runs its regressor and Orion-MSP reads \"not applicable\" (test explained variance per task). "
-                  "The multitask models on the same data: results/report.md, its MultiTab-Bench section (run group "
-                  "`bench`).", "", "| configuration | model | seed | test | checkpoint |", "|---|---|---|---|---|", *bench]
+                  "TabICL runs its regressor and Orion-MSP reads \"not applicable\" (test explained variance per "
+                  "task). The multitask models on the same data: results/report.md, its MultiTab-Bench section "
+                  "(run group `bench`).", "",
+                  "| configuration | model | seed | test | checkpoint |", "|---|---|---|---|---|", *bench]
     if not_run:
-        lines += ["", f"{NOT_RUN}: {HOW_TO}.", *[f"- {why}" for why in sorted({w for w in files.values() if isinstance(w, str)})]]
+        whys = sorted({w for w in files.values() if isinstance(w, str)})
+        lines += ["", f"{NOT_RUN}: {HOW_TO}.", *[f"- {why}" for why in whys]]
     write_text(out / "summary.md", "\n".join(lines) + "\n")
 
 

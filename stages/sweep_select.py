@@ -6,8 +6,8 @@
 Reads every grid point of params.yaml's sweep groups (`runs.<group>.sweep`; their metrics.json), selects
 per dataset and model on the mean validation metric over the sweep's seeds (ties: the first point in the
 grid's order; multitab.evaluation.sweep), and writes the selections to hparams/swept/<dataset>/<model>.yaml
-(multitab.hparams' files; `train.hparams: swept` trains with them) and <out>/report.md, points.csv, selection.json and one
-figure per dataset and model.
+(multitab.hparams' files; `train.hparams: swept` trains with them) and <out>/report.md, points.csv,
+selection.json and one figure per dataset and model.
 """
 
 from __future__ import annotations

@@ -9,12 +9,13 @@ The run's key names its group, dataset, model, grid point and seed (multitab.run
 verdict, output folders (relative to the params file's folder, the project root) and every setting it trains
 with come from its record in runs.yaml, resolved once by `python -m multitab.runs` (multitab.runs.resolve: the
 constructor keywords, optimiser, budget ...; DVC tracks the record as the stage's params), which must be what
-params.yaml and the hyperparameter files resolve to now (else exit 3: run `python -m multitab.runs`). Writes <out>/metrics.json, the per-epoch curves as a
-dvclive log in <out>/dvclive, and the checkpoints (best.pt is the tested one; last.pt lets a killed run
-resume: just run the stage again). Every file is replaced atomically and durably (DVC itself removes
-the stage's previous metrics and curves when it re-runs the stage and keeps them in its cache: `dvc checkout
-<stage>` puts back what dvc.lock records; it never touches the checkpoints, which are no DVC output); a full disk ends the stage with one line, "no space left on <path> (needed
-~N MB)", and exit status 1.
+params.yaml and the hyperparameter files resolve to now (else exit 3: run `python -m multitab.runs`). Writes
+<out>/metrics.json, the per-epoch curves as a dvclive log in <out>/dvclive, and the checkpoints (best.pt is
+the tested one; last.pt lets a killed run resume: just run the stage again). Every file is replaced
+atomically and durably (DVC itself removes the stage's previous metrics and curves when it re-runs the stage
+and keeps them in its cache: `dvc checkout <stage>` puts back what dvc.lock records; it never touches the
+checkpoints, which are no DVC output); a full disk ends the stage with one line, "no space left on <path>
+(needed ~N MB)", and exit status 1.
 """
 
 from __future__ import annotations
@@ -140,9 +141,12 @@ def train_stack(a: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__ or "")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run", help="the run's key in runs.yaml's train_runs (<group>-<dataset>-<model>[-<point>]-<seed>)")
-    which.add_argument("--stack", help="the stack's key in runs.yaml's train_stacks (<group>-<dataset>-<model>[-<point>])")
-    p.add_argument("--runs", type=Path, default=None, help="the expanded run matrix (default: runs.yaml beside --params)")
+    which.add_argument("--run",
+                       help="the run's key in runs.yaml's train_runs (<group>-<dataset>-<model>[-<point>]-<seed>)")
+    which.add_argument("--stack",
+                       help="the stack's key in runs.yaml's train_stacks (<group>-<dataset>-<model>[-<point>])")
+    p.add_argument("--runs", type=Path, default=None,
+                   help="the expanded run matrix (default: runs.yaml beside --params)")
     a = p.parse_args(argv)
     if a.stack is not None:
         return run(f"train_stack@{a.stack}", lambda: train_stack(a))

@@ -26,9 +26,11 @@ def write_run(root: Path, dataset: str, model: str, seed: int, test: dict[str, f
         folder = path.parent / "dvclive" / "plots" / "metrics"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "val_mean.tsv").write_text("step\tval_mean\n" + "".join(f"{i}\t{v}\n" for i, v in enumerate(curve)))
-        (folder / "train_loss.tsv").write_text("step\ttrain_loss\n" + "".join(f"{i}\t{1 - v}\n" for i, v in enumerate(curve)))
+        (folder / "train_loss.tsv").write_text("step\ttrain_loss\n"
+                                               + "".join(f"{i}\t{1 - v}\n" for i, v in enumerate(curve)))
     path.write_text(json.dumps({
-        "dataset": dataset, "model": model, "seed": seed, "standin": standin, "source": "standin" if standin else "local",
+        "dataset": dataset, "model": model, "seed": seed, "standin": standin,
+        "source": "standin" if standin else "local",
         "task_types": task_types, "test": test, "val": test, "test_mse": test_mse or {},
         "best_epoch": 3, "epochs": 5, "train_seconds": 1.0, "samples_per_second": 100.0, "device": "cpu",
         "torch_version": "2.13.0",

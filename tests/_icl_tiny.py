@@ -56,8 +56,10 @@ def icl_section(checkpoints: dict[str, tuple[Path, str] | None], *, datasets: li
                for name in checkpoints}
     section = {"models": ["orion_msp", "tabicl"], "datasets": datasets, "seeds": [0], "context_rule": "uniform",
                "device": "cpu", "profile": "auto",
-               "profiles": {"cpu": {"context_size": 50, "chunk_size": 16, "eval_rows": None, "n_estimators": {"orion_msp": 2, "tabicl": 2}},
-                            "gpu": {"context_size": None, "chunk_size": None, "eval_rows": None, "n_estimators": {"orion_msp": 32, "tabicl": 8}}},
+               "profiles": {"cpu": {"context_size": 50, "chunk_size": 16, "eval_rows": None,
+                                    "n_estimators": {"orion_msp": 2, "tabicl": 2}},
+                            "gpu": {"context_size": None, "chunk_size": None, "eval_rows": None,
+                                    "n_estimators": {"orion_msp": 32, "tabicl": 8}}},
                "checkpoints": entries, "orion": dict(SWITCHES), "out": "results/icl"}
     section.update(over)
     return section

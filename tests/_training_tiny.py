@@ -52,7 +52,8 @@ def write_tiny_processed(path: Path, *, n: dict[str, int] | None = None, seed: i
             if t["type"] == "binary":
                 cols[t["name"]] = (noisy > 0).astype(np.int64)
             elif t["type"] == "multiclass":
-                cols[t["name"]] = np.digitize(noisy, np.quantile(noisy, np.linspace(0, 1, t["n_classes"] + 1)[1:-1])).astype(np.int64)
+                edges = np.quantile(noisy, np.linspace(0, 1, t["n_classes"] + 1)[1:-1])
+                cols[t["name"]] = np.digitize(noisy, edges).astype(np.int64)
             else:
                 cols[t["name"]] = ((noisy - noisy.mean()) / noisy.std()).astype(np.float32)
         pd.DataFrame(cols).to_parquet(path / f"{split}.parquet", index=False)
@@ -169,7 +170,8 @@ def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, model
     """A project folder for `python -m stages.train --run <key> --params <root>/params.yaml`: params.yaml
     with `train` (TINY_TRAIN updated by `train`) and run group `real` (`models` on the processed folder
     data/processed/tiny, seed 0; or `groups`), the data (a copy of `data`, else written), its verdict
-    (`success`), the models' hyperparameter files (write_tiny_hparams) and runs.yaml. Returns the params path; the run keys are `real-tiny-<model>-0`."""
+    (`success`), the models' hyperparameter files (write_tiny_hparams) and runs.yaml. Returns the params path;
+    the run keys are `real-tiny-<model>-0`."""
     import shutil
 
     import yaml
@@ -187,7 +189,8 @@ def write_tiny_project(root: Path, *, train: dict[str, Any] | None = None, model
             write_tiny_processed(processed)
     (root / "data" / "validated").mkdir(parents=True, exist_ok=True)
     (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": success}))
-    groups = groups or {"real": {"data": {"datasets": ["tiny"]}, "models": models or ["tiny"], "seeds": [0], "train": {}}}
+    groups = groups or {"real": {"data": {"datasets": ["tiny"]}, "models": models or ["tiny"], "seeds": [0],
+                                 "train": {}}}
     groups = {name: {**GROUP_KEYS, **group} for name, group in groups.items()}
     raw = {"train": {**TINY_TRAIN, **(train or {})}, "runs": groups, **(extra or {})}
     write_tiny_hparams(root, [m for g in groups.values() for m in g["models"]])

@@ -23,7 +23,8 @@ from stages import aggregate
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = {
     "p02_pd3_t3": {"groups": ["correlation"], "correlation": 0.2, "degrees": [3, 3, 3], "seed": 0},
-    "p06_pd3_t3": {"groups": ["correlation", "complexity", "count"], "correlation": 0.6, "degrees": [3, 3, 3], "seed": 0},
+    "p06_pd3_t3": {"groups": ["correlation", "complexity", "count"], "correlation": 0.6, "degrees": [3, 3, 3],
+                   "seed": 0},
     "p06_pd4_t3": {"groups": ["complexity"], "correlation": 0.6, "degrees": [4, 4, 4], "seed": 0},
     "p06_pd3_t5": {"groups": ["count"], "correlation": 0.6, "degrees": [3, 3, 3, 3, 3], "seed": 0},
     "p04_pdmix_t4": {"groups": ["nonuniform"], "correlation": 0.4, "degrees": [1, 3, 2, 4], "seed": 0},

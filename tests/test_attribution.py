@@ -125,12 +125,14 @@ def test_the_authors_arm_trains_their_multitab_net_under_protocol_paper():
     base = group_train(params, "attribution")
     first, last = arm_runs(params)["A0_authors"], arm_runs(params)["A7_inter_sample"]
     point = next(p for _, m, _, _, p in first if m == "multitab_net")
-    h = for_run(ROOT, file, model="multitab_net", dataset="x", point=None, config=train_config(base, point, "multitab_net"))
+    h = for_run(ROOT, file, model="multitab_net", dataset="x", point=None,
+                config=train_config(base, point, "multitab_net"))
     assert (h.model["inter_sample"], h.model["mask"], h.model["multi_token"]) == ("per_sample_mixing", "none", True)
     assert (h.optim["optimizer"], h.optim["weight_decay"], h.optim["lr"]) == ("adamw", 0.0, 0.001)
     assert train_config(base, point, "multitab_net").max_epochs is None  # the file's 10 epochs
     point = next(p for _, m, _, _, p in last if m == "multitab_net")
-    h = for_run(ROOT, file, model="multitab_net", dataset="x", point=None, config=train_config(base, point, "multitab_net"))
+    h = for_run(ROOT, file, model="multitab_net", dataset="x", point=None,
+                config=train_config(base, point, "multitab_net"))
     paper = for_run(ROOT, file, model="multitab_net", dataset="x", point=None, config=group_train(params, "study"))
     assert h.model == paper.model and h.optim == {**paper.optim}  # the last arm is the `paper` study's model
     assert train_config(base, point, "multitab_net").max_epochs == 40 == group_train(params, "study").max_epochs
@@ -329,8 +331,10 @@ def test_protocol_authors_code_makes_the_study_the_authors_arm():
             "profile_data": "study.data"} for s in (0, 1)}
     runs = expand(params, ["study"])
     assert set(runs) == {k for k in doc["train_runs"] if k.startswith("study-")} == {
-        "study-p06_pd3_t3_tr_raw_s0-stl_mlp-optadamw0-epauthors-0", "study-p06_pd3_t3_tr_raw_s1-stl_mlp-optadamw0-epauthors-1",
-        "study-p06_pd3_t3_tr_raw_s0-mmoe-optadamw0-epauthors-0", "study-p06_pd3_t3_tr_raw_s1-mmoe-optadamw0-epauthors-1",
+        "study-p06_pd3_t3_tr_raw_s0-stl_mlp-optadamw0-epauthors-0",
+        "study-p06_pd3_t3_tr_raw_s1-stl_mlp-optadamw0-epauthors-1",
+        "study-p06_pd3_t3_tr_raw_s0-mmoe-optadamw0-epauthors-0",
+        "study-p06_pd3_t3_tr_raw_s1-mmoe-optadamw0-epauthors-1",
         "study-p06_pd3_t3_tr_raw_s0-multitab_net-optadamw0-epauthors-masknone-mixpsm-0",
         "study-p06_pd3_t3_tr_raw_s1-multitab_net-optadamw0-epauthors-masknone-mixpsm-1"}
     assert {r.seed: r.data for r in runs.values() if r.model == "mmoe"} == {
@@ -364,7 +368,8 @@ def test_protocol_paper_leaves_the_study_as_it_was():
     assert set(runs) == {f"study-p06_pd3_t3-{m}-{s}" for m in ("stl_mlp", "mmoe", "multitab_net") for s in (0, 1)}
     net = runs["study-p06_pd3_t3-multitab_net-1"]
     assert (net.point, net.data, net.verdict, net.out) == (
-        None, "data/study/p06_pd3_t3", "data/validated/study/p06_pd3_t3.json", "results/study_runs/p06_pd3_t3/multitab_net/seed1")
+        None, "data/study/p06_pd3_t3", "data/validated/study/p06_pd3_t3.json",
+        "results/study_runs/p06_pd3_t3/multitab_net/seed1")
     assert not trains_arm(params, "study")
     config, h = _hparams(params, net)
     assert config.max_epochs == 40 and (h.optim["optimizer"], h.optim["weight_decay"]) == ("adam", 1e-5)
@@ -414,7 +419,8 @@ def test_the_answer_per_figure_lists_configurations_in_the_papers_order_whatever
 
 def _claim_rows(p_values: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame({"rival": list(p_values), "p_value": list(p_values.values()),
-                         "status": ["above (significant)" if p < 0.05 else "not significant" for p in p_values.values()]})
+                         "status": ["above (significant)" if p < 0.05 else "not significant"
+                                    for p in p_values.values()]})
 
 
 def test_short_of_names_the_rivals_that_keep_holds_from_a_claim_above_the_others():

@@ -148,7 +148,8 @@ def test_error_inside_an_archive_names_the_member(tmp_path: Path) -> None:
     lines = (FIX / "aliexpress_nl" / "train.csv").read_text().splitlines()
     lines[3] = set_field(lines[3], 80, "2")  # click
     archive = ali_zip(tmp_path / "AliExpress_NL.zip", ("\n".join(lines) + "\n").encode())
-    with pytest.raises(SourceError, match=r"AliExpress_NL\.zip:AliExpress_NL/train\.csv: column 'click', row 3 \(line 4\)"):
+    with pytest.raises(SourceError,
+                       match=r"AliExpress_NL\.zip:AliExpress_NL/train\.csv: column 'click', row 3 \(line 4\)"):
         acquire_local(ALI, LocalConfig(path=str(archive)), tmp_path / "raw")
 
 
@@ -187,7 +188,8 @@ def test_folder_without_the_files_lists_what_it_holds(tmp_path: Path) -> None:
     folder.mkdir()
     shutil.copy(FIX / "aliexpress_nl" / "train.csv", folder / "train.csv")
     (folder / "tst.csv").write_text("x\n")
-    with pytest.raises(SourceError, match=r"raw file 'test'.*The folder holds 2 file\(s\): \['train\.csv', 'tst\.csv'\]"):
+    with pytest.raises(SourceError,
+                       match=r"raw file 'test'.*The folder holds 2 file\(s\): \['train\.csv', 'tst\.csv'\]"):
         acquire_local(ALI, LocalConfig(path=str(folder)), tmp_path / "raw")
 
 
@@ -229,7 +231,8 @@ def test_changed_local_file_reruns_acquire_and_dvc_status_says_so(tmp_path: Path
     params["datasets"]["acs_income"].update(source="local", local={"path": "local/acs_income/acs.csv"})
     # what runs.yaml gives the data stages to iterate (multitab.runs.stages), inline
     lists = data_stages(parse_params({"datasets": params["datasets"]}))
-    (repo / "dvc.yaml").write_text(yaml.safe_dump({"vars": [lists], "stages": {"acquire": dvcyaml["stages"]["acquire"]}}))
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"vars": [lists],
+                                                   "stages": {"acquire": dvcyaml["stages"]["acquire"]}}))
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     run_dvc(["init", "-q"], repo)

@@ -144,7 +144,8 @@ def test_convergence_flags_runs_improving_at_the_end_and_training_losses_far_abo
                            for k in range(1, e + 1)])
     conv = convergence(metrics, curves, StudySettings(patience=5)).set_index("model")
     # mmoe seed 1 (best 4 epochs before the cap) and seed 2 (best at the cap); seed 0 stopped early
-    assert conv.loc["mmoe", ["best_at_cap", "improving_at_end", "loss_outliers", "not_converged"]].tolist() == [1, 2, 0, 2]
+    counts = ["best_at_cap", "improving_at_end", "loss_outliers", "not_converged"]
+    assert conv.loc["mmoe", counts].tolist() == [1, 2, 0, 2]
     # the two MultiTab-Net seeds that stopped at losses 0.77 and 0.86, 19-22x their sibling's 0.04
     assert conv.loc["multitab_net", ["improving_at_end", "loss_outliers", "not_converged"]].tolist() == [0, 2, 2]
     conv = convergence(metrics, curves, StudySettings(patience=3, loss_factor=25)).set_index("model")
@@ -274,7 +275,8 @@ def test_opt_in_groups_are_in_runs_yaml_only_when_asked_for():
     study = document(params, ["study"])
     assert study["opt_in_groups"] == ["study"] and list(study["synthetic_data"]) == [
         *params.bench.configs, *(f"study-{c}" for c in params.study.configs)]
-    assert list(study["group_reports"]) == ["study"] and len(study["train_runs"]) == len(default["train_runs"]) + 9 * 5 * 3
+    assert list(study["group_reports"]) == ["study"]
+    assert len(study["train_runs"]) == len(default["train_runs"]) + 9 * 5 * 3
     assert active_groups(params, ["sweep_*"]) == ["real", "ablation", "bench", "sweep_mlp", "sweep_inter_sample"]
     with pytest.raises(ConfigError, match="no run group matches 'stduy'"):
         active_groups(params, ["stduy"])
@@ -359,7 +361,8 @@ def test_aggregate_study_stage_writes_the_report_from_the_runs(tmp_path):
     assert len(pd.read_csv(out / "metrics.csv")) == 90
     params["study"]["configs"] = ["nope"]
     path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
-    assert aggregate_study.main(["--params", str(path), "--runs", str(tmp_path / "runs"), "--out", str(out)]) == BAD_INPUT  # a config error: not retried
+    argv = ["--params", str(path), "--runs", str(tmp_path / "runs"), "--out", str(out)]
+    assert aggregate_study.main(argv) == BAD_INPUT  # a config error: not retried
 
 
 def test_interim_report_over_a_study_still_training(tmp_path):

@@ -99,7 +99,8 @@ def test_standin_chunks_go_to_parquet_without_a_dataframe(tmp_path: Path, monkey
     writer = None
     for chunk in standin._chunks(schema, standin._draw_params(schema, 5), 2500, 5, 0):
         table = pa.Table.from_pandas(pd.DataFrame(chunk), preserve_index=False)
-        writer = writer or pq.ParquetWriter(tmp_path / "reference.parquet", table.schema, **parquet_options(table.schema))
+        writer = writer or pq.ParquetWriter(tmp_path / "reference.parquet", table.schema,
+                                            **parquet_options(table.schema))
         writer.write_table(table)
     assert writer is not None
     writer.close()
@@ -117,7 +118,8 @@ def test_float_columns_are_written_without_dictionaries_and_read_back_the_same(t
     encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
     assert not any("DICTIONARY" in e for c in ("x", "y") for e in encodings[c]), encodings
     assert all(any("DICTIONARY" in e for e in encodings[c]) for c in ("code", "label")), encodings
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ours.parquet"), pd.read_parquet(tmp_path / "default.parquet"))
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ours.parquet"),
+                                  pd.read_parquet(tmp_path / "default.parquet"))
     assert (tmp_path / "ours.parquet").read_bytes() != (tmp_path / "default.parquet").read_bytes()
 
 

@@ -15,7 +15,8 @@ import torch
 from _training_tiny import TINY_HPARAMS, TinyModel, register_tiny, train_run, write_tiny_processed
 from multitab.config.train import TrainConfig
 from multitab.training.compute_mode import computing, nondeterministic_op
-from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.metrics_record import METRICS_SCHEMA
+from multitab.training.run import RunSpec
 
 # torch's own wording (ATen's alertNotDeterministic with warn_only=True), for an op only CUDA has
 TORCH_WARNING = ("scatter_add_cuda_kernel does not have a deterministic implementation, but you set "
@@ -59,7 +60,8 @@ def test_tf32_on_cuda_switches_tf32_and_the_math_attention_on_for_the_run_only()
     assert mode.record() == {"precision_requested": "tf32", "precision_effective": "tf32", "deterministic": True,
                              "nondeterministic_ops": []}
     with computing(torch.device("cuda"), "fp32", False):  # not deterministic: torch chooses the kernels
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cuda.flash_sdp_enabled()) == (before[0], before[2])
+        now = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cuda.flash_sdp_enabled())
+        assert now == (before[0], before[2])
 
 
 def test_tf32_on_cpu_trains_in_fp32_and_the_record_says_so(tiny: Path, tmp_path: Path,

@@ -92,7 +92,8 @@ def test_dvc_repro_data_stages_then_nothing_to_do(tmp_path: Path) -> None:
         shutil.copytree(ROOT / item, repo / item)
     # The data stages of the real dvc.yaml, as written there.
     dvcyaml = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    data_stages = {k: v for k, v in dvcyaml["stages"].items() if k in ("acquire", "split", "validate_raw", "preprocess")}
+    data_stages = {k: v for k, v in dvcyaml["stages"].items()
+                   if k in ("acquire", "split", "validate_raw", "preprocess")}
     params = yaml.safe_load(small_params(tmp_path, rows=400).read_text())
     lists = iterated(parse_params({"datasets": params["datasets"]}))  # runs.yaml's, inline (multitab.runs.stages)
     (repo / "dvc.yaml").write_text(yaml.safe_dump({"vars": [lists], "stages": data_stages}, sort_keys=False))

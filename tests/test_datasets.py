@@ -99,7 +99,8 @@ def test_standin_is_deterministic_and_has_the_raw_schema(tmp_path: Path) -> None
     schema = get_schema("higgs")
     assert list(a["data"].columns) == [col.name for col in schema.raw_columns]
     assert all(a["data"][col.name].dtype == np.float32 for col in schema.raw_columns)
-    assert set(np.unique(a["data"]["jet1_btag"])) <= set(np.float32(v) for v in (0.0, 1.0865380764007568, 2.1730761528015137))
+    assert set(np.unique(a["data"]["jet1_btag"])) <= set(
+        np.float32(v) for v in (0.0, 1.0865380764007568, 2.1730761528015137))
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))

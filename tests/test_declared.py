@@ -197,7 +197,9 @@ def test_the_validation_page_shows_what_was_declared_and_inferred(tmp_path: Path
     assert "<td>density</td><td>dropped</td>" in page
 
 
-def test_a_validation_file_of_its_own_is_the_val_split_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_validation_file_of_its_own_is_the_val_split_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from multitab.validation.validate import expected_rows
 
     wine = pd.read_csv(WINE / "data.csv")
@@ -256,8 +258,8 @@ def test_missing_numerical_values_are_filled_with_the_train_median_and_every_row
     assert acquire.main(["--params", str(p), "--dataset", "mine", "--out", str(raw)]) == 0
     assert split.main(["--params", str(p), "--dataset", "mine", "--raw", str(raw), "--out", str(splits)]) == 0
     schema = stage_schema("mine", parse_params(yaml.safe_load(p.read_text()), str(p)).dataset("mine"), splits)
-    checks = {(e.meta["check"], e.meta["column"]) for e in raw_suite(schema, "train", load_params(ROOT_PARAMS).validation.raw,
-                                                                      rows=(1, None), n_rows=140)}
+    suite = raw_suite(schema, "train", load_params(ROOT_PARAMS).validation.raw, rows=(1, None), n_rows=140)
+    checks = {(e.meta["check"], e.meta["column"]) for e in suite}
     assert ("not_null", "rate") in checks and ("not_null", "spend") not in checks  # the gaps pass validate_raw
     assert preprocess.main(["--params", str(p), "--dataset", "mine", "--splits", str(splits), "--out", str(out)]) == 0
     meta = json.loads((out / "meta.json").read_text())

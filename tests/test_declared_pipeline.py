@@ -90,11 +90,13 @@ def test_a_table_declared_in_params_only_runs_through_dvc_repro_to_the_report(tm
                   "validate_processed@wine", "train@real-wine-stl_mlp-0", "train@real-wine-mmoe-0", "aggregate"):
         assert f"Running stage '{stage}'" in out, stage
     metrics = yaml.safe_load((root / "results" / "runs" / "wine" / "mmoe" / "seed0" / "metrics.json").read_text())
-    assert metrics["hparams"]["file"] == "hparams/recipe/mmoe.yaml" and set(metrics["test"]) == {"type/colour", "quality"}
+    assert metrics["hparams"]["file"] == "hparams/recipe/mmoe.yaml"
+    assert set(metrics["test"]) == {"type/colour", "quality"}
     curves = root / "results" / "runs" / "wine" / "mmoe" / "seed0" / "dvclive" / "plots" / "metrics"
     assert (curves / "val_type\u2215colour.tsv").is_file() and not (curves / "val_type").exists()
     report = (root / "results" / "report.md").read_text()
-    assert "| wine | real (local file) |" in report and "wine type/colour AUC" in report and "wine quality AUC" in report
+    assert "| wine | real (local file) |" in report
+    assert "wine type/colour AUC" in report and "wine quality AUC" in report
     assert "## Table 5: wine" in report and (root / "results" / "tables" / "table5_wine_std.csv").is_file()
     assert "wine" in (root / "results" / "index.html").read_text()
     validation = (root / "reports" / "validation" / "index.html").read_text()

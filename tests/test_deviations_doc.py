@@ -16,7 +16,8 @@ def doc_ids() -> set[str]:
 
 
 def test_cited_lines_exist_and_are_not_blank() -> None:
-    cites = re.findall(r"((?:src|stages|benchmarks)/[\w/]+\.py|params\.yaml|hparams/[\w/]+\.yaml):(\d+)", DOC.read_text())
+    cites = re.findall(r"((?:src|stages|benchmarks)/[\w/]+\.py|params\.yaml|hparams/[\w/]+\.yaml):(\d+)",
+                       DOC.read_text())
     assert len(cites) > 30
     for path, line in cites:
         lines = (ROOT / path).read_text().split("\n")

@@ -54,7 +54,8 @@ def test_relative_links_resolve(doc: Path) -> None:
 CODE_PATH = re.compile(r"(?<![\w/.-])((?:src/multitab|stages|flows|benchmarks|tests)/[\w/.-]*[\w/])")
 DOTTED = re.compile(r"(?<![\w./-])((?:multitab|flows|stages)(?:\.\w+)+)(?![\w/-])")
 NOT_MODULES = {"md", "py", "yaml", "yml", "json", "lock", "html"}
-# setup.md tells its story: a console script once pointed at multitab.cli; extending.md's example adds multitab.models.toy
+# setup.md tells its story: a console script once pointed at multitab.cli;
+# extending.md's example adds multitab.models.toy
 NEVER_EXISTED = {"multitab.cli", "multitab.models.toy"}
 
 
@@ -129,9 +130,12 @@ def test_architecture_page_names_existing_files_and_draws_the_enforced_layers() 
     block = block[:block.index("```")]
     drawn = [tuple(token.rstrip("/").removesuffix(".py") for token in line[1:].split("  ")[0].split())
              for line in block.splitlines() if line.startswith(" ") and not line.startswith("  ")]
-    assert drawn[::-1] == list(LAYERS), "the layers drawn in docs/architecture.md differ from tests/test_code_rules.py LAYERS"
+    assert drawn[::-1] == list(LAYERS), \
+        "the layers drawn in docs/architecture.md differ from tests/test_code_rules.py LAYERS"
     table = text[text.index("## The stages"):]
     table = table[:table.index("\n\n", table.index("| Stage"))]
-    named = {name.partition("@")[0] for row in table.splitlines()[3:] for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
+    named = {name.partition("@")[0] for row in table.splitlines()[3:]
+             for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
     stages = set(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
-    assert named and named <= stages, f"docs/architecture.md's stage table names stages dvc.yaml lacks: {named - stages}"
+    assert named and named <= stages, \
+        f"docs/architecture.md's stage table names stages dvc.yaml lacks: {named - stages}"

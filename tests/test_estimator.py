@@ -56,7 +56,8 @@ def test_scikit_learn_check(check: Any, one_torch_thread: None) -> None:
 def _table(n: int = 240, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Features and tasks with the names a user's table has (spaces, capitals, punctuation)."""
     rng = np.random.default_rng(seed)
-    X = pd.DataFrame({"Age (years)": rng.integers(17, 90, n), "class of worker": rng.choice(["Private", "Gov", "Self"], n),
+    X = pd.DataFrame({"Age (years)": rng.integers(17, 90, n),
+                      "class of worker": rng.choice(["Private", "Gov", "Self"], n),
                       "wage/hour": rng.normal(20, 5, n)})
     signal = (X["wage/hour"] - 20) / 5 + (X["class of worker"] == "Gov")
     Y = pd.DataFrame({"income >50K": (signal + rng.normal(0, 0.5, n) > 0.5).astype(np.int64),
@@ -99,7 +100,8 @@ def test_the_estimator_gives_the_pipelines_test_metrics(model: str, params: dict
         frame.to_parquet(data / f"{k}.parquet", index=False)
     (data / "meta.json").write_text(json.dumps(processed.meta))
     train = {"max_epochs": 2 if model != "xgboost" else None, "patience": 3, "batch_size": 32, "max_train_rows": None,
-             "precision": "fp32", "device": "cpu", "compile": False, "cuda_graph": False, "eval_batch_size": None, "deterministic": True, "num_threads": 0,
+             "precision": "fp32", "device": "cpu", "compile": False, "cuda_graph": False, "eval_batch_size": None,
+             "deterministic": True, "num_threads": 0,
              "early_stopping_smoothing": None, "xgboost_early_stopping_rounds": 3, "protocol": "paper",
              "overrides": {}}
     run = RunConfig.from_record({"hparams": est.hparams_, "train": train, "progress": False}, "the estimator's run")

@@ -83,9 +83,11 @@ def test_a_toy_model_and_a_toy_run_group_run_through_dvc_repro(tmp_path: Path) -
         "model: {width: 8}\noptim: {optimizer: adam, lr: 0.01, weight_decay: 0.0, max_epochs: 10}\n")
     # A run group: params.yaml only
     _edit(root / "params.yaml", "\nruns:\n", "\nruns:\n  toy_group:\n    data: {datasets: [higgs]}\n"
-          "    models: [toy, stl_mlp]\n    seeds: [0]\n    train: {max_epochs: 1, max_train_rows: null, batch_size: 64}\n"
+          "    models: [toy, stl_mlp]\n    seeds: [0]\n"
+          "    train: {max_epochs: 1, max_train_rows: null, batch_size: 64}\n"
           "    out: results/toy_runs\n    checkpoints: results/toy_checkpoints\n")
-    after = {p.relative_to(root) for p in root.rglob("*") if p.is_file() and before.get(p.relative_to(root)) != p.read_bytes()}
+    after = {p.relative_to(root) for p in root.rglob("*")
+             if p.is_file() and before.get(p.relative_to(root)) != p.read_bytes()}
     assert after == {Path("src/multitab/models/toy.py"), Path("src/multitab/registry.py"),
                      Path("hparams/authors/higgs/toy.yaml"), Path("params.yaml")}
 

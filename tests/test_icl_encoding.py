@@ -43,7 +43,8 @@ def _table(n_train=45, n_sets=(13, 9), n_features=6, seed=0):
     return x, {f"set{i}": rng.normal(size=(n, n_features)) for i, n in enumerate(n_sets)}
 
 
-@pytest.mark.parametrize(("variant", "memory"), [(v, "split") for v in sorted(VARIANTS)] + [("contiguous", "reference")])
+@pytest.mark.parametrize(("variant", "memory"),
+                         [(v, "split") for v in sorted(VARIANTS)] + [("contiguous", "reference")])
 def test_reused_encoding_equals_the_recomputed_network_across_chunks_and_tasks(variant, memory):
     """One ensemble fitted once predicts two tasks (2 and 6 classes: the second beyond max_classes, through
     the class hierarchy) on two sets, keeping the sets' encodings between tasks; each equals a fresh ensemble

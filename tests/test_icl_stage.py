@@ -55,8 +55,10 @@ def test_with_checkpoints_every_task_gets_a_record(tmp_path, caplog):
 def test_a_profile_with_eval_rows_scores_a_sample_of_each_split_and_says_so(tmp_path, caplog):
     write_tiny_processed(tmp_path / "processed" / "acs_income", n={"train": 80, "val": 30, "test": 30})
     orion, orion_sha = orion_file(tmp_path)
-    profiles = {"cpu": {"context_size": 50, "chunk_size": 16, "eval_rows": 12, "n_estimators": {"orion_msp": 1, "tabicl": 1}},
-                "gpu": {"context_size": None, "chunk_size": None, "eval_rows": None, "n_estimators": {"orion_msp": 32, "tabicl": 8}}}
+    profiles = {"cpu": {"context_size": 50, "chunk_size": 16, "eval_rows": 12,
+                        "n_estimators": {"orion_msp": 1, "tabicl": 1}},
+                "gpu": {"context_size": None, "chunk_size": None, "eval_rows": None,
+                        "n_estimators": {"orion_msp": 32, "tabicl": 8}}}
     with caplog.at_level(logging.INFO, logger="multitab.icl.run"):
         assert _run(tmp_path, {"orion_msp": (orion, orion_sha), "tabicl": None}, profiles=profiles) == 0
     assert "task marital: 24 val+test rows predicted from 50 context rows" in caplog.text
@@ -149,7 +151,8 @@ def test_table3_rows_say_pretrained_and_not_run_without_a_checkpoint(tmp_path):
     from multitab.icl.records import read_records
 
     published_runs(tmp_path / "runs", seeds=(0,), noise=0.0, standin=False)
-    results = PaperResults(RunSet(load_runs(tmp_path / "runs")), load_params(Path(__file__).resolve().parents[1] / "params.yaml").aggregate, load_published())
+    aggregate = load_params(Path(__file__).resolve().parents[1] / "params.yaml").aggregate
+    results = PaperResults(RunSet(load_runs(tmp_path / "runs")), aggregate, load_published())
     icl = tmp_path / "icl"
     base = {"seed": 0, "kind": "pretrained, no training on this dataset", "val": {}}
     for model in ("orion_msp", "tabicl"):

@@ -120,7 +120,8 @@ def test_two_dvc_experiments_differing_in_one_param_show_side_by_side(tmp_path: 
         for exp in commit.get("experiments") or []:
             for rev in exp.get("revs") or []:
                 data = rev.get("data") or {}
-                metrics = data.get("metrics", {}).get("results/runs/tiny/stl_mlp/seed0/metrics.json", {}).get("data", {})
+                metrics = (data.get("metrics", {}).get("results/runs/tiny/stl_mlp/seed0/metrics.json", {})
+                           .get("data", {}))
                 params = data.get("params", {}).get("params.yaml", {}).get("data", {})
                 if metrics:
                     seen[rev.get("name") or exp.get("name")] = (params["train"]["max_epochs"], metrics["epochs"])

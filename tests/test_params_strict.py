@@ -48,7 +48,8 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
                          "runs.study.models: 'multitab-net'"),
     "variant_typo": (_set("runs", "ablation", "models", ["multitab_net@single_nne"]),
                      "runs.ablation.models: 'single_nne' is not a train variant"),
-    "group_data_typo": (_set("runs", "bench", "data", {"bench": ["p06_pd3_t9"]}), "runs.bench.data.bench: 'p06_pd3_t9'"),
+    "group_data_typo": (_set("runs", "bench", "data", {"bench": ["p06_pd3_t9"]}),
+                        "runs.bench.data.bench: 'p06_pd3_t9'"),
     "group_data_kind": (_set("runs", "bench", "data", "synthetic"), "runs.bench: data='synthetic': expected one of"),
     "group_train_key": (_set("runs", "bench", "train", {"max_epoch": 3}), "runs.bench.train.max_epoch: unknown key"),
     "group_without_train": (lambda raw: raw["runs"]["real"].pop("train"), "runs.real: missing key 'train'"),
@@ -123,7 +124,8 @@ def test_a_key_given_twice_is_an_error_for_every_reader(tmp_path: Path, capsys: 
     params = tmp_path / "params.yaml"
     params.write_text(twice)
     line = twice[: twice.index("\n  device: auto")].count("\n") + 2
-    with pytest.raises(ConfigError, match=rf"line {line}, column 3: key 'device' appears twice in one mapping \(first at line {line - 1}\)"):
+    with pytest.raises(ConfigError, match=rf"line {line}, column 3: key 'device' appears twice in one mapping "
+                                          rf"\(first at line {line - 1}\)"):
         read_yaml(params)
     # a stage: one line naming the file, exit 3 (the cause is the input), no traceback
     rc = split.main(["--params", str(params), "--dataset", "higgs", "--raw", str(tmp_path), "--out",

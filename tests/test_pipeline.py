@@ -174,7 +174,8 @@ def test_eight_independent_stages_run_in_parallel_without_lock_errors(tmp_path):
             f"s{i}",
             extra=f"""
             import time; t0 = time.time(); time.sleep(2)
-            pathlib.Path('.times').mkdir(exist_ok=True); pathlib.Path('.times/s{i}').write_text(f'{{t0}} {{time.time()}}')""",
+            pathlib.Path('.times').mkdir(exist_ok=True)
+            pathlib.Path('.times/s{i}').write_text(f'{{t0}} {{time.time()}}')""",
         )
         for i in range(8)
     }
@@ -198,7 +199,8 @@ def test_gpu_stages_take_turns_on_the_visible_devices(tmp_path, monkeypatch):
     record = """
         import os, time; t0 = time.time(); time.sleep(0.5)
         pathlib.Path('.gpu').mkdir(exist_ok=True)
-        pathlib.Path('.gpu/' + os.environ['DVC_STAGE']).write_text(f"{os.environ.get('CUDA_VISIBLE_DEVICES')} {t0} {time.time()}")"""
+        record = pathlib.Path('.gpu/' + os.environ['DVC_STAGE'])
+        record.write_text(f"{os.environ.get('CUDA_VISIBLE_DEVICES')} {t0} {time.time()}")"""
     stages = {
         "train": {
             "foreach": ["x", "y", "z"],
@@ -383,8 +385,8 @@ def test_the_first_log_line_names_the_run_and_its_stages_know_the_name(tmp_path)
     deadline, first = time.monotonic() + 30, None
     with get_client(sync_client=True) as client:
         while first is None and time.monotonic() < deadline:
-            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])),
-                                    limit=200, offset=0, sort=LogSort.TIMESTAMP_ASC)
+            run_filter = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id]))
+            logs = client.read_logs(log_filter=run_filter, limit=200, offset=0, sort=LogSort.TIMESTAMP_ASC)
             first = next((log.message for log in logs if log.message.startswith("Beginning flow run")), None)
             if first is None:
                 time.sleep(0.2)
@@ -497,7 +499,8 @@ def test_sweep_select_publishes_the_sweep_report_and_every_point_as_artifacts(tm
     root = make_project(tmp_path / "p", {"sweep_select": select})
     _, _, artifacts = run_recorded(root, retries=0)
     assert "**Selected**: lr0.001-dropout0.0" in artifacts["sweep-report"]
-    rows = json.loads(artifacts["sweep-points"]) if isinstance(artifacts["sweep-points"], str) else artifacts["sweep-points"]
+    points = artifacts["sweep-points"]
+    rows = json.loads(points) if isinstance(points, str) else points
     assert [(r["rank"], r["lr"], r["val_mean"]) for r in rows] == [("1", "0.001", "0.9"), ("2", "0.01", "0.8")]
     # not published when sweep_select did not run (up to date)
     _, _, again = run_recorded(root, retries=0)
@@ -535,7 +538,8 @@ def test_deterministic_failures_end_with_the_stage_line_and_exit_3_without_trace
     assert "key 'orchestration' appears twice" in proc.stderr
 
     params.write_text(params.read_text().rsplit("orchestration:\n  workers: 1\n", 1)[0])
-    stages = {"a": {"cmd": "cp b a", "deps": ["b"], "outs": ["a"]}, "b": {"cmd": "cp a b", "deps": ["a"], "outs": ["b"]}}
+    stages = {"a": {"cmd": "cp b a", "deps": ["b"], "outs": ["a"]},
+              "b": {"cmd": "cp a b", "deps": ["a"], "outs": ["b"]}}
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
     proc = cli()
     assert proc.returncode == BAD_INPUT and "Traceback" not in proc.stderr

@@ -80,7 +80,8 @@ def test_options_are_those_the_code_knows() -> None:
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     assert ("cuda_graph" in precision_control.known_options()) == ("cuda_graph" in fields)
     assert not precision_control.acts_on("tf32", torch.device("cpu"))
-    assert precision_control.acts_on("tf32", torch.device("cuda")) and precision_control.acts_on("bf16", torch.device("cpu"))
+    assert precision_control.acts_on("tf32", torch.device("cuda"))
+    assert precision_control.acts_on("bf16", torch.device("cpu"))
 
 
 def _fake_arm(calls: list[tuple[str, int, str, bool]]) -> Any:

@@ -71,7 +71,8 @@ def run_pipeline(tmp: Path, dataset: str, params: Path) -> dict[str, Any]:
     assert acquire.main([*p, *d, "--out", str(raw)]) == 0
     assert split.main([*p, *d, "--raw", str(raw), "--out", str(splits)]) == 0
     assert validate_raw.main([*p, *d, "--splits", str(splits), "--out", str(tmp / "raw.json"), *gx_args]) == 0
-    assert preprocess.main([*p, *d, "--splits", str(splits), "--out", str(processed), "--verdict", str(tmp / "raw.json")]) == 0
+    assert preprocess.main([*p, *d, "--splits", str(splits), "--out", str(processed),
+                            "--verdict", str(tmp / "raw.json")]) == 0
     verdict = tmp / "data" / "validated" / f"{dataset}.json"
     assert validate_processed.main([*p, "--processed", str(processed), "--out", str(verdict), *gx_args]) == 0
     assert train.main([*p, "--run", f"real-{dataset}-stl_mlp-0"]) == 0
@@ -127,7 +128,8 @@ def test_report_banner_names_the_estimates_that_did_not_hold() -> None:
 
     from multitab.evaluation.paper.report_markdown import validation_banner
 
-    run = SimpleNamespace(extra={"validation_warnings": ["[train] column 'income' · ... (class_balance): observed 0.2"]})
+    run = SimpleNamespace(extra={"validation_warnings": [
+        "[train] column 'income' · ... (class_balance): observed 0.2"]})
     runs = SimpleNamespace(datasets=["acs_income", "higgs"], models=lambda d: ["stl_mlp"],
                            runs=lambda d, m: {0: run} if d == "acs_income" else {0: SimpleNamespace(extra={})})
     lines = validation_banner(SimpleNamespace(runs=runs))  # type: ignore[arg-type]

@@ -96,12 +96,14 @@ def test_report_page_and_entry_page_work_offline_with_the_caveats_first(tmp_path
     first_table = html.index("<table")
     for banner in ("STAND-IN DATA", "REDUCED TRAINING", "NOT TESTED AT THIS BUDGET"):
         assert html.index(banner) < first_table, banner
-    assert ("img", "figures/figure5_delta_m.png") in report.refs and ("img", "figures/learning_curves.png") in report.refs
+    assert ("img", "figures/figure5_delta_m.png") in report.refs
+    assert ("img", "figures/learning_curves.png") in report.refs
     # the scale in words, per run group, XGBoost's 200 boosting rounds not counted as epochs
     text = " ".join(" ".join(report.text).split())
     assert ("run group real, stand-in data (aliexpress, acs_income, higgs): at most 2 epochs on 2,048 training rows "
             "per run, 1 seed") in text
-    assert "run group bench, 5 MultiTab-Bench configurations: at most 6 epochs on 14,000 training rows per run, 1 seed" in text
+    assert ("run group bench, 5 MultiTab-Bench configurations: at most 6 epochs on 14,000 training rows per run, "
+            "1 seed") in text
     md = (tmp_path / "results" / "report.md").read_text()
     banners = md[: md.index("## What ran")]
     assert "REDUCED TRAINING" in banners and "200" not in banners and "[2" not in banners

@@ -55,7 +55,8 @@ def test_show_prints_every_keyword_and_optimiser_value_with_its_source(capsys: p
     assert shown["train.max_epochs"] == ("2", "params.yaml: train.max_epochs")
     assert shown["train.patience"] == ("5", "params.yaml: train.patience.higgs")
     # a group's `train`, a variant's keywords, a grid point
-    assert _show(capsys, "bench-p06_pd3_t3-mmoe-0")["train.max_epochs"] == ("6", "params.yaml: runs.bench.train.max_epochs")
+    assert _show(capsys, "bench-p06_pd3_t3-mmoe-0")["train.max_epochs"] == (
+        "6", "params.yaml: runs.bench.train.max_epochs")
     variant = _show(capsys, "ablation-higgs-multitab_net+single_none-0")
     assert variant["model.mask"] == ("'none'", "params.yaml: train.variants.single_none.overrides.mask")
     point = _show(capsys, "sweep_mlp-p06_pd3_t3-mmoe-lr0_01-dropout0_2-0")
@@ -112,7 +113,8 @@ def test_swept_without_its_file_is_refused_at_expansion_naming_it(tmp_path: Path
 
 
 def _run(root: Path, *args: str) -> str:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1", "DVC_NO_UPDATER": "1", "GIT_CONFIG_NOSYSTEM": "1",
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1", "DVC_NO_UPDATER": "1",
+           "GIT_CONFIG_NOSYSTEM": "1",
            "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)]),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     r = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=300)

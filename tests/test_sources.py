@@ -389,7 +389,8 @@ def test_local_source_feeds_the_split_step(name: str, tmp_path: Path) -> None:
         src = tmp_path / "acs.parquet"
         _valid_for_split(schema, 400, 1).to_parquet(src)
         total = 400
-    cfg = dataclasses.replace(load_params(Path(__file__).parents[1] / "params.yaml").dataset(name), source="local", local=LocalConfig(path=str(src)))
+    cfg = dataclasses.replace(load_params(Path(__file__).parents[1] / "params.yaml").dataset(name), source="local",
+                              local=LocalConfig(path=str(src)))
     acquire(schema, cfg, tmp_path / "raw", tmp_path / "cache")
     info = split(schema, cfg, tmp_path / "raw", tmp_path / "splits")
     assert info["source"] == "local" and info["standin"] is False
@@ -424,10 +425,12 @@ def test_a_directory_where_a_raw_file_belongs_is_named_as_one(tmp_path: Path) ->
     folder's files without it)."""
     folder = tmp_path / "HIGGS.csv.gz"
     folder.mkdir()
-    with pytest.raises(SourceError, match=r"HIGGS\.csv\.gz: is a directory, not a file \(datasets\.higgs\.remote\.url\)"):
+    with pytest.raises(SourceError,
+                       match=r"HIGGS\.csv\.gz: is a directory, not a file \(datasets\.higgs\.remote\.url\)"):
         acquire_remote(HIGGS, _remote(str(folder), "csv.gz"), tmp_path / "raw", tmp_path / "cache")
     (tmp_path / "ali").mkdir()
     raw_frame(ALI, 5).to_csv(tmp_path / "ali" / "train.csv", index=False)
     (tmp_path / "ali" / "test.csv").mkdir()
-    with pytest.raises(SourceError, match=r"found no file\(s\) \(test\.csv: a directory, not a file\) for 'aliexpress'"):
+    with pytest.raises(SourceError,
+                       match=r"found no file\(s\) \(test\.csv: a directory, not a file\) for 'aliexpress'"):
         acquire_local(ALI, LocalConfig(path=str(tmp_path / "ali")), tmp_path / "raw")

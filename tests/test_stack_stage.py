@@ -32,7 +32,8 @@ def _project(root: Path, *, stack: bool, models: list[str]) -> Path:
     write_tiny_processed(processed, n={"train": 300, "val": 100, "test": 100}, tasks=REGRESSION)
     groups = {"real": {"data": {"datasets": ["tiny"]}, "models": models, "seeds": [0, 1],
                        "train": {"stack_seeds": stack}}}
-    return write_tiny_project(root, train={"max_epochs": 2, "batch_size": 64}, groups=groups, extra={"protocol": "paper"})
+    return write_tiny_project(root, train={"max_epochs": 2, "batch_size": 64}, groups=groups,
+                              extra={"protocol": "paper"})
 
 
 def test_stacked_groups_expand_to_one_stack_per_dataset_and_model(tmp_path: Path) -> None:
@@ -40,7 +41,8 @@ def test_stacked_groups_expand_to_one_stack_per_dataset_and_model(tmp_path: Path
     alone, stacks = stacked(params, expand(params))
     assert alone == {} and list(stacks) == ["real-tiny-stl_mlp", "real-tiny-xgboost"]
     s = stacks["real-tiny-stl_mlp"]
-    assert s.seeds == (0, 1) and s.out == "results/runs/tiny/stl_mlp" and s.checkpoints == "results/checkpoints/tiny/stl_mlp"
+    assert s.seeds == (0, 1) and s.out == "results/runs/tiny/stl_mlp"
+    assert s.checkpoints == "results/checkpoints/tiny/stl_mlp"
     assert [m.key for m in s.members()] == ["real-tiny-stl_mlp-0", "real-tiny-stl_mlp-1"]
     assert [m.out for m in s.members()] == ["results/runs/tiny/stl_mlp/seed0", "results/runs/tiny/stl_mlp/seed1"]
     doc = document(params)

@@ -51,7 +51,8 @@ def test_repo_params_sweep_groups_write_out_the_papers_grids() -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda g: g["grid"].pop("dropout"), r"runs.sweep_mlp: grid: axes must be \['lr', 'dropout'\] \(family mlp\), got \['lr'\]"),
+    (lambda g: g["grid"].pop("dropout"),
+     r"runs.sweep_mlp: grid: axes must be \['lr', 'dropout'\] \(family mlp\), got \['lr'\]"),
     (lambda g: g.update(models=["multitab_net"]), r"runs.sweep_mlp: models: \['multitab_net'\] cannot be swept"),
     (lambda g: g["grid"].update(lr=[]), r"runs.sweep_mlp: grid.lr: expected a non-empty list"),
     (lambda g: g.pop("sweep"), r"runs.sweep_mlp: sweep and grid go together"),
@@ -73,7 +74,8 @@ def test_a_sweep_group_expands_to_one_run_per_point_with_the_point_as_its_folder
     first = runs[0]
     assert first.point == {"lr": 0.0001, "att_dropout": 0.0, "ff_dropout": 0.0, "rope": False}
     assert first.key == "sweep_inter_sample-p06_pd3_t3-multitab_net-lr0_0001-att_dropout0_0-ff_dropout0_0-ropefalse-0"
-    assert first.out == "results/sweep_runs/p06_pd3_t3/multitab_net/lr0.0001-att_dropout0.0-ff_dropout0.0-ropefalse/seed0"
+    assert first.out == ("results/sweep_runs/p06_pd3_t3/multitab_net/"
+                         "lr0.0001-att_dropout0.0-ff_dropout0.0-ropefalse/seed0")
     assert first.data == "data/synthetic/p06_pd3_t3" and first.opt_in
 
 
@@ -224,10 +226,12 @@ def _toy_project(root: Path) -> Path:
                   "hparams": "swept"},
         "runs": {"real": {"data": {"datasets": ["tiny"]}, "models": ["stl_mlp"], "seeds": [0], "train": {}},
                  "sweep_mlp": sweep_mlp},
-        "orchestration": {**raw["orchestration"], "workers": 1, "retries": 0, "summary": "results/pipeline_summary.json"},
+        "orchestration": {**raw["orchestration"], "workers": 1, "retries": 0,
+                          "summary": "results/pipeline_summary.json"},
     }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    tasks = [{"name": "y1", "type": "regression", "n_classes": None}, {"name": "y2", "type": "binary", "n_classes": None}]
+    tasks = [{"name": "y1", "type": "regression", "n_classes": None},
+             {"name": "y2", "type": "binary", "n_classes": None}]
     write_tiny_processed(root / "data" / "processed" / "tiny", n={"train": 300, "val": 100, "test": 100}, tasks=tasks)
     (root / "data" / "validated").mkdir(parents=True)
     (root / "data" / "validated" / "tiny.json").write_text(json.dumps({"success": True}))
@@ -259,7 +263,8 @@ def _locked_points(root: Path) -> set[str]:
     return {s for s in lock.get("stages", {}) if s.startswith("train@sweep_mlp-")}
 
 
-@pytest.mark.slow  # ~50-100 s; tests/test_training_resume.py and the pipeline's stop-and-resume tests cover a killed run resuming
+# ~50-100 s; tests/test_training_resume.py and the pipeline's stop-and-resume tests cover a killed run resuming
+@pytest.mark.slow
 def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_path: Path) -> None:
     root = _toy_project(tmp_path / "p")
     home = tmp_path / "prefect"
@@ -269,7 +274,8 @@ def test_sweep_killed_after_its_first_point_resumes_without_retraining_it(tmp_pa
     proc = _flow(root, home, "sweep_mlp")
     deadline = time.monotonic() + 240
     while not _locked_points(root):
-        assert proc.poll() is None, f"the flow ended before any grid point was recorded:\n{proc.stdout.read() if proc.stdout else ''}"
+        assert proc.poll() is None, ("the flow ended before any grid point was recorded:\n"
+                                     f"{proc.stdout.read() if proc.stdout else ''}")
         assert time.monotonic() < deadline, "no grid point recorded in 240 s"
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)

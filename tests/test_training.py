@@ -36,7 +36,8 @@ from multitab.training import loop as loop_mod
 from multitab.training.data import DataError, iterate_batches, load_processed
 from multitab.training.early_stopping import EarlyStopping
 from multitab.training.losses import MultitaskLoss
-from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.metrics_record import METRICS_SCHEMA
+from multitab.training.run import RunSpec
 
 torch.set_num_threads(1)
 
@@ -320,7 +321,8 @@ def test_one_adam_over_independent_submodels_equals_one_adam_each() -> None:
     for _ in range(20):
         x, ya, yb = torch.randn(16, 4), torch.randn(16), torch.randn(16)
         joint.zero_grad()
-        (torch.nn.functional.mse_loss(a(x).squeeze(-1), ya) + torch.nn.functional.mse_loss(b(x).squeeze(-1), yb)).backward()
+        loss = torch.nn.functional.mse_loss(a(x).squeeze(-1), ya) + torch.nn.functional.mse_loss(b(x).squeeze(-1), yb)
+        loss.backward()
         joint.step()
         for m, o, y in ((a2, oa, ya), (b2, ob, yb)):
             o.zero_grad()
@@ -362,7 +364,8 @@ def test_raising_the_epoch_budget_continues_from_the_checkpoint(tiny: Path, tmp_
     fresh_spec = RunSpec(dataset="tiny", model="tiny", seed=0, data_path=tiny, checkpoint_dir=tmp_path / "fresh")
     fresh, fresh_history = train_run(fresh_spec, make_config(max_epochs=4), TINY_HPARAMS)
     assert fresh["resumed_from_epoch"] == 0
-    assert (extended["test"], extended["val"], extended["best_epoch"]) == (fresh["test"], fresh["val"], fresh["best_epoch"])
+    assert (extended["test"], extended["val"], extended["best_epoch"]) == (
+        fresh["test"], fresh["val"], fresh["best_epoch"])
     assert [h["val_mean"] for h in history] == [h["val_mean"] for h in fresh_history]
     for name in ("last.pt", "best.pt"):
         a, b = (torch.load(d / name, weights_only=True)["model"] for d in (tmp_path / "ck", tmp_path / "fresh"))
@@ -497,7 +500,8 @@ def test_the_train_stage_depends_on_every_train_setting_that_changes_a_run() -> 
     params = load_params(Path(__file__).parents[1] / "params.yaml")
     runs = entries(params, ["study", "sweep_*"])  # the opt-in groups too
     bench = runs["bench-p06_pd3_t3-mmoe-0"]
-    assert (bench["data"], bench["verdict"]) == ("data/synthetic/p06_pd3_t3", "data/validated/synthetic/p06_pd3_t3.json")
+    assert (bench["data"], bench["verdict"]) == (
+        "data/synthetic/p06_pd3_t3", "data/validated/synthetic/p06_pd3_t3.json")
     assert bench["hparams_file"] == "hparams/authors/multitab_bench/mmoe.yaml"
     # every setting of `train` that changes a run's numbers is in its record: as itself, or laid over the
     # hyperparameters (optim, model_overrides, variants), choosing its file (hparams) or its stage (stack_seeds)
@@ -505,8 +509,8 @@ def test_the_train_stage_depends_on_every_train_setting_that_changes_a_run() -> 
     assert {f.name for f in dataclasses.fields(TrainConfig)} - over <= set(bench["train"])
     assert bench["train"]["max_epochs"] == 6 and bench["train"]["batch_size"] == 128  # runs.bench.train
     assert runs["real-higgs-mmoe-0"]["hparams_file"] == "hparams/authors/higgs/mmoe.yaml"
-    assert runs["ablation-higgs-multitab_net+single_none-0"]["hparams_file"] == "hparams/authors/higgs/multitab_net.yaml"
     ablation = runs["ablation-higgs-multitab_net+single_none-0"]
+    assert ablation["hparams_file"] == "hparams/authors/higgs/multitab_net.yaml"
     assert ablation["out"] == "results/runs/higgs/multitab_net@single_none/seed0"
     study = runs["study-p06_pd3_t3-mmoe-2"]
     assert study["data"] == "data/study/p06_pd3_t3" and study["out"] == "results/study_runs/p06_pd3_t3/mmoe/seed2"

@@ -35,7 +35,8 @@ from multitab.training.data import load_processed
 from multitab.training.device import seed_everything
 from multitab.training.graphs import EagerCapture, GraphedStep
 from multitab.training.loop import RunResult
-from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.metrics_record import METRICS_SCHEMA
+from multitab.training.run import RunSpec
 from multitab.training.settings import RunSettings
 from multitab.training.stacked import StackMember, seeded, train_stacked
 
@@ -245,7 +246,8 @@ def test_a_model_with_its_own_training_loss_trains_uncaptured_and_records_why(tm
     model = WithOwnLoss(data.meta)
     s = loop_settings(seed=0, max_epochs=1, patience=5, batch_size=64, device="cpu", cuda_graph=True)
     result = loop_mod.train(model, data, s, checkpoint_dir=tmp_path / "ck", run_fingerprint="f")
-    assert result.cuda_graph == "not captured: the model's own training_loss (a replay would skip its per-step Python work)"
+    assert result.cuda_graph == ("not captured: the model's own training_loss "
+                                 "(a replay would skip its per-step Python work)")
     assert graphs.graph_plan(True, torch.device("cpu"), object()).reason == graphs.NOT_TORCH
 
 

@@ -13,7 +13,8 @@ from _training_tiny import ROOT, train_run, write_tiny_processed
 from multitab.config.train import TrainConfig
 from multitab.hparams import BENCH, load
 from multitab.models import MODELS
-from multitab.training.run import METRICS_SCHEMA, RunSpec
+from multitab.training.metrics_record import METRICS_SCHEMA
+from multitab.training.run import RunSpec
 
 torch.set_num_threads(1)
 
@@ -33,7 +34,8 @@ def test_every_model_trains_end_to_end(name: str, tiny: Path, tmp_path: Path) ->
         xgboost_early_stopping_rounds=3, progress=False,
     )
     spec = RunSpec(dataset="tiny", model=name, seed=0, data_path=tiny, checkpoint_dir=tmp_path / "ck")
-    # the authors' MultiTab-Bench example configuration under the default protocol (the tiny data is no dataset of theirs)
+    # the authors' MultiTab-Bench example configuration under the default protocol
+    # (the tiny data is no dataset of theirs)
     record, history = train_run(spec, config, load(BENCH, name, root=ROOT))
     jsonschema.validate(record, METRICS_SCHEMA)
     assert record["standin"] is True
@@ -60,7 +62,8 @@ def test_cpu_training_swaps_in_the_kernels_and_bf16_autocast_takes_effect(
             compile=False, deterministic=True, num_threads=1, batch_size=128, max_epochs=1, max_train_rows=None,
             patience={"default": 5}, xgboost_early_stopping_rounds=3, progress=False,
         )
-        spec = RunSpec(dataset="tiny", model="multitab_net", seed=0, data_path=tiny, checkpoint_dir=tmp_path / precision)
+        spec = RunSpec(dataset="tiny", model="multitab_net", seed=0, data_path=tiny,
+                       checkpoint_dir=tmp_path / precision)
         records[precision], _ = train_run(spec, config, load(BENCH, "multitab_net", root=ROOT))
     assert len(trained) == 2
     kinds = {type(m) for m in trained[0].modules()}

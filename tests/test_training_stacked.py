@@ -316,7 +316,8 @@ def test_one_optimiser_over_member_views_is_bitwise_m_optimisers() -> None:
                     for i, p in enumerate(sep[k]):
                         p.grad = g[k][i]
                     opts[k].step()
-            assert all(torch.equal(stacked_[i][k], sep[k][i]) for k in range(m) for i in range(len(shapes))), (cls, wd, fused)
+            assert all(torch.equal(stacked_[i][k], sep[k][i]) for k in range(m) for i in range(len(shapes))), (
+                cls, wd, fused)
 
 
 # ------------------------------------------------------------------------------------ early stopping
@@ -472,8 +473,8 @@ def test_run_training_stacked_records_equal_run_training(bench: Path, tmp_path: 
     for (ra, ha), (rb, hb) in zip(stk, sep):
         assert set(ra) == set(rb)
         assert ra["settings"] == rb["settings"]  # the same fingerprinted settings: interchangeable checkpoints
-        same = {"dataset", "model", "seed", "epochs", "best_epoch", "max_epochs", "stopped_early", "n_params", "optimizer",
-                "n_rows", "hparams", "device", "resumed_from_epoch", "task_types", "metric_names"}
+        same = {"dataset", "model", "seed", "epochs", "best_epoch", "max_epochs", "stopped_early", "n_params",
+                "optimizer", "n_rows", "hparams", "device", "resumed_from_epoch", "task_types", "metric_names"}
         assert {k: ra[k] for k in same} == {k: rb[k] for k in same}
         for k in ("val", "test", "test_mse"):
             assert ra[k] == pytest.approx(rb[k], rel=1e-2, abs=1e-4)
@@ -551,7 +552,8 @@ def test_refusals_name_why(bench: Path, tmp_path: Path) -> None:
                          xgboost_early_stopping_rounds=5, progress=False)
     spec = RunSpec(dataset="bench", model="xgboost", seed=0, data_path=bench, checkpoint_dir=tmp_path / "x")
     with pytest.raises(StackRefused, match="not a torch module"):
-        run_training_stacked([spec], run_config(config, Hparams(model={}, optim=None), model="xgboost", dataset="bench"))
+        run_training_stacked([spec], run_config(config, Hparams(model={}, optim=None), model="xgboost",
+                                                dataset="bench"))
     # the stage's early check: before any data is read (the data path does not exist)
     h = bench_hparams("mmoe")
     check_training(run_config(config, h, model="mmoe", dataset="bench"), "mmoe")

@@ -70,7 +70,9 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[float]]
     yield queue
 
 
-def members_on(name: str, runs: list[tuple[Path, int]], root: Path, settings: Any) -> tuple[list[StackMember], list[Any]]:
+def members_on(
+    name: str, runs: list[tuple[Path, int]], root: Path, settings: Any
+) -> tuple[list[StackMember], list[Any]]:
     """A member per (data folder, seed), built as `run_training` builds it; one ProcessedData per folder."""
     loaded = {path: load_processed(path) for path, _ in runs}
     h = bench_hparams(name)
@@ -107,7 +109,8 @@ def check_members_on_own_data(bench: Path, other: Path, tmp_path: Path, device: 
         ck_a, ck_b = tmp_path / "stk" / f"{path.name}-{seed}", tmp_path / "sep" / f"{path.name}-{seed}"
         assert mismatches(result, sep[path, seed], ck_a, ck_b, BATCH_NORM) == [], (path.name, seed)
     # the check can fail: seed 0 on `other` against seed 0 on `bench` (same initial weights, other rows)
-    wrong = mismatches(results[1], sep[bench, 0], tmp_path / "stk" / "other-0", tmp_path / "sep" / "bench-0", BATCH_NORM)
+    wrong = mismatches(results[1], sep[bench, 0], tmp_path / "stk" / "other-0", tmp_path / "sep" / "bench-0",
+                       BATCH_NORM)
     assert any("train_loss" in m for m in wrong) and any("test " in m for m in wrong)
 
 
@@ -205,7 +208,8 @@ def test_run_training_stacked_takes_runs_on_other_data_of_one_shape(bench: Path,
         assert [r["train_loss"] for r in ha] == pytest.approx([r["train_loss"] for r in hb], rel=1e-5)
     narrow = write_bench(tmp_path / "narrow", seed=1, features=FEATURES[:31])
     with pytest.raises(ValueError, match="32 vs 31 features"):
-        run_training_stacked([spec(bench, "x"), spec(narrow, "x")], run_config(config, h, model="stl_mlp", dataset="bench"))
+        run_training_stacked([spec(bench, "x"), spec(narrow, "x")],
+                             run_config(config, h, model="stl_mlp", dataset="bench"))
     assert not (tmp_path / "x").exists()
 
 

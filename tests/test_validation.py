@@ -459,7 +459,8 @@ def test_results_carry_their_time_and_older_splits_are_marked_stale(
         path.write_text(json.dumps(later))
     index = write_index(env["report"]).read_text()
     assert "<th>validated (UTC)</th>" in index and "<td>2999-01-01 00:00:00</td>" in index
-    rows = {m.group(1): m.group(0) for m in re.finditer(r'<tr class="[^"]*"><td>validate_raw@acs_income</td><td>(\w+)</td>.*?</tr>', index)}
+    row = r'<tr class="[^"]*"><td>validate_raw@acs_income</td><td>(\w+)</td>.*?</tr>'
+    rows = {m.group(1): m.group(0) for m in re.finditer(row, index)}
     assert "passed (stale)" in rows["val"] and "stale" not in rows["train"] and "stale" not in rows["test"]
     # the project's page needs nothing from the network
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", index), "external URL in index.html"

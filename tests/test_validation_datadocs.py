@@ -110,7 +110,8 @@ def test_results_name_their_dataset_and_split(tmp_path: Path) -> None:
     import great_expectations as gx
 
     # the committed context only: a checkout that ran `make repro` keeps its own results under gx/uncommitted
-    shutil.copytree(REPO / "gx", tmp_path / "gx", ignore=lambda d, names: ["uncommitted"] if Path(d) == REPO / "gx" else [])
+    shutil.copytree(REPO / "gx", tmp_path / "gx",
+                    ignore=lambda d, names: ["uncommitted"] if Path(d) == REPO / "gx" else [])
     (tmp_path / "reports").mkdir()
     committed = (REPO / "gx" / "great_expectations.yml").read_text()
     killed = gx.get_context(mode="file", context_root_dir=tmp_path / "gx")

@@ -9,9 +9,10 @@ The early-stopping criterion is `mean_metric`: the mean over tasks of AUC / EV (
 Details: both are bounded by 1, so one mean serves every dataset).
 
 MSE units. `mse` is computed on whatever scale the caller passes. Training sees the regression targets
-as preprocessed (raw by default, or standardised with train mean / std); the stage reports `test_mse` in the ORIGINAL target units (predictions and
-targets mapped back with meta.json's target_stats) and `test_mse_standardised` beside it. Why original
-units: the paper's Table 10 (Higgs) does not fit standardised targets. On standardised targets
+as preprocessed (raw by default, or standardised with train mean / std); the stage reports `test_mse` in the
+ORIGINAL target units (predictions and targets mapped back with meta.json's target_stats) and
+`test_mse_standardised` beside it. Why original units: the paper's Table 10 (Higgs) does not fit
+standardised targets. On standardised targets
 MSE ≈ 1 - EV, but Table 10 pairs e.g. m_jjj EV 0.324 with MSE 0.300 and m_bb EV 0.992 with MSE 0.0002,
 which imply target standard deviations of ≈ 0.67 and ≈ 0.16: the raw scale of Higgs' high-level
 features (values around 1), not unit variance. EV is the same on both scales.

@@ -211,7 +211,8 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
         configs = sections["bench"].configs if "bench" in sections else {}
         unknown = [c for c in attribution.configs if c not in configs]
         if unknown:
-            raise ConfigError(f"{source}: attribution.configs: {unknown} are not keys of bench.configs ({sorted(configs)})")
+            raise ConfigError(f"{source}: attribution.configs: {unknown} are not keys of bench.configs "
+                              f"({sorted(configs)})")
     if "aggregate" in sections and not sections["aggregate"].datasets:
         sections["aggregate"] = dataclasses.replace(sections["aggregate"], datasets=tuple(sections.get("datasets", ())))
     check_names(sections, source)

@@ -175,7 +175,8 @@ class AttributionConfig:
             raise ConfigError("attribution.arms: expected at least one arm")
         unknown = [a for a in self.run_arms or () if a not in self.arms]
         if unknown or self.run_arms == ():
-            raise ConfigError(f"attribution.run_arms: {unknown or '[]'} are not arms ({list(self.arms)}); null runs every arm")
+            raise ConfigError(f"attribution.run_arms: {unknown or '[]'} are not arms ({list(self.arms)}); "
+                              "null runs every arm")
         for key in ("evaluation", "data_seed", "targets"):
             if key in self.data:
                 raise ConfigError(f"attribution.data.{key}: a factor, set per arm (attribution.arms)")

@@ -11,7 +11,8 @@ run group is a params.yaml change only:
         models: [mmoe, multitab_net]
         seeds: [0, 1]
         train: {max_epochs: 20}        # keys of `train` replaced for these runs ({} for none)
-        opt_in: true                   # `make repro` leaves it out; `python -m flows.pipeline --targets train@my_group-...`
+        opt_in: true                   # `make repro` leaves it out;
+                                       # `python -m flows.pipeline --targets train@my_group-...` runs it
 
 A sweep group names its family (`sweep: mlp | transformer | inter_sample | xgboost`) and its `grid`
 (axis -> values, the family's axes; PAPER_GRIDS are the paper's); every grid point is one more axis of

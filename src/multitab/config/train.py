@@ -41,11 +41,13 @@ class TrainConfig:
     deterministic: bool  # torch.use_deterministic_algorithms: bit-identical CPU reruns and resumes
     num_threads: int = field(metadata=bounded(ge=0))  # torch intra-op threads; 0 = torch's default
     batch_size: int  # 2048 in the paper; also the evaluation batch (inter-sample attention, see data.py)
-    max_epochs: int | None  # replaces the hyperparameter file's optim.max_epochs; null = the file's (authors': 100; 50 for AliExpress)
+    # replaces the hyperparameter file's optim.max_epochs; null = the file's (authors': 100; 50 for AliExpress)
+    max_epochs: int | None
     # Train on the first `max_train_rows` rows of the (shuffled) training split; null = all (the paper).
     max_train_rows: int | None
     patience: dict[str, int]  # per dataset; key `default` for the others (MultiTab-Bench)
-    xgboost_early_stopping_rounds: int = field(metadata=bounded(ge=1))  # XGBoost's early stopping on the validation split
+    # XGBoost's early stopping on the validation split
+    xgboost_early_stopping_rounds: int = field(metadata=bounded(ge=1))
     progress: bool  # a tqdm bar per epoch (samples/s)
     # Opt-in, not the paper's: early stopping (stop decision and tested epoch) on an exponential moving
     # average of the mean validation metric, s_t = a * s_{t-1} + (1 - a) * v_t, with this `a` in (0, 1);

@@ -66,7 +66,8 @@ class ProcessedConfig:
 @dataclass(frozen=True)
 class ReportConfig:
     offending_rows: int = field(metadata=bounded(ge=0))  # rows shown per failed expectation (summary and Data Docs)
-    max_failures: int = field(metadata=bounded(ge=1))  # failed expectations listed in the printed summary (all are in Data Docs)
+    # failed expectations listed in the printed summary (all are in Data Docs)
+    max_failures: int = field(metadata=bounded(ge=1))
     keep_runs: int = field(default=10, metadata=bounded(ge=1))  # validation results kept per suite: the newest runs'
 
 

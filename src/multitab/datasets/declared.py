@@ -2,10 +2,11 @@
 and the values of the user's files, so that every later stage sees one kind of `DatasetSchema`.
 
 acquire@D reads the files (`local.path`: a file, or a folder with data.* or train.* and test.*, and val.* where
-validation is a file of its own: .csv, .csv.gz or .parquet), checks the declaration against them (every problem names the params key and the column), decides the
-kind of each undeclared feature (multitab.datasets.infer; a CSV's delimiter is `,`, `;` or tab, whichever its header holds most
-of), and writes the raw Parquet files with every categorical value and
-class label as a code (levels sorted, as recorded) and `schema.json`, the record of what was declared and decided.
+validation is a file of its own: .csv, .csv.gz or .parquet), checks the declaration against them (every problem
+names the params key and the column), decides the kind of each undeclared feature (multitab.datasets.infer; a
+CSV's delimiter is `,`, `;` or tab, whichever its header holds most of), and writes the raw Parquet files with
+every categorical value and class label as a code (levels sorted, as recorded) and `schema.json`, the record of
+what was declared and decided.
 split@D copies the record beside the splits; validate_raw@D and preprocess@D read it there, and meta.json carries
 it (`declared`).
 

@@ -33,7 +33,9 @@ _CLIP_MIN = float(stats.norm.ppf(BOUNDS_THRESHOLD - np.spacing(1)))
 _CLIP_MAX = float(stats.norm.ppf(1 - (BOUNDS_THRESHOLD - np.spacing(1))))
 
 
-def fit_normal_quantiles(values: np.ndarray, *, n_quantiles: int, subsample: int | None, seed: int) -> QuantileTransformer:
+def fit_normal_quantiles(
+    values: np.ndarray, *, n_quantiles: int, subsample: int | None, seed: int
+) -> QuantileTransformer:
     """`QuantileTransformer(output_distribution="normal", ...).fit(values[:, None])` (`values`: one column)."""
     qt = QuantileTransformer(
         n_quantiles=n_quantiles, output_distribution="normal", subsample=subsample, random_state=seed, copy=False

@@ -57,8 +57,9 @@ def canonical_column(
             if off.any():
                 row = int(np.flatnonzero(off)[0])
                 raise SplitError(
-                    f"{origin}: column {f.name!r}, row {first_row + row + 1}: value {col[row].item()!r} is none of the column's "
-                    f"levels {f.levels}; re-run acquire@{schema.name} (it checks the levels of the source file)"
+                    f"{origin}: column {f.name!r}, row {first_row + row + 1}: value {col[row].item()!r} is none of "
+                    f"the column's levels {f.levels}; re-run acquire@{schema.name} (it checks the levels of the "
+                    "source file)"
                 )
             return idx
         return col.astype(np.int64, copy=False)

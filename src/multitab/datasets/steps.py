@@ -151,10 +151,10 @@ def preprocess_splits(
     schema: DatasetSchema, cfg: DatasetConfig, splits_dir: Path, out_dir: Path, *, verdict: Path | None = None,
     declared: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Canonical splits -> processed Parquet + meta.json (fit on train only, a column at a time). `verdict`: validate_raw's verdict,
-    which must say success; its warnings (checks the policy let pass) travel on in meta.json ("validation"),
-    into every run's metrics.json and the report's banner. `declared`: a declared dataset's record
-(multitab.datasets.declared: what was declared and inferred), kept in meta.json."""
+    """Canonical splits -> processed Parquet + meta.json (fit on train only, a column at a time). `verdict`:
+    validate_raw's verdict, which must say success; its warnings (checks the policy let pass) travel on in
+    meta.json ("validation"), into every run's metrics.json and the report's banner. `declared`: a declared
+    dataset's record (multitab.datasets.declared: what was declared and inferred), kept in meta.json."""
     validation: dict[str, Any] | None = None
     if verdict is not None:
         if not Path(verdict).is_file():

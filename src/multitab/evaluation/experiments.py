@@ -84,7 +84,9 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return "n/a" if math.isnan(value) else f"{value:.4g}" if abs(value) < 1e-3 and value else f"{value:.4f}".rstrip("0").rstrip(".")
+        if math.isnan(value):
+            return "n/a"
+        return f"{value:.4g}" if abs(value) < 1e-3 and value else f"{value:.4f}".rstrip("0").rstrip(".")
     if isinstance(value, list | dict):
         return json.dumps(value, separators=(",", ":"))
     return str(value)
@@ -100,7 +102,8 @@ def compare_table(revs: Sequence[Revision], *, every_metric: bool = False, width
     shown = [r for r in revs if r.metrics is not None]
     lines = []
     if shown:
-        params = [k for k in dict.fromkeys(k for r in shown for k in r.params) if _differs([r.params.get(k) for r in shown])]
+        params = [k for k in dict.fromkeys(k for r in shown for k in r.params)
+                  if _differs([r.params.get(k) for r in shown])]
         metric_keys = list(dict.fromkeys(k for r in shown for k in r.metrics or {}))
         metrics = [k for k in metric_keys if every_metric or _differs([(r.metrics or {}).get(k) for r in shown])]
         rows: list[tuple[str, list[str]]] = [("", [r.label for r in shown])]

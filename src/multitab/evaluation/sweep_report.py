@@ -68,7 +68,8 @@ def report_markdown(sweeps: Sequence[Sweep], figures: Mapping[tuple[str, str], s
                          + ("; the sweep selects the same point." if same else "."))
         if (s.dataset, s.model) in figures:
             lines += ["", f"![{s.model} on {s.dataset}]({figures[(s.dataset, s.model)]})"]
-        lines += ["", "| rank | point | val | val σ | test | best:epochs | seconds |", "|---:|---|---:|---:|---:|---|---:|"]
+        lines += ["", "| rank | point | val | val σ | test | best:epochs | seconds |",
+                  "|---:|---|---:|---:|---:|---|---:|"]
         for rank, p in enumerate(ranked, 1):
             mark = " **(selected)**" if p is best else ""
             if authors is not None and s.find(authors) is p:
@@ -109,7 +110,8 @@ def plot(sweep: Sweep, folder: Path, dpi: int = 120) -> str:
         ax.scatter(*shown[True], s=10, alpha=0.5, color="tab:blue")
         if shown[False][0]:
             ax.scatter(*shown[False], s=14, marker="v", alpha=0.5, color="tab:gray", clip_on=False)
-        tops = [max((p.val for p in sweep.points if p.val is not None and same_value(p.coords[axis], v)), default=math.nan)
+        tops = [max((p.val for p in sweep.points if p.val is not None and same_value(p.coords[axis], v)),
+                    default=math.nan)
                 for v in values]
         ax.plot(range(len(values)), tops, color="tab:blue", lw=1.2, label="best at this value")
         if best.val is not None:
@@ -137,13 +139,15 @@ def write_sweep_outputs(sweeps: Sequence[Sweep], *, selected_path: Path, out: Pa
     """`selected_path` (hparams/swept/, replaced whole), out/{points.csv, report.md, selection.json, figures/};
     each file atomically."""
     chosen = selections(sweeps, protocol)
-    header = ("# Written by stage sweep_select (stages/sweep_select.py) from the grid points under results/sweep_runs:\n"
+    header = ("# Written by stage sweep_select (stages/sweep_select.py) from the grid points under "
+              "results/sweep_runs:\n"
               "# the selected configuration of this dataset and model (multitab.hparams) plus `selected_by`.\n"
               "# `train.hparams: swept` trains with it.\n")
     with atomic_dir(selected_path) as tmp:
         for name, content in chosen.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_text(header + yaml.safe_dump(content, sort_keys=False, default_flow_style=None, width=110))
+            text = yaml.safe_dump(content, sort_keys=False, default_flow_style=None, width=110)
+            (tmp / name).write_text(header + text)
     figures = {(s.dataset, s.model): f"figures/{plot(s, out / 'figures')}" for s in sweeps}
     write_text(out / "points.csv", points_csv(sweeps))
     write_text(out / "report.md", report_markdown(sweeps, figures, header))
@@ -151,7 +155,8 @@ def write_sweep_outputs(sweeps: Sequence[Sweep], *, selected_path: Path, out: Pa
     for s in sweeps:
         best = s.selected
         summary[s.dataset][s.model] = {"val_mean": best.val, "test_mean": best.test, "point": point_id(best.coords),
-                                       "n_points": len(s.points), "train_seconds": round(sum(p.seconds for p in s.points), 1)}
+                                       "n_points": len(s.points),
+                                       "train_seconds": round(sum(p.seconds for p in s.points), 1)}
     write_json(out / "selection.json", summary)
     return summary
 

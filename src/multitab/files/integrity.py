@@ -21,18 +21,16 @@ is corrupted, removing it and re-running the producer (DVC never rewrites an obj
 Only what changed is hashed again: a file whose (size, mtime_ns, ctime_ns, inode) match its entry in
 `.dvc/tmp/multitab-verified.json` (written atomically) has the md5 recorded there. A checkout writes a new
 file (new inode and times), and no program can set a file's ctime back, so an edit is hashed again even
-when its mtime was restored. dvc.lock is read as plain YAML with a safe loader; nothing here imports DVC.
+when its mtime was restored. dvc.lock and DVC's cache are read as dvc_lock.py reads them; nothing here imports DVC.
 """
 
 from __future__ import annotations
 
 import argparse
-import configparser
 import contextlib
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -42,14 +40,12 @@ from typing import Any
 
 import yaml
 
+from multitab.files.dvc_lock import LOCK_FILE, cache_object, read_lock
 from multitab.files.io import write_json
 from multitab.files.stage_deps import declared_deps, locked_deps, normalise
 from multitab.runtime.exit_codes import BAD_INPUT
 
-LOCK_FILE = "dvc.lock"
 STATE_FILE = Path(".dvc") / "tmp" / "multitab-verified.json"
-LOCK_INDEX = Path(".dvc") / "tmp" / "multitab-lock.json"
-_MD5 = re.compile(r"[0-9a-f]{32}(\.dir)?")
 _CHUNK = 1 << 22
 
 
@@ -121,70 +117,6 @@ class VerifiedState:
             write_json(self.path, {"version": 1, "files": entries})
 
 
-def read_lock(root: Path, tries: int = 20) -> dict[str, Any] | None:
-    """dvc.lock's stages with their dependency paths and outputs (params left out), None where there is no
-    dvc.lock. DVC rewrites it in place while other stages run: a read that saw the file change, or a
-    half-written file, is taken again. Parsing the YAML takes a large part of a second, so what a parse
-    gave is kept in LOCK_INDEX under the md5 of the bytes it came from, and every stage after it reads that."""
-    path = root / LOCK_FILE
-    for _ in range(tries):
-        try:
-            before = path.stat()
-            data = path.read_bytes()
-            after = path.stat()
-        except FileNotFoundError:
-            return None
-        if (before.st_mtime_ns, before.st_size) == (after.st_mtime_ns, len(data)):
-            digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
-            try:
-                index = json.loads((root / LOCK_INDEX).read_text())
-                if index.get("md5") == digest:
-                    return index["lock"]  # type: ignore[no-any-return]
-            except (OSError, ValueError, AttributeError, KeyError):
-                pass
-            try:
-                lock = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
-            except yaml.YAMLError:
-                lock = None
-            if _complete(lock):
-                reduced = {"stages": {
-                    name: {"deps": [{"path": d["path"]} for d in (entry or {}).get("deps") or [] if "path" in d],
-                           "outs": (entry or {}).get("outs") or []}
-                    for name, entry in lock["stages"].items()}}
-                with contextlib.suppress(OSError):  # a read-only .dvc/tmp: parsed again next time
-                    write_json(root / LOCK_INDEX, {"md5": digest, "lock": reduced})
-                return reduced
-        time.sleep(0.2)
-    raise ValueError(f"{path}: not a readable DVC lock file (is a `dvc` command rewriting it?); run again")
-
-
-def _complete(lock: Any) -> bool:
-    if not isinstance(lock, dict) or not isinstance(lock.get("stages"), dict):
-        return False
-    for entry in lock["stages"].values():
-        for out in (entry or {}).get("outs") or []:
-            if not isinstance(out, dict) or "path" not in out or not _MD5.fullmatch(str(out.get("md5", "0" * 32))):
-                return False
-    return True
-
-
-def cache_dir(root: Path) -> Path:
-    """DVC's cache folder: `cache.dir` of .dvc/config.local or .dvc/config (relative to .dvc/), else .dvc/cache."""
-    for name in ("config.local", "config"):
-        parser = configparser.ConfigParser(strict=False, interpolation=None)
-        try:
-            parser.read(root / ".dvc" / name)
-        except configparser.Error:
-            continue
-        if parser.has_option("cache", "dir"):
-            return (root / ".dvc" / parser.get("cache", "dir")).resolve()
-    return root / ".dvc" / "cache"
-
-
-def _object(root: Path, md5: str) -> Path:
-    return cache_dir(root) / "files" / "md5" / md5[:2] / md5[2:]
-
-
 def _shown(root: Path, path: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
@@ -195,7 +127,7 @@ def _rerun(stage: str) -> str:
 
 def _differs(root: Path, stage: str, rel: str, md5: str, found: str) -> IntegrityError:
     head = f"{rel}: differs from what {stage} recorded in dvc.lock (md5 {md5}, the file's {found})"
-    obj = _object(root, md5)
+    obj = cache_object(root, md5)
     if not obj.is_file():
         return IntegrityError(rel, f"{head}; DVC's cache holds no copy of it: re-run the stage: {_rerun(stage)}")
     shown = _shown(root, obj)
@@ -208,7 +140,7 @@ def _differs(root: Path, stage: str, rel: str, md5: str, found: str) -> Integrit
 
 def _manifest(root: Path, stage: str, out: str, md5: str) -> list[dict[str, Any]] | None:
     """The `.dir` object listing a folder output's files, checked against its name; None if not cached."""
-    obj = _object(root, md5)
+    obj = cache_object(root, md5)
     try:
         data = obj.read_bytes()
     except FileNotFoundError:

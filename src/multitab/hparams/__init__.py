@@ -106,7 +106,8 @@ class Hparams:
             for section, key in POINT_KEYS[axis]:
                 if section == "optim":
                     if optim is None:
-                        raise HparamsError(f"{self.file}: grid axis {axis!r} sets optim.{key}, and the file has no optim")
+                        raise HparamsError(f"{self.file}: grid axis {axis!r} sets optim.{key}, "
+                                           "and the file has no optim")
                     optim[key] = value
                 elif axis == "rope":
                     if model.get("inter_sample", "none") == "none":
@@ -153,7 +154,8 @@ def read(path: Path, shown: str | None = None) -> Hparams:
             raise HparamsError(f"{name}: optim must have exactly the keys {list(OPTIM_KEYS)}, got {got}")
         if optim["optimizer"] not in OPTIMIZERS:
             raise HparamsError(f"{name}: optim.optimizer={optim['optimizer']!r} must be one of {list(OPTIMIZERS)}")
-        numbers = all(isinstance(optim[k], int | float) and not isinstance(optim[k], bool) for k in ("lr", "weight_decay"))
+        numbers = all(isinstance(optim[k], int | float) and not isinstance(optim[k], bool)
+                      for k in ("lr", "weight_decay"))
         if (not numbers or optim["lr"] <= 0 or optim["weight_decay"] < 0 or not isinstance(optim["max_epochs"], int)
                 or optim["max_epochs"] < 1):
             raise HparamsError(f"{name}: optim: lr must be a number > 0, weight_decay >= 0 and max_epochs an "
@@ -237,7 +239,8 @@ def resolve(h: Hparams, overlay: Mapping[str, Any], *, model: str, dataset: str,
     optim = h.optim
     override = config.optim.get(base)
     if optim is not None and override is not None:
-        given = {k: getattr(override, k) for k in ("optimizer", "lr", "weight_decay") if getattr(override, k) is not None}
+        given = {k: getattr(override, k) for k in ("optimizer", "lr", "weight_decay")
+                 if getattr(override, k) is not None}
         optim = {**optim, **given}
         found.update({f"optim.{k}": where(f"optim.{base}.{k}") for k in given})
     return Hparams(values, optim, h.file, h.point)

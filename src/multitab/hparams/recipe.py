@@ -59,7 +59,8 @@ def recipe(model: str, n_features: int, *, root: Path | None = None) -> tuple[Hp
     shape = data.get("shape") or {}
     if shape:
         above = shape.get("above_features")
-        if set(shape) != {"above_features", "model"} or not isinstance(above, int) or not isinstance(shape["model"], dict):
+        if (set(shape) != {"above_features", "model"} or not isinstance(above, int)
+                or not isinstance(shape["model"], dict)):
             raise HparamsError(f"{shown}: shape must be {{above_features: <integer>, model: {{keyword: value}}}}, "
                                f"got {shape}")
         if n_features > above:

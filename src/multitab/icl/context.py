@@ -212,8 +212,9 @@ class OrionMSPEnsemble:
         rows = self._rows.get((index, method, name))
         if rows is None:
             x_view = scale(x)[:, columns]
-            rows = torch.cat([orion_encoding.encode_rows(model, context, self._tensor(x_view[start : start + self.chunk_size]))
-                              for start in range(0, len(x_view), self.chunk_size)], dim=1)
+            chunks = (x_view[start : start + self.chunk_size] for start in range(0, len(x_view), self.chunk_size))
+            rows = torch.cat([orion_encoding.encode_rows(model, context, self._tensor(chunk)) for chunk in chunks],
+                             dim=1)
             if keep:
                 self._rows[(index, method, name)] = rows
         y = torch.as_tensor(labels, device=rows.device)

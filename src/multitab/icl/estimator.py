@@ -68,7 +68,8 @@ class _CategoryCodes:
         for c in self.columns:
             values = X[c].astype(str).to_numpy()
             codes = np.searchsorted(self.values[c], values)
-            seen = (codes < len(self.values[c])) & (self.values[c][np.minimum(codes, len(self.values[c]) - 1)] == values)
+            known = self.values[c]
+            seen = (codes < len(known)) & (known[np.minimum(codes, len(known) - 1)] == values)
             X[c] = np.where(seen, codes, -1).astype(np.float64)
         return X
 

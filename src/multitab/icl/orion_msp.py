@@ -1,9 +1,9 @@
-"""Orion-MSP ("Multi-Scale Sparse Attention for Tabular In-Context Learning", Lexsi Labs, 2025): a pretrained tabular in-context
-learner. TabICL's column embedder (a set transformer with inducing points per column, §3.3), a multi-scale
-row encoder over CLS + GLOBAL tokens with a block-sparse mask (§3.4), a Perceiver memory that training rows
-write and every row reads (§3.5), then the ICL transformer with a split mask and a two-layer decoder to
-`max_classes` logits (§3.6). The blocks are in multitab.icl.orion_blocks; this module assembles them
-and loads a released checkpoint.
+"""Orion-MSP ("Multi-Scale Sparse Attention for Tabular In-Context Learning", Lexsi Labs, 2025): a pretrained
+tabular in-context learner. TabICL's column embedder (a set transformer with inducing points per column,
+§3.3), a multi-scale row encoder over CLS + GLOBAL tokens with a block-sparse mask (§3.4), a Perceiver memory
+that training rows write and every row reads (§3.5), then the ICL transformer with a split mask and a
+two-layer decoder to `max_classes` logits (§3.6). The blocks are in multitab.icl.orion_blocks; this module
+assembles them and loads a released checkpoint.
 
 Written from the paper and our reading of the authors' released model files (GitHub Lexsi-Labs/Orion-MSP,
 the same files in tabtune 0.2.1, MIT; their column embedder and encoders come from TabICL, BSD-3, and

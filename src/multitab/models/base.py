@@ -7,7 +7,8 @@ Torch models: ``forward(x_num, x_cat) -> dict[task name, Tensor]`` with
 - x_num: float32 [B, n_num] (numerical features in schema order; [B, 0] when there are none),
 - x_cat: int64 [B, n_cat] (codes 0..cardinality-1 in schema order; [B, 0] when there are none),
 - outputs: binary -> logits [B]; multiclass -> logits [B, n_classes]; regression -> prediction [B]
-  (in the target units of the processed data: raw or standardised, meta.json's target_transform). Keys are the schema's task names, in order.
+  (in the target units of the processed data: raw or standardised, meta.json's target_transform). Keys are
+  the schema's task names, in order.
 
 Optional hooks the trainer honours (duck-typed; define them only when needed):
 - ``training_loss(x_num, x_cat, targets: dict[str, Tensor], task_loss_fn) -> (loss, outputs)`` for
@@ -20,8 +21,8 @@ Non-torch models (XGBoost) expose ``fit(x_num, x_cat, targets, x_num_val=..., ..
 as that class documents) instead of ``forward``.
 
 Adding a model: a class with this constructor, its entry in the registry (multitab.registry.REGISTRY),
-its hyperparameter files (hparams/<selection>/<dataset>/<model>.yaml, multitab.hparams), and, for any submodule that holds
-parameters directly (not through nn.Linear / nn.LayerNorm / nn.Embedding ... children), a method
+its hyperparameter files (hparams/<selection>/<dataset>/<model>.yaml, multitab.hparams), and, for any submodule
+that holds parameters directly (not through nn.Linear / nn.LayerNorm / nn.Embedding ... children), a method
 ``flops(inputs, output) -> MACs`` so that ``multitab.evaluation.paper.complexity`` can count it (it raises
 otherwise). Reusable pieces: tokenizer.FeatureTokenizer / TaskTokens, blocks.TaskHeads (batched
 per-task MLP heads), blocks.FeedForward, blocks.TransformerLayer, blocks.SelfAttention.

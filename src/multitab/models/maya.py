@@ -246,7 +246,8 @@ class MAYA(MultitaskModel):
         self.lel = nn.ModuleDict()
         for t in schema.tasks:
             n_labels = {"binary": 2, "multiclass": t.n_classes or 0}.get(t.type, 0)
-            self.lel[module_key(t.name)] = nn.Embedding(n_labels, d_embedding) if n_labels else nn.Linear(1, d_embedding)
+            embed = nn.Embedding(n_labels, d_embedding) if n_labels else nn.Linear(1, d_embedding)
+            self.lel[module_key(t.name)] = embed
         self.predictor = nn.Linear(d_embedding, sum(self.d_out))  # one output block per task
         self._context: tuple[Tensor, dict[str, Tensor]] | None = None
         self.last_branch_losses: list[Tensor] = []  # per block, [n_branches], from the last training step

@@ -7,8 +7,8 @@ MultiTab-Bench sets: regression only) is one multi-output model, and ACS Income 
 one model per task. Higgs (binary + 7 regression) is two models, as in the authors' notebook.
 
 Hyperparameters: the authors' selections have no XGBoost entry and the paper lists no XGBoost grid, so the
-defaults (written out in hparams/authors/<dataset>/xgboost.yaml) are the values of the authors' evaluation notebook: max_depth 6,
-learning rate 0.2 for binary and 0.1 for multiclass / regression models, 200 rounds.
+defaults (written out in hparams/authors/<dataset>/xgboost.yaml) are the values of the authors' evaluation
+notebook: max_depth 6, learning rate 0.2 for binary and 0.1 for multiclass / regression models, 200 rounds.
 # NOTE[DIFF] (docs/deviations.md D3): the authors train a fixed number of rounds (200; 100 for Higgs) and
 # never look at the validation set; we stop early on the validation loss (`early_stopping_rounds`) and keep
 # the best round.

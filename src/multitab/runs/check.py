@@ -61,7 +61,8 @@ def _check_keys(params: Params, stages: Iterable[Run | Stack]) -> None:
     for s in stages:
         if not STAGE_KEY.fullmatch(s.key):
             raise ConfigError(f"{params.source}: runs.{s.group}: stage key {s.key!r} holds characters a DVC stage "
-                              f"name cannot (letters, digits, `_`, `-`, `+` only); its grid point {s.point} goes into it")
+                              f"name cannot (letters, digits, `_`, `-`, `+` only); its grid point {s.point} "
+                              "goes into it")
 
 
 def _check_size(params: Params, n: int) -> None:

@@ -113,7 +113,8 @@ def entry(params: Params, key: str, path: str | Path = RUNS_FILE) -> tuple[Run, 
     what params.yaml and the hyperparameter files resolve to now."""
     runs = expand(params)
     if key not in runs:
-        raise ConfigError(f"{params.source} declares no run {key!r} (runs.yaml is stale?): run `python -m multitab.runs`")
+        raise ConfigError(f"{params.source} declares no run {key!r} (runs.yaml is stale?): "
+                          "run `python -m multitab.runs`")
     written = check_current(params, path)[KEY]
     if key not in written:
         if group_train(params, runs[key].group).stack_seeds:

@@ -59,7 +59,9 @@ class RunConfig:
     @property
     def optim(self) -> dict[str, Any] | None:
         """optimizer, lr, weight_decay (None: a model that trains itself)."""
-        return None if self.hparams.optim is None else {k: self.hparams.optim[k] for k in ("optimizer", "lr", "weight_decay")}
+        if self.hparams.optim is None:
+            return None
+        return {k: self.hparams.optim[k] for k in ("optimizer", "lr", "weight_decay")}
 
     def record(self) -> dict[str, Any]:
         """The record's `hparams` and `train` (runs.yaml's, plain values)."""

@@ -61,8 +61,8 @@ def train_settings(config: TrainConfig, hparams: Hparams, *, dataset: str,
         found["train.max_epochs"] = (f"{found.get('optim.max_epochs', hparams.file)} (optim.max_epochs: "
                                      f"{where('max_epochs')} is null)")
     found["train.patience"] = where(f"patience.{dataset}" if dataset in config.patience else "patience.default")
-    same = ("batch_size", "max_train_rows", "precision", "device", "compile", "cuda_graph", "deterministic", "num_threads",
-            "early_stopping_smoothing", "eval_batch_size", "xgboost_early_stopping_rounds")
+    same = ("batch_size", "max_train_rows", "precision", "device", "compile", "cuda_graph", "deterministic",
+            "num_threads", "early_stopping_smoothing", "eval_batch_size", "xgboost_early_stopping_rounds")
     found.update({f"train.{k}": where(k) for k in same})
     found["train.protocol"] = protocol_source
     overrides = config.overrides_for(model, dataset) if model is not None else {}

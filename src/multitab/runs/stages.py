@@ -45,7 +45,8 @@ def data_folder(kind: str, name: str, config: str, factors: Mapping[str, Any] | 
     if kind != "bench":
         options["profile"] = kind  # multitab.runs.profiles: study.data / attribution.data over bench.data
     if factors is not None:
-        options.update(evaluation=factors["evaluation"], targets=factors["targets"], **{"data-seed": factors["data_seed"]})
+        options.update(evaluation=factors["evaluation"], targets=factors["targets"],
+                       **{"data-seed": factors["data_seed"]})
     return {"options": options, "out": out, "verdict": verdict,
             "profile_data": "bench.data" if kind == "bench" else f"{kind}.data"}
 

@@ -56,7 +56,9 @@ class TensorSplit:
     def device(self) -> torch.device:
         return self.x_num.device
 
-    def targets(self, y_float: torch.Tensor | None = None, y_long: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def targets(
+        self, y_float: torch.Tensor | None = None, y_long: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         y_float = self.y_float if y_float is None else y_float
         y_long = self.y_long if y_long is None else y_long
         out = {t: y_float[:, i] for i, t in enumerate(self.float_tasks)}
@@ -108,7 +110,8 @@ def split_from_frame_arrays(
     n = None
     for name in schema.canonical_columns:
         if name not in columns:
-            raise DataError(f"{where}: column {name!r} missing (expected {schema.canonical_columns}); re-run preprocess")
+            raise DataError(f"{where}: column {name!r} missing (expected {schema.canonical_columns}); "
+                            "re-run preprocess")
         size = len(columns[name])
         if n is None:
             n = size
@@ -149,7 +152,8 @@ def split_from_frame_arrays(
         k = schema.task(name).n_classes
         bad = np.nonzero((y_long[:, j] < 0) | (y_long[:, j] >= (k or 0)))[0]
         if bad.size:
-            raise DataError(f"{where}: task {name!r} row {int(bad[0])}: class {int(y_long[bad[0], j])} outside [0, {k})")
+            raise DataError(f"{where}: task {name!r} row {int(bad[0])}: class {int(y_long[bad[0], j])} "
+                            f"outside [0, {k})")
     return TensorSplit(torch.from_numpy(x_num), torch.from_numpy(x_cat), torch.from_numpy(y_float),
                        torch.from_numpy(y_long), float_tasks, long_tasks)
 
@@ -198,7 +202,8 @@ def place(split: TensorSplit, device: torch.device, *, max_fraction: float = 0.5
     if gpu_has_room(split.nbytes(), device, max_fraction):
         return split.to(device)
     free, _ = torch.cuda.mem_get_info(device)
-    log.info("split of %.1f GB does not fit on the GPU (%.1f GB free): pinned host memory", split.nbytes() / 1e9, free / 1e9)
+    log.info("split of %.1f GB does not fit on the GPU (%.1f GB free): pinned host memory",
+             split.nbytes() / 1e9, free / 1e9)
     return split.to(device, pin=True)
 
 

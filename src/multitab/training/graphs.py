@@ -41,8 +41,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-__all__ = ["CAPTURES", "NOT_TORCH", "WARMUP_STEPS", "Capture", "CudaCapture", "EagerCapture", "GraphPlan", "GraphedStep", "StepFn",
-           "graph_plan", "load_optimizer_state"]
+__all__ = ["CAPTURES", "NOT_TORCH", "WARMUP_STEPS", "Capture", "CudaCapture", "EagerCapture", "GraphPlan",
+           "GraphedStep", "StepFn", "graph_plan", "load_optimizer_state"]
 
 NOT_TORCH = "not captured: not a torch model (trains itself)"
 WARMUP_STEPS = 3  # eager full batches before the capture (PyTorch's CUDA graph notes use 3 on a side stream)
@@ -147,7 +147,8 @@ def graph_plan(requested: bool, device: torch.device, model: Any) -> GraphPlan:
     if not isinstance(model, torch.nn.Module):
         return GraphPlan(True, NOT_TORCH)
     if callable(getattr(model, "training_loss", None)):
-        return GraphPlan(True, "not captured: the model's own training_loss (a replay would skip its per-step Python work)")
+        return GraphPlan(True, "not captured: the model's own training_loss "
+                               "(a replay would skip its per-step Python work)")
     if device.type not in CAPTURES:
         return GraphPlan(True, f"not captured: {device.type}")
     return GraphPlan(True, None, CAPTURES[device.type])

@@ -1,6 +1,6 @@
-"""Task losses (paper, Implementation Details; docs/deviations.md S6): binary cross-entropy on
-logits, cross-entropy for multiclass, MSE on the regression targets as preprocessed (raw or standardised: docs/deviations.md S1); the multitask loss is the
-plain sum over tasks (no task weights, no positive-class weights)."""
+"""Task losses (paper, Implementation Details; docs/deviations.md S6): binary cross-entropy on logits,
+cross-entropy for multiclass, MSE on the regression targets as preprocessed (raw or standardised:
+docs/deviations.md S1); the multitask loss is the plain sum over tasks (no task weights, no positive-class weights)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ class MultitaskLoss:
             raise ValueError("a multitask loss needs at least one task")
         self.tasks = tuple(tasks)
 
-    def per_task(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def per_task(
+        self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         missing = [t.name for t in self.tasks if t.name not in outputs]
         if missing:
             raise KeyError(f"model outputs lack task(s) {missing}; it returned {sorted(outputs)}")

@@ -72,7 +72,8 @@ class _Column:
             if not finite.all():
                 row = offset + int(np.argmin(finite))
                 what = "column" if self.kind == "num" else "task column"
-                raise DataError(f"{where}: {what} {self.name!r} row {row}: non-finite value; re-run preprocess/validation")
+                raise DataError(f"{where}: {what} {self.name!r} row {row}: non-finite value; "
+                                "re-run preprocess/validation")
             return
         if self.high is None:
             return
@@ -105,7 +106,8 @@ def _check_columns(pf: pq.ParquetFile, schema: DatasetSchema, cols: list[_Column
     arrow = pf.schema_arrow
     for name in schema.canonical_columns:
         if arrow.get_field_index(name) < 0:
-            raise DataError(f"{where}: column {name!r} missing (expected {schema.canonical_columns}); re-run preprocess")
+            raise DataError(f"{where}: column {name!r} missing (expected {schema.canonical_columns}); "
+                            "re-run preprocess")
     for c in cols:
         field_type = arrow.field(c.name).type
         if c.kind in ("cat", "long_task") and not _integer(field_type):

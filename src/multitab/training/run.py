@@ -1,8 +1,7 @@
 """One training run end to end: load the processed data, build the model, train (or fit) it, and return
 the metrics record that `stages/train.py` writes as results/runs/<dataset>/<model>/seed<S>/metrics.json.
 
-The record's schema is `METRICS_SCHEMA` (JSON Schema; aggregate and the tests read it). Non-finite
-metric values (an undefined AUC) are written as null.
+The record's schema and the fields every run writes are in metrics_record.py (`METRICS_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -27,72 +25,17 @@ from multitab.hparams.keywords import problems
 from multitab.metrics import mean_metric, task_metrics
 from multitab.models import RUN_KEYWORDS, build_model, model_class
 from multitab.runs.record import RunConfig, TrainSettings
-from multitab.training.compute_mode import PRECISIONS, computing
+from multitab.training.compute_mode import computing
 from multitab.training.data import ProcessedData, load_processed
 from multitab.training.data_hashes import data_hashes, hash_in_background
 from multitab.training.device import resolve_device, seed_everything
 from multitab.training.evaluate import regression_mse
 from multitab.training.graphs import NOT_TORCH
 from multitab.training.loop import RunResult, train
-from multitab.training.settings import RunSettings
+from multitab.training.metrics_record import metrics_record
+from multitab.training.settings import RunSettings, RunSpec
 
 log = logging.getLogger(__name__)
-
-_METRIC_MAP = {"type": "object", "additionalProperties": {"type": ["number", "null"]}}
-METRICS_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "required": ["dataset", "model", "seed", "source", "standin", "task_types", "metric_names", "test", "val",
-                 "test_mean", "val_mean", "test_mse", "test_mse_standardised", "best_epoch", "epochs",
-                 "max_epochs", "stopped_early", "train_seconds", "samples_per_second", "device",
-                 "torch_version", "n_params", "optimizer", "n_rows"],
-    "properties": {
-        "dataset": {"type": "string"},
-        "model": {"type": "string"},
-        "seed": {"type": "integer"},
-        "source": {"enum": ["standin", "local", "remote", "synthetic"]},
-        "standin": {"type": "boolean"},
-        "task_types": {"type": "object", "additionalProperties": {"enum": ["binary", "multiclass", "regression"]}},
-        "metric_names": {"type": "object", "additionalProperties": {"enum": ["auc", "ev"]}},
-        "test": _METRIC_MAP,
-        "val": _METRIC_MAP,
-        "test_mean": {"type": ["number", "null"]},
-        "val_mean": {"type": ["number", "null"]},
-        "test_mse": _METRIC_MAP,
-        "test_mse_standardised": _METRIC_MAP,
-        "best_epoch": {"type": "integer", "minimum": 1},
-        "epochs": {"type": "integer", "minimum": 1},
-        "max_epochs": {"type": "integer", "minimum": 1},
-        "stopped_early": {"type": "boolean"},
-        "train_seconds": {"type": "number", "minimum": 0},
-        "samples_per_second": {"type": ["number", "null"]},
-        "device": {"type": "string"},
-        "torch_version": {"type": "string"},
-        "n_params": {"type": ["integer", "null"]},
-        "optimizer": {"type": "object"},
-        "n_rows": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "precision_requested": {"enum": list(PRECISIONS)}, "precision_effective": {"enum": list(PRECISIONS)},
-        "deterministic": {"type": "boolean"}, "nondeterministic_ops": {"type": "array", "items": {"type": "string"}},
-        "cuda_graph": {"type": ["string", "object"]},  # with train.cuda_graph: steps replayed, or why not
-    },
-}
-
-
-def _finite_or_none(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
-
-
-def _clean(metrics: dict[str, float]) -> dict[str, float | None]:
-    return {k: _finite_or_none(v) for k, v in metrics.items()}
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    dataset: str
-    model: str
-    seed: int
-    data_path: Path
-    checkpoint_dir: Path
 
 
 def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, run: RunConfig) -> Any:
@@ -104,7 +47,8 @@ def build_run_model(name: str, meta: dict[str, Any], spec: RunSpec, run: RunConf
     if not issubclass(model_class(name), torch.nn.Module):
         taken = sorted(set(kwargs) & set(RUN_KEYWORDS))
         if taken:
-            raise ValueError(f"{hparams.file}: {taken} are the run's settings (train:), not hyperparameters; remove them")
+            raise ValueError(f"{hparams.file}: {taken} are the run's settings (train:), not hyperparameters; "
+                             "remove them")
         kwargs |= {"seed": spec.seed, "early_stopping_rounds": config.xgboost_early_stopping_rounds,
                    "device": config.device, "n_threads": config.num_threads}
     # what `python -m multitab.runs` checks, again for a stage DVC runs on a file edited since
@@ -294,7 +238,8 @@ def fit_predict(model: Any, data: ProcessedData) -> RunResult:
     `best_epoch` / `epochs` report boosting rounds (the largest over the model's boosters)."""
     train_split, val_split = data.splits["train"], data.splits["val"]
     t0 = time.perf_counter()
-    model.fit(train_split.x_num.numpy(), train_split.x_cat.numpy(), {k: v.numpy() for k, v in train_split.targets().items()},
+    model.fit(train_split.x_num.numpy(), train_split.x_cat.numpy(),
+              {k: v.numpy() for k, v in train_split.targets().items()},
               x_num_val=val_split.x_num.numpy(), x_cat_val=val_split.x_cat.numpy(),
               targets_val={k: v.numpy() for k, v in val_split.targets().items()})
     seconds = time.perf_counter() - t0
@@ -307,7 +252,8 @@ def fit_predict(model: Any, data: ProcessedData) -> RunResult:
         preds_by[name] = {k: np.asarray(v) for k, v in model.predict(split.x_num.numpy(), split.x_cat.numpy()).items()}
         labels_by[name] = {k: v.numpy() for k, v in split.targets().items()}
         out[name] = task_metrics(tasks, labels_by[name], preds_by[name])
-    test_mse, test_mse_std = regression_mse(tasks, labels_by["test"], preds_by["test"], data.meta.get("target_stats", {}))
+    test_mse, test_mse_std = regression_mse(tasks, labels_by["test"], preds_by["test"],
+                                            data.meta.get("target_stats", {}))
     best_rounds = [int(r) for r in getattr(model, "best_rounds", [1])]
     boosters = getattr(model, "boosters", [])
     rounds = max([int(b.num_boosted_rounds()) for b in boosters] or best_rounds)
@@ -321,31 +267,3 @@ def fit_predict(model: Any, data: ProcessedData) -> RunResult:
         history=[{"epoch": 1, "val_mean": mean_metric(out["val"]), **{f"val_{k}": v for k, v in out["val"].items()}}],
         resumed_from_epoch=0,
     )
-
-
-def metrics_record(
-    spec: RunSpec, data: ProcessedData, result: RunResult, *, optim: dict[str, Any], max_epochs: int,
-    n_params: int | None,
-) -> dict[str, Any]:
-    meta = data.meta
-    if "standin" not in meta or "source" not in meta:
-        raise KeyError(f"{data.path / 'meta.json'}: keys 'source' and 'standin' are required (label stand-in results)")
-    tasks = data.schema.tasks
-    return {
-        "dataset": spec.dataset, "model": spec.model, "seed": spec.seed,
-        "source": meta["source"], "standin": bool(meta["standin"]),
-        "task_types": {t.name: t.type for t in tasks},
-        "metric_names": {t.name: t.metric for t in tasks},
-        "test": _clean(result.test), "val": _clean(result.val),
-        "test_mean": _finite_or_none(mean_metric(result.test)), "val_mean": _finite_or_none(mean_metric(result.val)),
-        "test_mse": _clean(result.test_mse), "test_mse_standardised": _clean(result.test_mse_standardised),
-        "best_epoch": result.best_epoch, "epochs": result.epochs, "max_epochs": max_epochs,
-        "stopped_early": result.stopped_early, "resumed_from_epoch": result.resumed_from_epoch,
-        "train_seconds": round(result.train_seconds, 3),
-        "samples_per_second": _finite_or_none(round(result.samples_per_second, 1)),
-        "device": result.device, "torch_version": torch.__version__, "python": platform.python_version(),
-        "n_params": n_params, "optimizer": optim,
-        "n_rows": {k: len(v) for k, v in data.splits.items()},
-        # Checks of estimates that the validation policy let pass (the report's banner shows them).
-        "validation_warnings": list((meta.get("validation") or {}).get("warnings", [])),
-    }

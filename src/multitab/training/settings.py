@@ -1,10 +1,12 @@
 """The training loop's settings (RunSettings): every one given, a run's from its record (multitab.runs.record).
-Here, apart from the loop, so that the epoch machinery (epochs.py) and the loop (loop.py) both read it."""
+Here, apart from the loop, so that the epoch machinery (epochs.py) and the loop (loop.py) both read it; beside
+them the run they train (RunSpec), which the run (run.py) and its metrics record (metrics_record.py) share."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 
@@ -33,3 +35,14 @@ class RunSettings:
     cuda_graph: bool = False
     # train.eval_batch_size: the evaluation batch of models whose rows do not see each other (evaluate.py)
     eval_batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The run: its dataset, model and seed, the processed data it reads and the folder of its checkpoints."""
+
+    dataset: str
+    model: str
+    seed: int
+    data_path: Path
+    checkpoint_dir: Path

@@ -4,8 +4,9 @@
     records = run_training_stacked(specs, run)         # as `run_training`, one (record, history) per spec
 
 M runs that differ only in their seed (same model, hyperparameters, batch size, epochs, optimiser, device)
-and, where each has its own ProcessedData, in their data of one shape (stacked_data.py) train as one: their parameters and buffers are stacked along a new leading axis and one step is
-`vmap(grad_and_value(loss))` over `torch.func.functional_call` of the model, each member on its own batch.
+and, where each has its own ProcessedData, in their data of one shape (stacked_data.py) train as one: their
+parameters and buffers are stacked along a new leading axis and one step is `vmap(grad_and_value(loss))` over
+`torch.func.functional_call` of the model, each member on its own batch.
 What makes member m equal to the separate run with its seed:
 
 - initialisation: each member's model is built right after `seed_everything(seed)`, as `run_training`
@@ -24,9 +25,9 @@ What makes member m equal to the separate run with its seed:
   (`epochs.run_epochs`, `loop.evaluate_best`), which here trains an epoch with the vmapped step: after
   each epoch the member's slice is copied into its own model, which is validated with `evaluate` and saved
   to its own folder exactly as a separate run saves it (same keys, same fingerprint), so a separate run
-  resumes a member's `last.pt` and a stacked run resumes a separate run's. A member that stops (early, or at the epoch budget) leaves the
-  stack: the remaining members are stacked again from their states, so nothing after its stop reaches its
-  results or checkpoints; its test metrics come from its own `best.pt`;
+  resumes a member's `last.pt` and a stacked run resumes a separate run's. A member that stops (early, or at
+  the epoch budget) leaves the stack: the remaining members are stacked again from their states, so nothing
+  after its stop reaches its results or checkpoints; its test metrics come from its own `best.pt`;
 - CPU kernels: the stacked step runs the models' reference PyTorch ops (the chunked CPU kernels of
   `models/accelerate.py` are autograd Functions without a vmap rule); the members' own models, which
   validate and test, take the kernels on CPU as a separate run's model does. Both compute the same function

@@ -201,10 +201,12 @@ class Stack:
         t0 = time.perf_counter()
         data_seconds = 0.0
         t_data = time.perf_counter()
-        orders = torch.stack([torch.randperm(n, generator=s.generator, device=s.generator.device) for s in self.members])
+        orders = torch.stack([torch.randperm(n, generator=s.generator, device=s.generator.device)
+                              for s in self.members])
         loss_sum = torch.zeros(m, device=device, dtype=torch.float64)
         task_sums: dict[str, Tensor] = {}
-        bar = tqdm(total=n * m, unit="sample", unit_scale=True, desc=f"epoch {epoch + 1}/{settings.max_epochs} ({m} stacked)",
+        bar = tqdm(total=n * m, unit="sample", unit_scale=True,
+                   desc=f"epoch {epoch + 1}/{settings.max_epochs} ({m} stacked)",
                    disable=not settings.progress, leave=False, mininterval=1.0)
         batches = _stacked_batches(split, orders, settings.batch_size, device, datasets)
         data_seconds += time.perf_counter() - t_data

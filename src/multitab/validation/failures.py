@@ -152,7 +152,8 @@ def failure_from_result(split: str, r: Any, frame: pd.DataFrame, k: int) -> Fail
     if cfg.type == "expect_table_columns_to_match_ordered_list":
         observed = _column_diff(cfg.kwargs["column_list"], list(frame.columns))
     elif check == "class_balance" and "expected_share" in meta:
-        observed += f" (Table 1: {meta['expected_share']}; allowed [{cfg.kwargs['min_value']:.4g}, {cfg.kwargs['max_value']:.4g}])"
+        allowed = f"[{cfg.kwargs['min_value']:.4g}, {cfg.kwargs['max_value']:.4g}]"
+        observed += f" (Table 1: {meta['expected_share']}; allowed {allowed})"
     elif "min_value" in cfg.kwargs or "max_value" in cfg.kwargs:
         observed += (
             f", allowed [{_short(cfg.kwargs.get('min_value'))}, {_short(cfg.kwargs.get('max_value'))}]"

@@ -119,8 +119,8 @@ run of its stage and dataset did not reach (its result is from an earlier run). 
 under their split; each result links to its Great Expectations page
 (<a href="{GX_SITE_DIR}/index.html">Great Expectations' own index</a>: sortable, with a "Failed only" filter,
 and the results of earlier runs).</p>
-<table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>validated (UTC)</th><th>rows</th><th>expectations</th>
-<th>failed</th><th>details</th></tr></thead><tbody>
+<table><thead><tr><th>stage@dataset</th><th>split</th><th>status</th><th>validated (UTC)</th><th>rows</th>
+<th>expectations</th><th>failed</th><th>details</th></tr></thead><tbody>
 {"".join(rows)}
 </tbody></table>{_declared_section(report_dir)}</body></html>
 """

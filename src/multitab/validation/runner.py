@@ -9,10 +9,10 @@ Layout (one context for the whole repository, `gx/`):
   great_expectations.yml (where GX keeps assets) does not change with every dataset.
 - Built at run time from the schema (git-ignored): suites in gx/expectations/ (one per stage, dataset and
   split, named `<stage>-<dataset>-<split>`), and in gx/uncommitted/validations/ the validation results: those
-  of the last `validation.report.keep_runs` runs of every suite, under their run's name and time. The project's own checks
-  (expectations.py) join each suite and result before the pages are built, so Data Docs count what the project
-  page counts. The pages load their CSS, scripts and fonts from the site itself (assets.py); the Data Docs
-  index lists every result kept, each with its asset.
+  of the last `validation.report.keep_runs` runs of every suite, under their run's name and time. The
+  project's own checks (expectations.py) join each suite and result before the pages are built, so Data Docs
+  count what the project page counts. The pages load their CSS, scripts and fonts from the site itself
+  (assets.py); the Data Docs index lists every result kept, each with its asset.
 
 What the results mean for people is in failures.py (failed checks, summary, verdict); the project's own
 page, reports/validation/index.html (the latest result of every stage, dataset and split), in report_page.py.
@@ -172,10 +172,10 @@ def run_suites(
     policy: Mapping[str, str] | None = None,
     keep_runs: int | None = None,
 ) -> Outcome:
-    """Validate each split with its suite (whole, or batch by batch: columns.py), add the split's checks run outside Great Expectations'
-    engine (`extra`: duplicates, overlap ...) to its suite and result, keep the results of the newest
-    `keep_runs` runs of each suite (None: params' `validation.report.keep_runs`), then update Data Docs once. `levels`: check id -> "warn" for checks the
-    policy downgrades."""
+    """Validate each split with its suite (whole, or batch by batch: columns.py), add the split's checks run
+    outside Great Expectations' engine (`extra`: duplicates, overlap ...) to its suite and result, keep the
+    results of the newest `keep_runs` runs of each suite (None: params' `validation.report.keep_runs`), then
+    update Data Docs once. `levels`: check id -> "warn" for checks the policy downgrades."""
     keep_runs = report.keep_runs if keep_runs is None else keep_runs
     if keep_runs < 1:
         raise ValueError(f"{keep_runs=} must be >= 1")

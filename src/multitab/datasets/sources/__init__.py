@@ -87,10 +87,9 @@ def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) 
     `<key>.csv.gz` or `<key>.parquet` per raw file (AliExpress: train, test), or a .zip / .tar.gz of them."""
     where = f"datasets.{schema.name}.local.path in params.yaml"
     if cfg.path is None:
-        raise SourceError(
-            f"{schema.name}: source is 'local' but {where} is not set; set it to your file "
-            f"({'a folder with ' + ' and '.join(schema.raw_files) + ' files' if len(schema.raw_files) > 1 else 'CSV, CSV.gz or Parquet'})"
-        )
+        kind = ("a folder with " + " and ".join(schema.raw_files) + " files" if len(schema.raw_files) > 1
+                else "CSV, CSV.gz or Parquet")
+        raise SourceError(f"{schema.name}: source is 'local' but {where} is not set; set it to your file ({kind})")
     root = Path(cfg.path)
     if not root.exists():
         raise SourceError(

@@ -197,7 +197,9 @@ class RawSummary:
 
     def __init__(self, schema: DatasetSchema) -> None:
         self.rows = 0
-        self.missing = dict.fromkeys((c.name for c in schema.raw_columns if c.dtype == "float" and c.role != "label"), 0)
+        self.missing = dict.fromkeys(
+            (c.name for c in schema.raw_columns if c.dtype == "float" and c.role != "label"), 0
+        )
         self.dropped = [c.name for c in schema.raw_columns if c.role == "drop" and not c.name.endswith("_id")]
         self.min_max: dict[str, tuple[Any, Any]] = {}
 
@@ -241,7 +243,8 @@ def write_raw_parquet(
 ) -> RawSummary:
     """Read raw file `path` as `read_raw_table` does and write it to Parquet file `target` as it goes
     (row groups of pyarrow's default 1,048,576 rows: the file `pq.write_table(read_raw_table(...))`
-    writes with the project's `columnar.parquet_options`), holding one row group at a time. What acquire writes to data/raw/<D>/."""
+    writes with the project's `columnar.parquet_options`), holding one row group at a time. What acquire
+    writes to data/raw/<D>/."""
     path = Path(path)
     summary = RawSummary(schema)
     pending: list[pa.RecordBatch] = []

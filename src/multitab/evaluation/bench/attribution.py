@@ -153,7 +153,8 @@ def ladder_markdown(table: pd.DataFrame, settings: StudySettings) -> str:
                   f"| Arm | Whose | Changes | {settings.label(settings.model)} Δm | Best rival Δm | Gap ± SE | "
                   "Verdict | Not converged |", "|---|---|---|---|---|---|---|---|"]
         for r in part.itertuples(index=False):
-            rival = f"{settings.label(r.best_rival)} {plus_minus(r.rival_mean, r.rival_se)}" if r.best_rival else "missing"
+            rival = (f"{settings.label(r.best_rival)} {plus_minus(r.rival_mean, r.rival_se)}" if r.best_rival
+                     else "missing")
             lines.append(f"| {r.arm} | {SOURCE_LABELS.get(r.source, r.source)} | {r.changed} | "
                          f"{plus_minus(r.model_mean, r.model_se)} | {rival} | {plus_minus(r.gap, r.gap_se)} | "
                          f"**{r.verdict}**{not_above(r.short_of)} | {r.not_converged} |")
@@ -191,7 +192,8 @@ def paragraph(table: pd.DataFrame, settings: StudySettings, names: Mapping[str, 
             text += f"; the verdict turns to **{after}** at {arm}, once {what}"
             if len(moves) > 1:
                 text += "; then " + "; ".join(f"**{a2}** at {a}" for a, _, a2 in moves[1:])
-            text += f". Under {last.arm} it {_says(last.verdict)} ({plus_minus(last.gap, last.gap_se)}{not_above(last.short_of)})."
+            text += (f". Under {last.arm} it {_says(last.verdict)} "
+                     f"({plus_minus(last.gap, last.gap_se)}{not_above(last.short_of)}).")
         missing = part.loc[part.verdict == "missing", "arm"].tolist()
         if missing:
             text += f" Missing arms: {', '.join(missing)}."
@@ -260,7 +262,8 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
     from multitab.evaluation.bench.generator import generator_line
 
     lines = [f"> {note}", "", f"- Commit: `{commit}`; machine: {machine}.", generator_line(commit),
-             f"- Scale: arms {list(dict.fromkeys(metrics['arm']))}, configurations {list(dict.fromkeys(runs['config']))}, "
+             f"- Scale: arms {list(dict.fromkeys(metrics['arm']))}, "
+             f"configurations {list(dict.fromkeys(runs['config']))}, "
              f"seeds {sorted(int(s) for s in runs['seed'].unique())}, {rows} training rows per run; {len(runs)} "
              f"distinct runs for {arm_runs} arm-runs.",
              "- Training time per model (train_seconds of the distinct runs, sum and per run):"]

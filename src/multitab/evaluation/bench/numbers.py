@@ -266,8 +266,8 @@ def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) ->
             r["verdict"] = verdict
         rows += conf_rows
     return pd.DataFrame.from_records(rows, columns=["config", "model", "rival", "n_model", "n_rival", "mean_model",
-                                                    "mean_rival", "difference", "t", "p_value", "p_below", "p_below_holm",
-                                                    "status", "verdict"])
+                                                    "mean_rival", "difference", "t", "p_value", "p_below",
+                                                    "p_below_holm", "status", "verdict"])
 
 
 def below_budget(metrics: pd.DataFrame, budget: Budget | None) -> dict[str, str]:

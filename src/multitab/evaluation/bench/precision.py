@@ -134,7 +134,8 @@ def compare(metrics: pd.DataFrame, settings: StudySettings) -> tuple[pd.DataFram
     configs = list(dict.fromkeys(metrics["config"]))
     verdicts = {p: claims(per_seed[p], configs, settings).drop_duplicates("config").set_index("config")["verdict"]
                 for p in PRECISIONS}
-    verdict_table = pd.DataFrame({"config": configs, "verdict_fp32": [verdicts["fp32"].get(c, "missing") for c in configs],
+    verdict_table = pd.DataFrame({"config": configs,
+                                  "verdict_fp32": [verdicts["fp32"].get(c, "missing") for c in configs],
                                   "verdict_bf16": [verdicts["bf16"].get(c, "missing") for c in configs]},
                                  columns=VERDICT_COLUMNS)
     return table, verdict_table

@@ -113,7 +113,8 @@ def curves_figure(curves: pd.DataFrame, configs: Sequence[str], models: Sequence
     n = max(len(configs), 1)
     cols = min(3, n)
     rows_ = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows_, cols, figsize=(max(4.0 * cols, 7.5), 3.0 * rows_ + 1.2), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(rows_, cols, figsize=(max(4.0 * cols, 7.5), 3.0 * rows_ + 1.2), squeeze=False,
+                             layout="constrained")
     for k, conf in enumerate(configs):
         ax = axes[k // cols][k % cols]
         part = curves[curves.config == conf]

@@ -125,7 +125,8 @@ def section_only(metrics: pd.DataFrame, settings: StudySettings, models: Sequenc
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
     claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
-    return render_section(metrics, claim, convergence(metrics, None, settings), delta_m_markdown(summary, configs, models, settings),
+    return render_section(metrics, claim, convergence(metrics, None, settings),
+                          delta_m_markdown(summary, configs, models, settings),
                           claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves,
                           convergence_file=convergence_file)
 
@@ -159,7 +160,8 @@ def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str
         lines.append(f"  - {model}: {part['train_seconds'].sum():.0f} s in {len(part)} runs "
                      f"({part['train_seconds'].mean():.0f} s per run, median {part['epochs'].median():g} epochs)")
     if flow_wall_seconds is not None:
-        lines.append(f"- Wall time of the whole `flows.pipeline` run (every stage, 2 at once): {flow_wall_seconds:.0f} s.")
+        lines.append("- Wall time of the whole `flows.pipeline` run (every stage, 2 at once): "
+                     f"{flow_wall_seconds:.0f} s.")
     return lines + [""]
 
 
@@ -203,8 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             regenerate(a.folder)
             return 0
         copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv"), "make study")
-        header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=git_commit(a.source), machine=machine(),
-                               note=a.note, flow_wall_seconds=a.flow_wall_seconds)
+        header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=git_commit(a.source),
+                               machine=machine(), note=a.note, flow_wall_seconds=a.flow_wall_seconds)
         write_text("\n".join(header) + "\n", a.target / "header.md")
         regenerate(a.target)
     except (StudyError, OSError) as e:

@@ -13,8 +13,8 @@ each rival. Per rival two one-sided Welch t-tests over the seeds' Δm (significa
 
 Welch's rather than Student's pooled variance: the models' seed spreads are not alike (in the committed
 study records MultiTab-Net's σ of Δm is up to 7.6 times a rival's on the same configuration, 57 times its
-variance), and pooling would let the rivals' small spread stand for the model's. The paper's Table 8 uses Student's test; that table's own
-code (aggregate's significance) keeps it.
+variance), and pooling would let the rivals' small spread stand for the model's. The paper's Table 8 uses
+Student's test; that table's own code (aggregate's significance) keeps it.
 
 Everything here works on arrays (the last axis: the rivals), so tests/test_bench_verdict.py simulates the rule
 over thousands of studies at once.

@@ -34,7 +34,8 @@ def icl_beside_bench(metrics: pd.DataFrame, models: Sequence[str], labels: Mappi
     icl_models = sorted({m for (c, m) in icl if c in configs})
     if not icl_models:
         return ""
-    head = ["Configuration", *[labels.get(m, m) for m in models], *[f"{LABELS.get(m, m)} (pretrained)" for m in icl_models]]
+    head = ["Configuration", *[labels.get(m, m) for m in models],
+            *[f"{LABELS.get(m, m)} (pretrained)" for m in icl_models]]
     lines = ["### Pretrained in-context models on the same data", "",
              "Test explained variance (%) averaged over each configuration's tasks, then over seeds: the multitask "
              "models of run group `bench` and the `icl` stage's pretrained models (results/icl), which train nothing "

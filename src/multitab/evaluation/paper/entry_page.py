@@ -77,7 +77,8 @@ def entry_links(root: Path, written: Sequence[Path] = ()) -> list[tuple[str, lis
         files: list[Path] = []  # in the patterns' order (the report as a page first), each pattern's sorted
         for pattern in patterns:
             found = {p.resolve() for p in root.glob(pattern) if p.is_file()}
-            found |= {w for w in fresh if w.is_relative_to(root) and fnmatch.fnmatchcase(w.relative_to(root).as_posix(), pattern)}
+            found |= {w for w in fresh
+                      if w.is_relative_to(root) and fnmatch.fnmatchcase(w.relative_to(root).as_posix(), pattern)}
             files += [f for f in sorted(found, key=_natural) if f not in files]
         if files:
             out.append((title, files))
@@ -95,8 +96,9 @@ def _href(page: Path, target: Path) -> str:
 
 def _budget_rows(budgets: Sequence[GroupBudget]) -> list[str]:
     esc = html_text
-    rows = ['<table>', "<thead><tr><th>Run group</th><th>Data</th><th>Runs with a record</th><th>Seeds</th><th>Epochs run (cap)</th>"
-            "<th>Training rows per run</th><th>What the numbers can say</th></tr></thead>", "<tbody>"]
+    rows = ['<table>', "<thead><tr><th>Run group</th><th>Data</th><th>Runs with a record</th><th>Seeds</th>"
+            "<th>Epochs run (cap)</th><th>Training rows per run</th><th>What the numbers can say</th></tr></thead>",
+            "<tbody>"]
     for b in budgets:
         cap = b.epoch_cap or "authors' selection"
         rows.append(f"<tr><td>{esc(b.group)}</td><td>{esc(b.what())}</td><td>{b.n_runs}</td><td>{len(b.seeds)}</td>"
@@ -118,7 +120,8 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
     standin = sorted({d for b in budgets if b.standin for d in b.datasets})
     if standin:
         rows.append(f"<blockquote><p><strong>STAND-IN DATA</strong>: {esc(', '.join(standin))} are generated stand-in "
-                    "data: every number built from them is a pipeline check, not a result of the study.</p></blockquote>")
+                    "data: every number built from them is a pipeline check, not a result of the study."
+                    "</p></blockquote>")
     if reduced := reduced_banner(budgets, esc):
         rows.append(f"<blockquote><p><strong>REDUCED TRAINING</strong>: {reduced}</p></blockquote>")
     if below := not_tested_banner(budgets, esc):
@@ -132,7 +135,8 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
         rows.append("</div>")
     protocol_text = f"<code>{esc(protocol)}</code>"
     if deviations is not None:
-        protocol_text += f' (<a href="{_href(page, deviations)}">docs/deviations.md</a>: where the two protocols differ)'
+        protocol_text += (f' (<a href="{_href(page, deviations)}">docs/deviations.md</a>: '
+                          "where the two protocols differ)")
     flow = (f"<code>{esc(flow_run)}</code> in the Prefect UI (<code>make ui</code>): its logs and artifacts"
             if flow_run else esc(NO_FLOW_RUN))
     rows += [

@@ -130,7 +130,8 @@ def table_std(results: PaperResults, dataset: str, number: int) -> Table:
         notes.append("The paper's Tables 3 and 7 differ in the last printed digit for a few Higgs cells (e.g. "
                      "MultiTab-Net Δm 1.2337 in Table 3, 1.2327 in Table 7); each table is compared with its own "
                      "printed values.")
-    return Table(f"table{number}_{dataset}_std", f"Table {number}: {dataset}, mean (μ) and standard deviation (σ) over seeds",
+    return Table(f"table{number}_{dataset}_std",
+                 f"Table {number}: {dataset}, mean (μ) and standard deviation (σ) over seeds",
                  header, rows, results.standin([dataset]), notes=notes)
 
 
@@ -278,7 +279,8 @@ def table8(results: PaperResults) -> Table:
     header, rows = _significance_rows(results, "t")
     sig = results.config.significance
     kind = "Student's" if sig.equal_var else "Welch's"
-    return Table("table8_t_test", f"Table 8: one-sided t-test p-values, {results.config.label(sig.model)} Δm > baseline Δm",
+    return Table("table8_t_test",
+                 f"Table 8: one-sided t-test p-values, {results.config.label(sig.model)} Δm > baseline Δm",
                  header, rows, results.standin(results.config.datasets),
                  notes=[f"{kind} independent two-sample t-test over the per-seed Δm of each dataset; "
                         "p < 0.05 marks a significant improvement."])
@@ -288,7 +290,8 @@ def table9(results: PaperResults) -> Table:
     header, rows = _significance_rows(results, "wilcoxon")
     sig = results.config.significance
     return Table("table9_wilcoxon",
-                 f"Table 9: one-sided Wilcoxon signed-rank p-values, {results.config.label(sig.model)} against each baseline",
+                 f"Table 9: one-sided Wilcoxon signed-rank p-values, {results.config.label(sig.model)} "
+                 "against each baseline",
                  header, rows, results.standin(results.config.datasets),
                  notes=["Per dataset: per-task, per-seed gains paired by (task, seed); global: per-seed Δm of every "
                         "dataset paired by (dataset, seed)."])

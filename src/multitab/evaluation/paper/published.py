@@ -1,8 +1,9 @@
 """The paper's published numbers (Tables 2–10), shipped with the package in `published/`.
 
 The values as the paper prints them, kept in the package so that a fresh clone can put the published value
-beside ours (`tests/test_aggregate_delta_m.py` checks that Table 3's Δm row follows from its own metrics). Values are as printed: metrics in percent, Δm in percent, MSE in
-target units, parameters and FLOPs in millions, p-values.
+beside ours (`tests/test_aggregate_delta_m.py` checks that Table 3's Δm row follows from its own metrics).
+Values are as printed: metrics in percent, Δm in percent, MSE in target units, parameters and FLOPs in
+millions, p-values.
 """
 
 from __future__ import annotations

@@ -131,7 +131,9 @@ def _curve_rows(curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
     dataset and a line per model): dataset, model, epoch (1 = the first), value; models without a log left out."""
     parts = [pd.DataFrame({"dataset": d, "model": label, "epoch": series.index + 1, "value": series.to_numpy()})
              for d, frame in curves.items() for label in frame.columns if not (series := frame[label].dropna()).empty]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["dataset", "model", "epoch", "value"])
+    if not parts:
+        return pd.DataFrame(columns=["dataset", "model", "epoch", "value"])
+    return pd.concat(parts, ignore_index=True)
 
 
 def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:

@@ -65,19 +65,21 @@ def _steps(run: Run) -> int | None:
 def what_ran_section(results: PaperResults, prov: Provenance, budgets: Sequence[GroupBudget] = ()) -> list[str]:
     """The report's first screen: the code, params and settings the runs were built from, per dataset the
     data, seeds, rows, epochs and optimiser steps, and what the report can and cannot show at that scale."""
-    all_runs = [r for d in results.runs.datasets for m in results.runs.models(d) for r in results.runs.runs(d, m).values()]
+    all_runs = [r for d in results.runs.datasets for m in results.runs.models(d)
+                for r in results.runs.runs(d, m).values()]
     protocols = sorted({str(r.extra["protocol"]) for r in all_runs if r.extra.get("protocol")})
     selections = sorted({str((r.extra.get("hparams") or {}).get("source")) for r in all_runs
                          if isinstance(r.extra.get("hparams"), dict) and r.extra["hparams"].get("source")})
     lines = ["## What ran", "",
              f"Commit `{prov.commit}`, params.yaml sha256 `{prov.params_sha256[:16]}`; protocol "
-             f"{md_text(', '.join(protocols)) or MISSING}; hyperparameters: {md_text(', '.join(selections)) or MISSING} "
-             "selections "
+             f"{md_text(', '.join(protocols)) or MISSING}; "
+             f"hyperparameters: {md_text(', '.join(selections)) or MISSING} selections "
              "(params `train.hparams`).", "",
-             "| Dataset | Data | Runs | Seed ids | Training rows per run | Epochs run (cap) | Optimiser steps per run |",
+             "| Dataset | Data | Runs | Seed ids | Training rows per run | Epochs run (cap) "
+             "| Optimiser steps per run |",
              "|---|---|---:|---|---:|---|---:|"]
-    for d in [*results.config.datasets, *results.synthetic, *[x for x in results.runs.datasets
-                                                          if x not in results.config.datasets and x not in results.synthetic]]:
+    others = [x for x in results.runs.datasets if x not in results.config.datasets and x not in results.synthetic]
+    for d in [*results.config.datasets, *results.synthetic, *others]:
         runs = [r for m in results.runs.models(d) for r in results.runs.runs(d, m).values()]
         if not runs:
             lines.append(f"| {md_text(d)} | {MISSING} | 0 | {MISSING} | {MISSING} | {MISSING} | {MISSING} |")
@@ -87,7 +89,8 @@ def what_ran_section(results: PaperResults, prov: Provenance, budgets: Sequence[
         neural = [r for r in runs if not _is_xgboost(r)]  # XGBoost's boosting rounds are not epochs
         epochs = _span(r.extra.get("epochs") for r in neural)
         caps = _span(r.extra.get("max_epochs") for r in neural)
-        lines.append(f"| {md_text(d)} | {', '.join(sources)} | {len(runs)} | {', '.join(map(str, sorted({r.seed for r in runs})))} "
+        seeds = ", ".join(map(str, sorted({r.seed for r in runs})))
+        lines.append(f"| {md_text(d)} | {', '.join(sources)} | {len(runs)} | {seeds} "
                      f"| {_span((r.extra.get('n_rows') or {}).get('train') for r in runs)} | {epochs} ({caps}) "
                      f"| {_span(_steps(r) for r in runs)} |")
     lines += ["", "Epochs and steps count the neural models (XGBoost's boosting rounds are not epochs).", "",
@@ -151,7 +154,8 @@ def agreement_section(tables: Sequence[Table]) -> list[str]:
         missing = sum(c.difference is None for c in cells)
         mean = f"{sum(diffs) / len(diffs):.4f}" if diffs else MISSING
         mx = f"{max(diffs):.4f}" if diffs else MISSING
-        lines.append(f"| {md_text(t.name)}{' (' + STANDIN_MARK + ')' if t.standin else ''} | {len(cells)} | {missing} | {mean} | {mx} |")
+        name = f"{md_text(t.name)}{' (' + STANDIN_MARK + ')' if t.standin else ''}"
+        lines.append(f"| {name} | {len(cells)} | {missing} | {mean} | {mx} |")
     return lines + [""]
 
 
@@ -223,7 +227,8 @@ def banners(results: PaperResults, tables: Sequence[Table], figure_tables: Seque
     standin = sorted({d for t in (*tables, *figure_tables) for d in t.standin})
     lines = []
     if standin:
-        lines += [f"> **{STANDIN_MARK.upper()}**: inputs {md_text(', '.join(standin))} come from generated stand-in data. "
+        lines += [f"> **{STANDIN_MARK.upper()}**: inputs {md_text(', '.join(standin))} come from generated "
+                  "stand-in data. "
                   "Every number built from them is a pipeline check, not a result of the study.", ""]
     lines += validation_banner(results)
     if reduced := reduced_banner(budgets, md_text):
@@ -240,7 +245,8 @@ def render_report(results: PaperResults, tables: Sequence[Table], figure_tables:
     cfg = results.config
     prov = provenance or Provenance()
     budgets = group_budgets(results.runs, list(results.synthetic), prov.budget, [*cfg.datasets, *results.synthetic])
-    lines = ["# MultiTab: the study's tables and figures, regenerated", "", *banners(results, tables, figure_tables, budgets)]
+    lines = ["# MultiTab: the study's tables and figures, regenerated", "",
+             *banners(results, tables, figure_tables, budgets)]
     lines += what_ran_section(results, prov, budgets)
     # the paper's values beside ours only for real data trained as the paper trains
     caps = any(b.reduced for b in budgets if not b.synthetic)
