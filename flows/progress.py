@@ -172,6 +172,16 @@ def save(root: str | Path, folder: str | Path = DEFAULT_DIR, pattern: str = DEFA
         if missing:  # DVC's cache no longer holds its outputs (`dvc gc`): DVC would run it again too
             print(f"not saved: {run} (DVC's cache lacks {missing[0]})", file=sys.stderr)
             continue
+        bad = [str(_object(cache, m)) for m in objects if not _object(dest, m).is_file()
+               and md5_file(_object(cache, m)) != m.removesuffix(".dir")]
+        try:
+            _check_entry(path, root)
+        except ProgressError:
+            bad.append(str(path))
+        if bad:  # kept out of the store (load would refuse it); DVC's integrity checks name it where it is used
+            print(f"not saved: {run} (DVC's cache holds {bad[0]} corrupted: its content does not hash to its name)",
+                  file=sys.stderr)
+            continue
         for md5 in objects:
             _copy(_object(cache, md5), _object(dest, md5))
         _copy(path, dest / rel)

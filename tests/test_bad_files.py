@@ -319,10 +319,10 @@ def _parquet(path: Path, column: str, values: object) -> None:
     pq.write_table(table.set_column(i, column, pa.array(values([v.as_py() for v in table.column(i)]))), path)
 
 
-def _zip_as_csv() -> bytes:
+def _zip_as_csv(member: str = "acs.csv") -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        z.writestr("acs.csv", _acs_bytes())
+        z.writestr(member, _acs_bytes())
     return buf.getvalue()
 
 
@@ -340,6 +340,8 @@ BAD_KINDS: dict[str, tuple[str, object, str]] = {
                          r"acs\.csv\.gz: the compressed data ends early or is damaged after line \d+ .*again"),
     "xz named csv.gz": ("acs.csv.gz", lambda: lzma.compress(_acs_bytes()),
                         r"acs\.csv\.gz: the file is xz-compressed \(its first bytes say so\)"),
+    "Excel workbook named csv": ("acs.csv", lambda: _zip_as_csv("[Content_Types].xml"),
+                                 r"acs\.csv: the file is an Office file \(an Excel workbook\?\) .*save it as CSV"),
     "zip named csv": ("acs.csv", _zip_as_csv,
                       r"acs\.csv: the file is a zip archive \(its first bytes say so\), not CSV text; unzip it"),
     "duplicate header": ("acs.csv", lambda: _acs_bytes().replace(b",RAC1P,", b",WKHP,", 1),

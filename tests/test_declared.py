@@ -303,13 +303,15 @@ def test_a_task_named_with_slashes_or_dots_keeps_its_curves_in_its_run_s_folder(
 QUIRKS = ['id,spaced,signed,under,exp,flag,flag_na,int_na,huge,mixed,zeros,empty,text,comma,uint,spellings,quoted',
           '1, 5,+5,1_000,1e5,True,True,1,99999999999999999999,1,007,,a,"1,5",18446744073709551615,NA,""',
           '2,6 ,6,2,2,false,,,1,x,8,,b ,2,1,#N/A,"q"',
-          '3,7,7,3,3,TRUE,False,3,2,2,9,, c,3,2,n/a,"r"']
+          '3,7,7,3,3,TRUE,False,3,2,2,9,, c,3,2,n/a,"r"',
+          '4,8,8,4,4,true,True,4,3,3,10,,"two\nlines",4,3,<NA>,s']
 
 
 def test_a_declared_file_is_read_as_pandas_reads_a_good_one(tmp_path: Path) -> None:
     """The file goes through the paper datasets' reader (text cells), yet the frame is read_csv's: its numbers
-    (" 5", "+5", 1e5, missing cells making a column float, integers beyond int64), true/false values, text,
-    and every spelling of a missing value pandas knows; a Parquet file's frame is read_parquet's."""
+    (" 5", "+5", 1e5, missing cells making a column float, integers beyond int64), true/false values, text (a
+    quoted line end in it), and every spelling of a missing value pandas knows; a Parquet file's frame is
+    read_parquet's."""
     from multitab.datasets.sources.table import PANDAS_NULLS, read_table
 
     assert set(PANDAS_NULLS) == set(pd._libs.parsers.STR_NA_VALUES)

@@ -130,3 +130,12 @@ def test_a_temporary_of_a_temporary_is_its_output_s_and_a_newer_one_can_be_spare
     os.utime(old, (1_000_000, 1_000_000))
     assert mio.remove_stale_temporaries(tmp_path, "run", before=2_000_000) == [old]
     assert new.exists()
+
+
+def test_a_json_file_cut_short_is_named(tmp_path: Path) -> None:
+    # info.json, meta.json, a verdict, a declared dataset's schema.json: read by the next stage
+    path = tmp_path / "info.json"
+    mio.write_json(path, {"dataset": "higgs", "n_rows": {"train": 10}})
+    path.write_text(path.read_text()[:20])
+    with pytest.raises(ValueError, match=rf"^{path}: not readable JSON \(.*\); it was cut short or edited"):
+        mio.read_json(path)

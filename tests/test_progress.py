@@ -156,3 +156,23 @@ def test_a_missing_or_corrupt_file_of_the_store_is_refused_naming_it(
     assert main(["load", "--dir", "progress"]) == BAD_INPUT
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "progress" in err, err
+
+
+@pytest.mark.parametrize("corrupt", ["run entry", "output object"])
+def test_save_keeps_a_run_corrupted_in_dvc_s_cache_out_of_the_store(
+    corrupt: str, saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "p"
+    shutil.copytree(saved, root, symlinks=True)
+    shutil.rmtree(root / "progress")
+    cache = root / ".dvc" / "cache"
+    if corrupt == "run entry":
+        _edit_entry(cache)
+    else:
+        obj = next(p for p in (cache / "files" / "md5").rglob("*") if p.is_file() and not p.name.endswith(".dir"))
+        obj.chmod(0o644)
+        obj.write_bytes(obj.read_bytes() + b" ")
+    capsys.readouterr()
+    assert save(root, "progress") == []
+    assert "not saved: attribution-a (DVC's cache holds " in capsys.readouterr().err
+    assert not (root / "progress" / "runs").exists() and not (root / "progress" / "index.json").exists()

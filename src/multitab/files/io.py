@@ -259,7 +259,13 @@ def sha256_file(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())
+    """A JSON file; ValueError naming it when it is not JSON (cut short, edited, not text)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path}: not readable JSON ({e}); it was cut short or edited: write it again (run the "
+                         "stage that writes it)") from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

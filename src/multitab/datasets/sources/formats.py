@@ -61,7 +61,9 @@ def file_kind(path: Path, label: str | None = None) -> str:
 _OTHER_COMPRESSION = {b"\xfd7zXZ\x00": ("xz", "xz -d"), b"BZh": ("bzip2", "bunzip2"),
                       b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"), b"7z\xbc\xaf\x27\x1c": ("7-Zip", "7z x")}
 # Other files that are not text, by their first bytes: what each is, and what to do (a zip renamed .csv).
-_NOT_TEXT = {b"PK\x03\x04": ("a zip archive", "unzip it and point the path at the CSV inside"),
+_EXCEL = ("an Office file (an Excel workbook?)", "save it as CSV (UTF-8) from the spreadsheet program")
+_NOT_TEXT = {b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1": _EXCEL,  # .xls (.xlsx: a zip, below)
+             b"PK\x03\x04": ("a zip archive", "unzip it and point the path at the CSV inside"),
              b"PAR1": ("a Parquet file", "name it .parquet"),
              b"\xff\xfe": ("UTF-16 text", "save it as UTF-8 CSV"), b"\xfe\xff": ("UTF-16 text", "save it as UTF-8 CSV")}
 
@@ -69,19 +71,20 @@ _NOT_TEXT = {b"PK\x03\x04": ("a zip archive", "unzip it and point the path at th
 def check_content(path: Path, label: str | None = None) -> None:
     """SourceError when the file's first bytes say it is not (gzipped) text a CSV reader can read, whatever its
     name says: compressed with something other than gzip (naming the compression and how to undo it), a zip
-    archive or a Parquet file, or UTF-16 text. A gzip stream is looked into."""
+    archive, an Excel workbook or a Parquet file, or UTF-16 text. A gzip stream is looked into."""
     with open_binary(path) as f:
         try:
-            head = f.read(8)
+            head = f.read(64)
         except (OSError, EOFError, zlib.error):  # a damaged gzip stream: its reader names the damage
             return
     for magic, (name, undo) in _OTHER_COMPRESSION.items():
         if head.startswith(magic):
             raise SourceError(f"{label or path}: the file is {name}-compressed (its first bytes say so), which is "
                               f"not read here; decompress it (`{undo}`) and use the CSV, or gzip it")
-    for magic, (what, fix) in _NOT_TEXT.items():
-        if head.startswith(magic):
-            raise SourceError(f"{label or path}: the file is {what} (its first bytes say so), not CSV text; {fix}")
+    office = head.startswith(b"PK\x03\x04") and b"[Content_Types].xml" in head  # .xlsx: a zip, this first
+    found = _EXCEL if office else next((v for magic, v in _NOT_TEXT.items() if head.startswith(magic)), None)
+    if found is not None:
+        raise SourceError(f"{label or path}: the file is {found[0]} (its first bytes say so), not CSV text; {found[1]}")
 
 
 def _is_gzip(path: Path) -> bool:

@@ -63,8 +63,9 @@ class TableReader(FileReader):
             return table.to_pandas()
         self.line_offset = 1
         read = pacsv.ReadOptions(block_size=BLOCK_BYTES, column_names=names, skip_rows=1)
-        batches = list(self._csv_stream(lambda: arrow_stream(self.path), read,
-                                        pacsv.ParseOptions(delimiter=self.delimiter)))
+        # a quoted cell may hold a line end (free text), as read_csv reads it
+        parse = pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True)
+        batches = list(self._csv_stream(lambda: arrow_stream(self.path), read, parse))
         if not sum(b.num_rows for b in batches):
             raise self.no_rows()
         table = pa.Table.from_batches(batches)
