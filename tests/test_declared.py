@@ -334,3 +334,23 @@ def test_a_bad_header_stops_the_run_matrix_naming_the_file(tmp_path: Path) -> No
     params = parse_params(yaml.safe_load(p.read_text()), str(p))
     with pytest.raises(ConfigError, match=rf"{data} line 1: byte b'\\xc9' at position \d+ is not UTF-8 text"):
         n_features("mine", params)
+
+
+def test_a_nested_parquet_column_is_refused_naming_it_and_read_once_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = pd.read_csv(WINE / "data.csv")
+    table = pa.Table.from_pandas(frame, preserve_index=False).append_column("tags", pa.array([["a", "b"]] * len(frame)))
+    pq.write_table(table, tmp_path / "wine.parquet")
+    entry: dict[str, Any] = {"local": {"path": str(tmp_path / "wine.parquet")}, "tasks": {"quality": "multiclass"}}
+    args = ["--params", str(_params(tmp_path, entry)), "--dataset", "mine", "--out", str(tmp_path / "raw")]
+    assert acquire.main(args) == BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'wine.parquet'}: column 'tags' has type list<element: string>, a nested type" in err, err
+    assert err.rstrip().endswith("or list it in datasets.mine.features.drop") and err.count("\n") == 1, err
+    args[1] = str(_params(tmp_path, {**entry, "features": {"drop": ["tags"]}}))
+    assert acquire.main(args) == 0
+    assert "tags" not in [f["name"] for f in json.loads((tmp_path / "raw" / "schema.json").read_text())["features"]]

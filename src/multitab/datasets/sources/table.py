@@ -87,7 +87,7 @@ def _as_read_csv(cells: pa.ChunkedArray) -> pd.Series:
     present = set(values.dropna())
     if present and present <= _TRUE | _FALSE:
         flags = values.map(lambda v: np.nan if v is None else v in _TRUE)
-        return flags.astype(bool) if len(present) and not values.isna().any() else flags
+        return flags if values.isna().any() else flags.astype(bool)
     return pd.Series(values.tolist())
 
 
