@@ -17,7 +17,7 @@ from typing import Any
 
 from multitab.config import ConfigError, load_params
 from multitab.config.orchestration import OrchestrationConfig
-from multitab.files.io import local_path_not_regular, not_regular
+from multitab.files.paths import local_path_not_regular, not_regular
 from multitab.runs.document import write as write_runs
 from multitab.runs.types import RUNS_FILE
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from flows.dag import StagePlan
-from multitab.files.integrity import Tally, verify_outputs
+from multitab.files.integrity import Tally, read_lock, verify_outputs
+from multitab.files.io import remove_stale_temporaries
 
 
 def preflight(root: str | Path, plan: StagePlan) -> Tally:
@@ -30,3 +31,17 @@ def check_restored(root: str | Path, stage: str) -> Tally:
     """The outputs of `stage` that DVC has just restored from its run cache (copied from cache objects it
     does not hash); raises IntegrityError as `preflight`."""
     return verify_outputs(root, [stage])
+
+
+def sweep_restored(root: str | Path, stage: str, before: float) -> list[Path]:
+    """Remove the temporaries beside the outputs dvc.lock records for `stage` (multitab.files.io's: a killed run's
+    temporary output, with the scratch inside it), those last modified before `before` (when the attempt that
+    restored it started: what a run of the stage started since, from another flow, is left alone). Returns
+    what it removed."""
+    root = Path(root)
+    entry = ((read_lock(root) or {}).get("stages") or {}).get(stage) or {}
+    removed: list[Path] = []
+    for out in entry.get("outs") or []:
+        path = root / str(out["path"])
+        removed += remove_stale_temporaries(path.parent, path.name, before=before)
+    return removed

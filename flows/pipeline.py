@@ -56,7 +56,7 @@ from flows.dag import (
     sync_runs_file,
 )
 from flows.integrity import preflight
-from multitab.files.io import os_error_line
+from multitab.files.paths import os_error_line
 from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.runtime.process import raise_deferred_ctrl_c
 

@@ -13,6 +13,11 @@ the run cache and start again (their checkpoints, 6-18 MB each, are not kept in 
 
 index.json names, per run, the entry's file, the commit HEAD was at and the CPU when it was saved: the
 record of a study that spans sessions states which runs were trained where (results/study/README.md).
+
+Nothing unreadable is used: an index.json that is cut short or not an index, or missing beside saved entries,
+stops `save` and `load`; `load` checks every run entry against the hashes DVC names it by (its folder and its file)
+and every object against its name, and that each object an entry names is there, before it copies anything. Each
+refusal names the file and what to do (exit status 3).
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dvc.utils import dict_sha256
+from dvc.utils.serialize import YAMLFileCorruptedError, parse_yaml
+from dvc_data.hashfile.meta import Meta
 
 from multitab.files.dvc_lock import cache_dir
 from multitab.files.integrity import md5_file
@@ -61,8 +69,9 @@ def _entries(cache: Path, pattern: str) -> dict[str, tuple[Path, dict[str, Any]]
     return found
 
 
-def _objects(cache: Path, entry: dict[str, Any], where: Path) -> list[str]:
-    """The md5 names of an entry's outputs, a folder's `.dir` list followed by its files."""
+def _objects(bases: list[Path], entry: dict[str, Any], where: Path) -> list[str]:
+    """The md5 names of an entry's outputs, a folder's `.dir` list (from the first of `bases` that holds it)
+    followed by its files."""
     names: list[str] = []
     for out in entry.get("outs") or []:
         md5 = str((out or {}).get("md5", ""))
@@ -70,9 +79,61 @@ def _objects(cache: Path, entry: dict[str, Any], where: Path) -> list[str]:
             raise ProgressError(f"{where}: output {out!r} has no md5; delete this entry and run the stage again")
         names.append(md5)
         if md5.endswith(".dir"):
-            listing = json.loads(_object(cache, md5).read_bytes())
-            names += [str(item["md5"]) for item in listing]
+            listing = next((_object(b, md5) for b in bases if _object(b, md5).is_file()), _object(bases[0], md5))
+            try:
+                names += [str(item["md5"]) for item in json.loads(listing.read_bytes())]
+            except (ValueError, TypeError, KeyError) as e:
+                raise ProgressError(f"{listing}: not a folder listing of DVC's ({type(e).__name__}: {e}); delete it "
+                                    f"and run {where.name}'s stage again") from None
     return names
+
+
+def _entry_names(entry: dict[str, Any]) -> tuple[str, str]:
+    """The names DVC gives a run-cache entry, its folder's and its file's (dvc.stage.cache: the sha256 of the entry
+    with its outputs' paths only, and of the whole entry; sizes and file counts left out)."""
+    exclude = [Meta.PARAM_SIZE, Meta.PARAM_NFILES]
+    key = dict_sha256({**entry, "outs": [out["path"] for out in entry.get("outs") or []]}, exclude=exclude)
+    return key, dict_sha256(entry, exclude=exclude)
+
+
+def _restore_hint(path: Path, root: Path) -> str:
+    shown = path.relative_to(root) if path.is_relative_to(root) else path
+    return f"restore it from git (`git checkout -- {shown}`)"
+
+
+def _check_entry(path: Path, root: Path) -> dict[str, Any]:
+    """A saved run entry, parsed as DVC parses it and checked against the names DVC gave it."""
+    try:
+        entry = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+        key, value = _entry_names(entry)
+    except (YAMLFileCorruptedError, UnicodeDecodeError, TypeError, KeyError, AttributeError):
+        key, value = "", ""
+    if (path.parent.name, path.name) != (key, value):
+        raise ProgressError(f"{path}: the run entry does not hash to its name (corrupted, or not an entry of DVC's "
+                            f"run cache); {_restore_hint(path, root)}, or delete it and its run's line in index.json "
+                            "(the run then trains again)")
+    return dict(entry)
+
+
+def _read_index(folder: Path, root: Path) -> dict[str, dict[str, Any]]:
+    """index.json of the saved runs ({} for a folder that holds none yet); ProgressError when it is cut short or
+    not an index, or missing beside saved entries."""
+    path = folder / "index.json"
+    if not path.is_file():
+        saved = sorted((folder / "runs").glob("*/*/*"))
+        if saved:
+            raise ProgressError(f"{path}: missing, while {folder / 'runs'} holds {len(saved)} saved run entries; "
+                                f"{_restore_hint(path, root)}")
+        return {}
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise ProgressError(f"{path}: not readable JSON ({e}: cut short?); {_restore_hint(path, root)}") from None
+    if not isinstance(index, dict) or not all(isinstance(v, dict) and isinstance(v.get("entry"), str)
+                                              for v in index.values()):
+        raise ProgressError(f"{path}: not an index of saved runs (run -> {{entry, commit, cpu, saved}}); "
+                            f"{_restore_hint(path, root)}")
+    return index
 
 
 def _object(base: Path, md5: str) -> Path:
@@ -100,17 +161,27 @@ def save(root: str | Path, folder: str | Path = DEFAULT_DIR, pattern: str = DEFA
     root = Path(root)
     cache, dest = cache_dir(root), root / folder
     index_path = dest / "index.json"
-    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    index = _read_index(dest, root)
     new = []
     for run, (path, entry) in _entries(cache, pattern).items():
         rel = path.relative_to(cache)
         try:
-            objects = _objects(cache, entry, path)
+            objects = _objects([cache], entry, path)
             missing = [m for m in objects if not _object(cache, m).is_file()]
         except FileNotFoundError as e:
             missing = [str(e.filename)]
         if missing:  # DVC's cache no longer holds its outputs (`dvc gc`): DVC would run it again too
             print(f"not saved: {run} (DVC's cache lacks {missing[0]})", file=sys.stderr)
+            continue
+        bad = [str(_object(cache, m)) for m in objects if not _object(dest, m).is_file()
+               and md5_file(_object(cache, m)) != m.removesuffix(".dir")]
+        try:
+            _check_entry(path, root)
+        except ProgressError:
+            bad.append(str(path))
+        if bad:  # kept out of the store (load would refuse it); DVC's integrity checks name it where it is used
+            print(f"not saved: {run} (DVC's cache holds {bad[0]} corrupted: its content does not hash to its name)",
+                  file=sys.stderr)
             continue
         for md5 in objects:
             _copy(_object(cache, md5), _object(dest, md5))
@@ -125,22 +196,39 @@ def save(root: str | Path, folder: str | Path = DEFAULT_DIR, pattern: str = DEFA
 
 
 def load(root: str | Path, folder: str | Path = DEFAULT_DIR) -> int:
-    """Check every saved object against its name, then copy what the DVC cache of `root` lacks; the number of
-    files copied. A corrupted object stops it before anything is copied."""
+    """Check the saved runs (index.json readable, each run it names saved, every entry against its names, every
+    object against its name and there), then copy what the DVC cache of `root` lacks; the number of files copied.
+    Anything unusable stops it before anything is copied."""
     root = Path(root)
     src, cache = root / folder, cache_dir(root)
     if not (src / "runs").is_dir():
         return 0
+    for run, item in _read_index(src, root).items():
+        if not (src / item["entry"]).is_file():
+            raise ProgressError(f"{src / 'index.json'}: run {run}'s entry {item['entry']} is not in {src}; "
+                                f"{_restore_hint(src / item['entry'], root)}, or delete the run's line")
     for obj in sorted((src / "files" / "md5").glob("*/*")):
         name = obj.parent.name + obj.name
         if md5_file(obj) != name.removesuffix(".dir"):
             raise ProgressError(f"{obj}: its md5 is not its name (corrupted); restore it from git "
                                 f"(`git checkout -- {obj.relative_to(root)}`) or delete it and its run's entry")
+    entries = sorted((src / "runs").glob("*/*/*"))
+    for path in entries:
+        entry = _check_entry(path, root)
+        try:
+            missing = [m for m in _objects([src, cache], entry, path) if not _object(src, m).is_file()
+                       and not _object(cache, m).is_file()]
+        except FileNotFoundError as e:
+            missing = [Path(str(e.filename)).parent.name + Path(str(e.filename)).name]
+        if missing:
+            raise ProgressError(f"{path}: names output object {missing[0]}, which is neither in {src / 'files'} nor "
+                                f"in DVC's cache; {_restore_hint(_object(src, missing[0]), root)}, or delete the "
+                                "entry and its run's line in index.json (the run then trains again)")
     copied = 0
     for obj in sorted((src / "files" / "md5").glob("*/*")):
         copied += _copy(obj, cache / obj.relative_to(src))
-    for entry in sorted((src / "runs").glob("*/*/*")):
-        copied += _copy(entry, cache / entry.relative_to(src))
+    for path in entries:
+        copied += _copy(path, cache / path.relative_to(src))
     return copied
 
 

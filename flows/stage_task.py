@@ -24,7 +24,7 @@ from prefect.tasks import Task
 from flows import memory
 from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import gpu_slot
-from flows.integrity import check_restored
+from flows.integrity import check_restored, sweep_restored
 from multitab.files.integrity import IntegrityError
 from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
 
@@ -198,6 +198,7 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
             raise StageFailed(stage, INTERRUPTED, "the run is being stopped (Ctrl-C / SIGTERM)", attempt,
                               stopped=True)
         kills_before = memory.oom_kills()
+        started = time.time()
         rc, lines, peak = stream_command(cmd, root, env, log)
         if rc == 0:
             outcome = dvc_outcome(lines)
@@ -211,6 +212,11 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
                     _record_failure(str(runtime.task_run.id), str(error))
                     log.error("%s", error)
                     raise error from None
+                try:  # what a killed earlier run left: the stage's command, which would remove it, did not run
+                    for path in sweep_restored(root, stage, before=started):
+                        log.info("removed %s (left by a killed earlier run)", path)
+                except (OSError, ValueError) as e:
+                    log.warning("%s: what a killed earlier run left beside its outputs stays (%s)", stage, e)
             info = {"outcome": outcome, "lock_waits": lock_waits, "attempts": attempt}
             name = STATE_NAMES[outcome] + (f" (attempt {attempt})" if attempt > 1 else "")
             return Completed(data=info, name=name, message=f"{STATE_NAMES[outcome]} on attempt {attempt}")

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from multitab.config import ConfigError, Params, load_params
 from multitab.files.integrity import verify_stage_inputs
-from multitab.files.io import os_error_line, remove_stale_temporaries, write_json
+from multitab.files.io import remove_stale_temporaries, write_json
+from multitab.files.paths import os_error_line
 from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.runtime.process import ctrl_c_raises, stop_with_parent
 

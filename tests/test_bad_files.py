@@ -3,8 +3,12 @@ line, and saying what to do; acquire@D prints it on one line and exits BAD_INPUT
 
 from __future__ import annotations
 
+import datetime
+import errno
 import gzip
 import io
+import lzma
+import re
 import shutil
 import subprocess
 import tarfile
@@ -290,3 +294,147 @@ def test_parquet_text_and_uint64_values_name_file_column_row(tmp_path: Path) -> 
     with pytest.raises(SourceError, match=r"big.parquet: column 'OCCP', row 1: value 18446744073709551615 is "
                                           r"beyond the 64-bit integer range"):
         read_raw_file(tmp_path / "big.parquet", ACS, "data")
+
+
+# ------------------------------------------------------------------------------------------------ one reader
+# Every kind of bad file, given as a paper dataset's local file (acs_income) and as a declared dataset's file:
+# acquire@D exits BAD_INPUT with one line naming the file and the cause, the same cause for both (one reader,
+# multitab.datasets.sources.readers.FileReader).
+
+
+def _acs_bytes() -> bytes:
+    return (FIX / "acs_one_state.csv").read_bytes()
+
+
+def _gzip_crc_error() -> bytes:
+    blob = bytearray(gzip.compress(_acs_bytes()))
+    blob[-8] ^= 0xFF  # the CRC-32 in the gzip trailer
+    return bytes(blob)
+
+
+def _parquet(path: Path, column: str, values: object) -> None:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(pd.read_csv(FIX / "acs_one_state.csv"), preserve_index=False)
+    i = table.schema.get_field_index(column)
+    pq.write_table(table.set_column(i, column, pa.array(values([v.as_py() for v in table.column(i)]))), path)
+
+
+def _zip_as_csv(member: str = "acs.csv") -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr(member, _acs_bytes())
+    return buf.getvalue()
+
+
+BAD_KINDS: dict[str, tuple[str, object, str]] = {
+    # kind: (file name, its bytes or a writer of it, what the message says)
+    "latin-1 value": ("acs.csv", lambda: _acs_bytes().replace(b"\n66,", b"\n6\xe9,", 1),
+                      r"acs\.csv line 3: column 'AGEP': byte b'\\xe9' is not UTF-8 text"),
+    "latin-1 header": ("acs.csv", lambda: _acs_bytes().replace(b"AGEP", b"AGEP\xe9", 1),
+                       r"acs\.csv line 1: byte b'\\xe9' at position 5 is not UTF-8 text"),
+    "UTF-16": ("acs.csv", lambda: _acs_bytes().decode().encode("utf-16"),
+               r"acs\.csv: the file is UTF-16 text \(its first bytes say so\), not CSV text; save it as UTF-8"),
+    "gzip CRC error": ("acs.csv.gz", _gzip_crc_error,
+                       r"acs\.csv\.gz: the compressed data ends early or is damaged after line \d+ .*again"),
+    "truncated csv.gz": ("acs.csv.gz", lambda: gzip.compress(_acs_bytes())[:400],
+                         r"acs\.csv\.gz: the compressed data ends early or is damaged after line \d+ .*again"),
+    "xz named csv.gz": ("acs.csv.gz", lambda: lzma.compress(_acs_bytes()),
+                        r"acs\.csv\.gz: the file is xz-compressed \(its first bytes say so\)"),
+    "Excel workbook named csv": ("acs.csv", lambda: _zip_as_csv("[Content_Types].xml"),
+                                 r"acs\.csv: the file is an Office file \(an Excel workbook\?\) .*save it as CSV"),
+    "zip named csv": ("acs.csv", _zip_as_csv,
+                      r"acs\.csv: the file is a zip archive \(its first bytes say so\), not CSV text; unzip it"),
+    "duplicate header": ("acs.csv", lambda: _acs_bytes().replace(b",RAC1P,", b",WKHP,", 1),
+                         r"acs\.csv: the header names column 'WKHP' twice \(columns 8 and 10\); rename one"),
+    "short row": ("acs.csv", lambda: _acs_bytes().replace(b"\n66,1,", b"\n66,", 1),
+                  r"acs\.csv: malformed CSV after about line \d+: .*Expected 12 columns, got 11"),
+    "empty": ("acs.csv", lambda: b"", r"acs\.csv: the file is empty \(0 bytes\)"),
+    "header only": ("acs.csv", lambda: _acs_bytes().splitlines(keepends=True)[0],
+                    r"acs\.csv: no data rows \(header only\)"),
+    "list column": ("acs.parquet", lambda p: _parquet(p, "WKHP", lambda v: [[x] for x in v]),
+                    r"acs\.parquet: column 'WKHP' has type list<.*>, a nested type \(several values per cell\)"),
+    "struct column": ("acs.parquet", lambda p: _parquet(p, "WKHP", lambda v: [{"h": x} for x in v]),
+                      r"acs\.parquet: column 'WKHP' has type struct<h: int64>, a nested type"),
+    "date column": ("acs.parquet", lambda p: _parquet(p, "WKHP", lambda v: [datetime.date(2020, 1, 1)] * len(v)),
+                    r"acs\.parquet: column 'WKHP' has type date32\[day\], neither a number, a true/false value nor"),
+    "truncated parquet": ("acs.parquet", lambda p: (_parquet(p, "WKHP", list), p.write_bytes(p.read_bytes()[:300])),
+                          r"acs\.parquet: not a readable Parquet file"),
+}
+
+
+def _bad_file(folder: Path, kind: str) -> Path:
+    name, make, _ = BAD_KINDS[kind]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    if name.endswith(".parquet"):
+        make(path)  # type: ignore[operator]
+    else:
+        path.write_bytes(make())  # type: ignore[operator]
+    return path
+
+
+def _acquire(tmp_path: Path, dataset: str, path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    if dataset == "acs_income":
+        params = yaml.safe_load((ROOT / "params.yaml").read_text())
+        params["datasets"]["acs_income"].update(source="local", local={"path": str(path)})
+    else:
+        split = {"method": "shuffle", "seed": 0, "val_fraction": 0.15, "test_fraction": 0.15}
+        params = {"datasets": {dataset: {"source": "local", "local": {"path": str(path)}, "split": split,
+                                         "tasks": {"SEX": "binary"}}}}
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(params, sort_keys=False))
+    capsys.readouterr()
+    code = acquire.main(["--params", str(p), "--dataset", dataset, "--out", str(tmp_path / "raw")])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dataset", ["acs_income", "mine"])  # a paper dataset's local file; a declared dataset's
+@pytest.mark.parametrize("kind", list(BAD_KINDS))
+def test_every_bad_file_is_refused_alike_naming_the_file(
+    kind: str, dataset: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _bad_file(tmp_path / "data", kind)
+    code, err = _acquire(tmp_path, dataset, path, capsys)
+    assert code == BAD_INPUT, err
+    assert err.startswith(f"[acquire@{dataset}] error: {path}") and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert re.search(BAD_KINDS[kind][2], err), err
+    assert not (tmp_path / "raw").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_good_file_is_read_by_both_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the control of the test above: the file it spoils is accepted as a paper dataset's and a declared one's
+    for dataset in ("acs_income", "mine"):
+        (tmp_path / dataset / "data").mkdir(parents=True)
+        path = tmp_path / dataset / "data" / "acs.csv"
+        path.write_bytes(_acs_bytes())
+        code, err = _acquire(tmp_path / dataset, dataset, path, capsys)
+        assert code == 0, err
+
+
+@pytest.mark.parametrize("dataset", ["acs_income", "mine"])
+def test_a_disk_that_fills_while_writing_names_the_file_being_written(
+    dataset: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "acs.csv"
+    path.write_bytes(_acs_bytes())
+    assert _acquire(tmp_path, dataset, path, capsys)[0] == 0
+    before = {f.name: f.read_bytes() for f in (tmp_path / "raw").iterdir()}
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    code, err = _acquire(tmp_path, dataset, path, capsys)
+    # the file as it will be named, not the temporary folder it is written in (a full disk is retried: exit 1)
+    named = tmp_path / "raw" / "data.parquet"
+    assert code == 1 and err.startswith(f"[acquire@{dataset}] error: no space left on {named} ("), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert {f.name: f.read_bytes() for f in (tmp_path / "raw").iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

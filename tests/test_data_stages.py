@@ -125,3 +125,52 @@ def test_dvc_repro_data_stages_then_nothing_to_do(tmp_path: Path) -> None:
     stratified_val = pd.read_parquet(repo / "data" / "splits" / "higgs" / "val.parquet")
     assert len(stratified_val) == len(ordered_val) and not stratified_val.equals(ordered_val)
     assert "changed" not in run_dvc(["status", *targets], repo)
+
+
+# ------------------------------------------------------------------------------------------------ debris
+# What a stage killed with SIGKILL leaves (no handler runs: its temporary output folder and the scratch inside it)
+# goes at the stage's next run, whatever its name.
+
+_KILLED_IN = """
+import importlib, os, signal, sys
+module, name, stage = sys.argv[1:4]
+setattr(importlib.import_module(module), name, lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))
+importlib.import_module("stages." + stage).main(sys.argv[4:])
+"""
+KILL_POINTS = {  # stage: where its scratch exists (an archive's members extracted; columns parked)
+    "acquire": ("multitab.datasets.sources", "_write_all"),
+    "split": ("multitab.datasets.steps", "write_parquet_columns"),
+    "preprocess": ("multitab.datasets.preprocess_columns", "write_parquet_columns"),
+}
+
+
+@pytest.mark.parametrize("stage", list(KILL_POINTS))
+def test_a_stage_killed_with_sigkill_leaves_nothing_after_its_next_run(stage: str, tmp_path: Path) -> None:
+    import sys
+    import zipfile
+
+    archive = tmp_path / "AliExpress_NL.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for name in ("train", "test"):
+            z.write(ROOT / "tests" / "fixtures" / "aliexpress_nl" / f"{name}.csv", f"AliExpress_NL/{name}.csv")
+    params = yaml.safe_load(small_params(tmp_path).read_text())
+    if stage == "acquire":
+        params["datasets"]["aliexpress"].update(source="local", local={"path": str(archive)})
+    p = tmp_path / "params.yaml"
+    p.write_text(yaml.safe_dump(params, sort_keys=False))
+    args = {"acquire": ["--out", str(tmp_path / "raw" / "aliexpress")],
+            "split": ["--raw", str(tmp_path / "raw" / "aliexpress"),
+                      "--out", str(tmp_path / "splits" / "aliexpress")],
+            "preprocess": ["--splits", str(tmp_path / "splits" / "aliexpress"),
+                           "--out", str(tmp_path / "processed" / "aliexpress")]}
+    mains = {"acquire": acquire.main, "split": split.main, "preprocess": preprocess.main}
+    for before in list(KILL_POINTS)[: list(KILL_POINTS).index(stage)]:
+        assert mains[before](["--params", str(p), "--dataset", "aliexpress", *args[before]]) == 0
+    folder = Path(args[stage][-1]).parent
+    killed = subprocess.run([sys.executable, "-c", _KILLED_IN, *KILL_POINTS[stage], stage, "--params", str(p),
+                             "--dataset", "aliexpress", *args[stage]], cwd=ROOT, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    left = [q.name for q in folder.iterdir()]
+    assert left and all(name.startswith(".") for name in left)  # its temporary output, with the scratch in it
+    assert mains[stage](["--params", str(p), "--dataset", "aliexpress", *args[stage]]) == 0
+    assert [q.name for q in folder.iterdir()] == ["aliexpress"]

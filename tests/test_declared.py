@@ -297,3 +297,62 @@ def test_a_task_named_with_slashes_or_dots_keeps_its_curves_in_its_run_s_folder(
                                                       "val_'vote'.tsv"])
     curve = pd.read_csv(metrics / "val_income\u2215month.tsv", sep="\t")
     assert curve.iloc[:, -1].tolist() == pytest.approx([0.7, 0.8])
+
+
+# -------------------------------------------------------------------- the reader: the paper datasets' one
+
+
+QUIRKS = ['id,spaced,signed,under,exp,flag,flag_na,int_na,huge,mixed,zeros,empty,text,comma,uint,spellings,quoted',
+          '1, 5,+5,1_000,1e5,True,True,1,99999999999999999999,1,007,,a,"1,5",18446744073709551615,NA,""',
+          '2,6 ,6,2,2,false,,,1,x,8,,b ,2,1,#N/A,"q"',
+          '3,7,7,3,3,TRUE,False,3,2,2,9,, c,3,2,n/a,"r"',
+          '4,8,8,4,4,true,True,4,3,3,10,,"two\nlines",4,3,<NA>,s']
+
+
+def test_a_declared_file_is_read_as_pandas_reads_a_good_one(tmp_path: Path) -> None:
+    """The file goes through the paper datasets' reader (text cells), yet the frame is read_csv's: its numbers
+    (" 5", "+5", 1e5, missing cells making a column float, integers beyond int64), true/false values, text (a
+    quoted line end in it), and every spelling of a missing value pandas knows; a Parquet file's frame is
+    read_parquet's."""
+    from multitab.datasets.sources.table import PANDAS_NULLS, read_table
+
+    assert set(PANDAS_NULLS) == set(pd._libs.parsers.STR_NA_VALUES)
+    csv = tmp_path / "quirks.csv"
+    csv.write_text("\n".join(QUIRKS) + "\n")
+    pd.testing.assert_frame_equal(read_table(csv), pd.read_csv(csv, low_memory=False))
+    pd.testing.assert_frame_equal(read_table(WINE / "data.csv"), pd.read_csv(WINE / "data.csv", low_memory=False))
+    frame = pd.read_csv(WINE / "data.csv")
+    frame = frame.assign(kind=frame["type"].astype("category"), good=frame.quality > 5)
+    frame.to_parquet(tmp_path / "t.parquet")
+    pd.testing.assert_frame_equal(read_table(tmp_path / "t.parquet"), pd.read_parquet(tmp_path / "t.parquet"))
+
+
+def test_a_bad_header_stops_the_run_matrix_naming_the_file(tmp_path: Path) -> None:
+    """The header read for a declared dataset's recipe (its number of features) goes through the same reader."""
+    (tmp_path / "t").mkdir()
+    data = tmp_path / "t" / "data.csv"
+    data.write_bytes((WINE / "data.csv").read_bytes().replace(b"pH", b"p\xc9", 1))  # a latin-1 header
+    p = _params(tmp_path, {"local": {"path": str(tmp_path / "t")}, "tasks": {"quality": "multiclass"}})
+    params = parse_params(yaml.safe_load(p.read_text()), str(p))
+    with pytest.raises(ConfigError, match=rf"{data} line 1: byte b'\\xc9' at position \d+ is not UTF-8 text"):
+        n_features("mine", params)
+
+
+def test_a_nested_parquet_column_is_refused_naming_it_and_read_once_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = pd.read_csv(WINE / "data.csv")
+    table = pa.Table.from_pandas(frame, preserve_index=False).append_column("tags", pa.array([["a", "b"]] * len(frame)))
+    pq.write_table(table, tmp_path / "wine.parquet")
+    entry: dict[str, Any] = {"local": {"path": str(tmp_path / "wine.parquet")}, "tasks": {"quality": "multiclass"}}
+    args = ["--params", str(_params(tmp_path, entry)), "--dataset", "mine", "--out", str(tmp_path / "raw")]
+    assert acquire.main(args) == BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'wine.parquet'}: column 'tags' has type list<element: string>, a nested type" in err, err
+    assert err.rstrip().endswith("or list it in datasets.mine.features.drop") and err.count("\n") == 1, err
+    args[1] = str(_params(tmp_path, {**entry, "features": {"drop": ["tags"]}}))
+    assert acquire.main(args) == 0
+    assert "tags" not in [f["name"] for f in json.loads((tmp_path / "raw" / "schema.json").read_text())["features"]]

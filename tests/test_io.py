@@ -112,3 +112,30 @@ def test_free_space_is_measured_after_the_temporary_is_removed(tmp_path: Path, m
     with pytest.raises(mio.DiskFullError):
         mio.write_bytes(tmp_path / "x.bin", b"123")
     assert seen == [[]]
+
+
+def test_a_temporary_of_a_temporary_is_its_output_s_and_a_newer_one_can_be_spared(tmp_path: Path) -> None:
+    # scratch a writer kept beside its own temporary folder (`..<name>.<random>.tmp.columns.<random>.tmp`, what
+    # preprocess left after a SIGKILL): the output's, removed with its other temporaries
+    nested = tmp_path / "..higgs.ab12.tmp.columns.cd34.tmp"
+    nested.mkdir()
+    (nested / "0.bin").write_bytes(b"\0" * 10)
+    (tmp_path / "..higgsx.ab12.tmp").mkdir()  # another output's (`higgsx`)
+    assert [p.name for p in mio.remove_stale_temporaries(tmp_path, "higgs")] == [nested.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["..higgsx.ab12.tmp"]
+    # `before`: what a writer that started since then made is left alone
+    old, new = tmp_path / ".run.1.tmp", tmp_path / ".run.2.tmp"
+    old.write_text("killed")
+    new.write_text("being written")
+    os.utime(old, (1_000_000, 1_000_000))
+    assert mio.remove_stale_temporaries(tmp_path, "run", before=2_000_000) == [old]
+    assert new.exists()
+
+
+def test_a_json_file_cut_short_is_named(tmp_path: Path) -> None:
+    # info.json, meta.json, a verdict, a declared dataset's schema.json: read by the next stage
+    path = tmp_path / "info.json"
+    mio.write_json(path, {"dataset": "higgs", "n_rows": {"train": 10}})
+    path.write_text(path.read_text()[:20])
+    with pytest.raises(ValueError, match=rf"^{path}: not readable JSON \(.*\); it was cut short or edited"):
+        mio.read_json(path)

@@ -419,10 +419,17 @@ def test_only_stale_stages_get_a_task_and_states_say_what_dvc_did(tmp_path):
     assert states == {"c": "Ran", "d": "Up to date"}  # a and b: no task at all
     assert "| a | up to date | 0 |" in artifacts["pipeline-summary"]
 
-    # c's old output again: DVC's run cache restores it instead of running the command
+    # c's old output again: DVC's run cache restores it instead of running the command; what a run of c killed
+    # with SIGKILL left beside its output (its temporary, scratch beside that) goes too, though c's script,
+    # which removes it when it runs, does not run; d's stays for d's next run
     script.write_text(script.read_text().replace("\n# a comment\n", ""))
+    debris = [root / "out" / ".c.k1ll3d.tmp", root / "out" / "..c.k1ll3d.tmp.columns.x.tmp", root / "out" / ".d.x.tmp"]
+    for path in debris:
+        path.mkdir()
+        (path / "part").write_bytes(b"half")
     summary, states, _ = run_recorded(root, retries=0)
     assert summary["restored"] == ["c"] and states["c"] == "Restored"
+    assert [path.exists() for path in debris] == [False, False, True]
 
 
 def test_failed_validation_publishes_a_table_of_its_failed_expectations(tmp_path):

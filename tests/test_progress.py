@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -99,3 +100,79 @@ def test_a_corrupted_saved_object_is_refused_before_anything_is_copied(tmp_path,
     assert main(["load", "--dir", "progress"]) == BAD_INPUT  # one line, no traceback
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project whose run attribution-a trained and was saved to progress/ (copied by each test that damages it)."""
+    root = _project(tmp_path_factory.mktemp("saved") / "p")
+    run_dvc(["repro", "train@attribution-a"], root)
+    assert save(root, "progress") == ["attribution-a"]
+    return root
+
+
+def _entry(store: Path) -> Path:
+    return next((store / "runs").glob("*/*/*"))
+
+
+def _edit_entry(store: Path) -> None:
+    entry = _entry(store)
+    entry.write_text(entry.read_text().replace("data.txt", "data.csv"))  # still an entry: another stage's
+
+
+DAMAGE = {  # what: (the damage done to the store, the message, whether `save` reads it too)
+    "index.json cut short": (lambda s: (s / "index.json").write_text((s / "index.json").read_text()[:40]),
+                             r"index\.json: not readable JSON \(.*cut short\?\); restore it from git", True),
+    "index.json not an index": (lambda s: (s / "index.json").write_text('["attribution-a"]'),
+                                r"index\.json: not an index of saved runs", True),
+    "index.json missing": (lambda s: (s / "index.json").unlink(),
+                           r"index\.json: missing, while .*runs holds 1 saved run entries; restore it from git", True),
+    "a run entry edited": (_edit_entry, r"the run entry does not hash to its name \(corrupted", False),
+    "a run entry cut short": (lambda s: _entry(s).write_text(_entry(s).read_text()[:100]),
+                              r"the run entry does not hash to its name", False),
+    "a run entry gone": (lambda s: _entry(s).unlink(), r"index\.json: run attribution-a's entry runs/.* is not in", False),
+    "an output object gone": (lambda s: [p.unlink() for p in (s / "files").rglob("*") if p.is_file()],
+                              r"names output object [0-9a-f]{32}.*, which is neither in .* nor in DVC's cache", False),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_missing_or_corrupt_file_of_the_store_is_refused_naming_it(
+    damage: str, saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spoil, message, save_reads_it = DAMAGE[damage]
+    root = tmp_path / "p"
+    shutil.copytree(saved, root, symlinks=True)
+    spoil(root / "progress")
+    monkeypatch.chdir(root)
+    if save_reads_it:  # the run is in DVC's cache: save would add to the index
+        assert main(["save", "--dir", "progress"]) == BAD_INPUT
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and re.search(message, err), err
+    _new_machine(root)
+    with pytest.raises(ProgressError, match=message):
+        load(root, "progress")
+    assert not (root / ".dvc" / "cache" / "runs").exists() and not (root / ".dvc" / "cache" / "files").exists()
+    assert main(["load", "--dir", "progress"]) == BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "progress" in err, err
+
+
+@pytest.mark.parametrize("corrupt", ["run entry", "output object"])
+def test_save_keeps_a_run_corrupted_in_dvc_s_cache_out_of_the_store(
+    corrupt: str, saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "p"
+    shutil.copytree(saved, root, symlinks=True)
+    shutil.rmtree(root / "progress")
+    cache = root / ".dvc" / "cache"
+    if corrupt == "run entry":
+        _edit_entry(cache)
+    else:
+        obj = next(p for p in (cache / "files" / "md5").rglob("*") if p.is_file() and not p.name.endswith(".dir"))
+        obj.chmod(0o644)
+        obj.write_bytes(obj.read_bytes() + b" ")
+    capsys.readouterr()
+    assert save(root, "progress") == []
+    assert "not saved: attribution-a (DVC's cache holds " in capsys.readouterr().err
+    assert not (root / "progress" / "runs").exists() and not (root / "progress" / "index.json").exists()

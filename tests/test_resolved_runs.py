@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -180,3 +181,35 @@ def test_the_loops_settings_have_no_defaults_and_a_record_lacking_a_key_is_refus
     del record["train"]["batch_size"]
     with pytest.raises(RecordError, match=r"r: train: keys \['batch_size'\] missing"):
         RunConfig.from_record(record, "r")
+
+
+RUNS_DAMAGE = {  # runs.yaml as it may be found: (its text, from the repository's, or None: absent; the message)
+    "missing": (lambda text: None, r"no such file, so there is nothing to compare with: write it \(`python -m multi"),
+    "empty": (lambda text: "", r"not readable as runs\.yaml \(not YAML, or cut short\); restore it"),
+    "cut between lines": (lambda text: "".join(text.splitlines(keepends=True)[:3000]),
+                          r"cut short or edited \(no train_stacks, .*sweep_selections\); restore it \(`git checkout"),
+    "cut inside a line": (lambda text: text[: len(text) // 3 + 7], r"(not readable as runs\.yaml|cut short or edited)"),
+    "cut in its last section": (lambda text: text.rstrip().rsplit("\n", 1)[0] + "\nsweep_selections:\n",
+                                r"cut short or edited \(no sweep_selections\)"),
+}
+
+
+@pytest.mark.parametrize("damage", list(RUNS_DAMAGE))
+def test_diff_refuses_a_runs_yaml_missing_or_cut_short_naming_it(
+    damage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without every section, every run after the cut would be reported "added" (exit 0): refused, naming the file
+    and what to do."""
+    monkeypatch.chdir(ROOT)
+    make, message = RUNS_DAMAGE[damage]
+    runs = tmp_path / "runs.yaml"
+    text = make((ROOT / "runs.yaml").read_text())
+    if text is not None:
+        runs.write_text(text)
+    assert runs_main(["diff", "--runs", str(runs)]) == BAD_INPUT
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {runs}: ") and captured.err.count("\n") == 1, captured.err
+    assert re.search(message, captured.err) and "added" not in captured.out, captured
+    if damage == "empty":  # which opt-in groups it held cannot be read: --keep-groups would keep none
+        assert runs_main(["--keep-groups", "--out", str(runs)]) == BAD_INPUT
+        assert runs.read_text() == text

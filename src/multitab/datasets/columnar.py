@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from multitab.files.io import TMP_SUFFIX
+from multitab.files.io import TMP_SUFFIX, disk_full_names
 
 ROW_GROUP_ROWS = 1024 * 1024  # pyarrow's default maximum row-group length (what to_parquet writes)
 
@@ -36,8 +36,9 @@ def parquet_options(schema: pa.Schema) -> dict[str, object]:
 
 
 def to_parquet(df: pd.DataFrame, path: str | Path) -> None:
-    """`df.to_parquet(path, index=False)` with `parquet_options`."""
-    df.to_parquet(path, index=False, **parquet_options(pa.Schema.from_pandas(df, preserve_index=False)))
+    """`df.to_parquet(path, index=False)` with `parquet_options` (a full disk: DiskFullError naming `path`)."""
+    with disk_full_names(path):
+        df.to_parquet(path, index=False, **parquet_options(pa.Schema.from_pandas(df, preserve_index=False)))
 
 
 class ParquetColumns:
@@ -174,11 +175,12 @@ class ColumnStore:
 
 
 @contextlib.contextmanager
-def column_store(beside: Path) -> Iterator[ColumnStore]:
-    """A ColumnStore in a scratch folder next to output `beside` (same disk), removed at the end; one left
-    by a killed run is a temporary of `beside` (multitab.files.io.remove_stale_temporaries removes it)."""
-    beside.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{beside.name}.columns.", suffix=TMP_SUFFIX, dir=beside.parent) as d:
+def column_store(folder: Path) -> Iterator[ColumnStore]:
+    """A ColumnStore in a scratch folder inside `folder`, removed at the end. `folder` is the temporary folder
+    of the output being written (multitab.files.io.atomic_dir): a run killed with SIGKILL leaves the scratch
+    inside that temporary, which the stage's next run removes with it (multitab.files.io.remove_stale_temporaries)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".columns.", suffix=TMP_SUFFIX, dir=folder) as d:
         yield ColumnStore(Path(d))
 
 
@@ -195,7 +197,7 @@ def write_parquet_columns(
     """Write `path` from columns that `read(name, start, stop)` gives a row range of, one row group
     (ROW_GROUP_ROWS) at a time: the file `to_parquet(pd.DataFrame(columns), path)` writes."""
     schema = pandas_schema(dtypes)
-    with pq.ParquetWriter(path, schema, **parquet_options(schema)) as writer:
+    with disk_full_names(path), pq.ParquetWriter(path, schema, **parquet_options(schema)) as writer:
         for start in range(0, max(n_rows, 1), ROW_GROUP_ROWS):
             stop = min(n_rows, start + ROW_GROUP_ROWS)
             # from_pandas: NaN becomes null, as Table.from_pandas makes it

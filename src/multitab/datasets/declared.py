@@ -2,11 +2,12 @@
 and the values of the user's files, so that every later stage sees one kind of `DatasetSchema`.
 
 acquire@D reads the files (`local.path`: a file, or a folder with data.* or train.* and test.*, and val.* where
-validation is a file of its own: .csv, .csv.gz or .parquet), checks the declaration against them (every problem
-names the params key and the column), decides the kind of each undeclared feature (multitab.datasets.infer; a
-CSV's delimiter is `,`, `;` or tab, whichever its header holds most of), and writes the raw Parquet files with
-every categorical value and class label as a code (levels sorted, as recorded) and `schema.json`, the record of
-what was declared and decided.
+validation is a file of its own: .csv, .csv.gz or .parquet) with the paper's datasets' reader, so that a bad file
+fails as it does there (multitab.datasets.sources.table: a CSV's delimiter is `,`, `;` or tab, whichever its header
+holds most of; a column name given twice is refused), checks the declaration against them (every problem names the
+params key and the column), decides the kind of each undeclared feature (multitab.datasets.infer), and writes
+the raw Parquet files with every categorical value and class label as a code (levels sorted, as recorded) and
+`schema.json`, the record of what was declared and decided.
 split@D copies the record beside the splits; validate_raw@D and preprocess@D read it there, and meta.json carries
 it (`declared`).
 
@@ -21,8 +22,6 @@ sorted values (no < yes, 0 < 1, False < True); a multiclass task's classes are i
 
 from __future__ import annotations
 
-import csv
-import gzip
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,17 +29,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from multitab.config.data import DatasetConfig, FeaturesConfig
 from multitab.datasets.columnar import to_parquet
 from multitab.datasets.infer import MAX_CLASSES, InferenceError, infer_features
 from multitab.datasets.schema import SCHEMAS, DatasetSchema, Feature, RawColumn, Task, get_schema
+from multitab.datasets.sources.table import read_header, read_table
 from multitab.files.io import atomic_dir, read_json, sha256_file, write_json
 
 SCHEMA_FILE = "schema.json"
 SUFFIXES = (".csv", ".csv.gz", ".parquet")
-DELIMITERS = (",", ";", "\t")
 
 
 class DeclarationError(ValueError):
@@ -96,37 +94,12 @@ def locate(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> dict[str, P
     return files
 
 
-def _first_line(path: Path) -> str:
-    opener: Any = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rt", newline="") as f:
-        return str(f.readline())
-
-
-def delimiter(path: Path) -> str:
-    """A CSV file's delimiter: the one of `,` `;` tab that its header line holds most of (UCI's files use `;`)."""
-    line = _first_line(path)
-    return max(DELIMITERS, key=line.count)
-
-
-def header(path: Path) -> list[str]:
-    """The column names of a file, without reading its rows."""
-    if path.name.lower().endswith(".parquet"):
-        return list(pq.read_schema(path).names)
-    return next(csv.reader([_first_line(path)], delimiter=delimiter(path)), [])
-
-
 def n_features(name: str, cfg: DatasetConfig, root: Path = Path(".")) -> int:
     """The number of features (every column but the tasks and `drop`): what its runs' recipes are resolved for."""
     files = locate(name, cfg, root)
-    columns = header(next(iter(files.values())))
+    columns = read_header(next(iter(files.values())))
     drop = (cfg.features or FeaturesConfig()).drop
     return sum(c not in (cfg.tasks or {}) and c not in drop for c in columns)
-
-
-def _read(path: Path) -> pd.DataFrame:
-    if path.name.lower().endswith(".parquet"):
-        return pd.read_parquet(path)
-    return pd.read_csv(path, sep=delimiter(path), low_memory=False)
 
 
 def _first_text(s: pd.Series) -> tuple[int, Any] | None:
@@ -274,7 +247,9 @@ def schema_from_record(record: Mapping[str, Any]) -> DatasetSchema:
 def acquire_declared(name: str, cfg: DatasetConfig, out_dir: Path, root: Path = Path(".")) -> dict[str, Any]:
     """acquire@D of a declared dataset: `out_dir/<key>.parquet` in codes, schema.json and source.json, atomically."""
     files = locate(name, cfg, root)
-    frames = {key: _read(path) for key, path in files.items()}
+    drop = (cfg.features or FeaturesConfig()).drop
+    frames = {key: read_table(path, skip=drop, skip_hint=f", or list it in datasets.{name}.features.drop")
+              for key, path in files.items()}
     record, coded = declare(name, cfg, frames, {k: str(p) for k, p in files.items()})
     with atomic_dir(out_dir) as tmp:
         for key, frame in coded.items():

@@ -191,7 +191,8 @@ def preprocess_files(
 ) -> dict[str, Any]:
     """data/splits/<D>/{train,val,test}.parquet -> the same files in `out_dir` transformed as
     `preprocess.preprocess` transforms the frames; returns meta.json's content. `n_workers`: worker processes
-    (1: none; default: `workers`)."""
+    (1: none; default: `workers`). The scratch columns are parked inside `out_dir` (`columnar.column_store`: the
+    output's temporary folder) and removed before this returns."""
     files = {k: ParquetColumns(splits_dir / f"{k}.parquet") for k in SPLITS}
     for split, part in files.items():
         if part.n_rows == 0:

@@ -93,7 +93,7 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
         "standin": bool(source["standin"]),
         "n_rows": {k: len(rows[k][1]) for k in SPLITS},
     }
-    with atomic_dir(out_dir) as tmp, column_store(out_dir) as parked:
+    with atomic_dir(out_dir) as tmp, column_store(tmp) as parked:  # scratch inside: a kill leaves one temporary
         dtypes: dict[str, np.dtype] = {}
         jobs = [(name, key, raw) for name in sources for key, raw in files.items()]
         for (name, key, _raw), col in _canonical_ahead(schema, sources, jobs):

@@ -12,7 +12,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from multitab.files.io import file_problem
+from multitab.files.paths import file_problem
 
 
 class CheckpointError(ValueError):

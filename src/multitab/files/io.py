@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,20 +77,26 @@ def _fsync_tree(root: Path) -> None:
         _fsync_path(Path(folder))
 
 
-def remove_stale_temporaries(folder: str | Path, name: str | None = None, *, stems: tuple[str, ...] = ()
-                             ) -> list[Path]:
+def remove_stale_temporaries(folder: str | Path, name: str | None = None, *, stems: tuple[str, ...] = (),
+                             before: float | None = None) -> list[Path]:
     """Remove the `.<name>.*.tmp` files and folders that a killed `atomic_path` / `atomic_dir` left in
     `folder` (and `.<name>.old` of an interrupted folder swap): all of them, only those of output `name`,
     or (`stems`) those of outputs whose names start with one of `stems` (a stage's files in a folder it
-    shares). Call it only for what one writer owns (a stage's output folder, or its outputs in a shared
-    folder: DVC locks the stage). Returns what it removed."""
+    shares). A temporary of a temporary (`..<name>.<random>.tmp.columns.<random>.tmp`: scratch a writer kept
+    beside its own temporary folder) is `name`'s too. `before`: only what was last modified before this time
+    (seconds since the epoch), so that a writer started since is left alone. Call it only for what one writer
+    owns (a stage's output folder, or its outputs in a shared folder: DVC locks the stage). Returns what it
+    removed."""
     folder = Path(folder)
     removed: list[Path] = []
     if not folder.is_dir():
         return removed
     prefixes = tuple(f".{s}" for s in stems) if stems else ("." if name is None else f".{name}.",)
     for p in folder.iterdir():
-        if p.name.startswith(prefixes) and (p.name.endswith(TMP_SUFFIX) or p.name.endswith(".old")):
+        own = p.name.startswith(".") and ("." + p.name.lstrip(".")).startswith(prefixes)
+        if own and (p.name.endswith(TMP_SUFFIX) or p.name.endswith(".old")):
+            if before is not None and p.lstat().st_mtime >= before:
+                continue
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
@@ -194,15 +199,33 @@ def atomic_dir(path: str | Path, *, expected_bytes: int | None = None) -> Iterat
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except OSError as e:
-        if _is_disk_full(e) and not isinstance(e, DiskFullError):
-            needed = expected_bytes if expected_bytes is not None else (_size(tmp) if tmp else None)
-            if tmp is not None:
+        if _is_disk_full(e):
+            # a file of the folder that says it was being written (`disk_full_names`) is named where it goes
+            named = e.path if isinstance(e, DiskFullError) else path
+            if tmp is not None and named.is_relative_to(tmp):
+                named = path / named.relative_to(tmp)
+            needed = e.needed_bytes if isinstance(e, DiskFullError) else (
+                expected_bytes if expected_bytes is not None else (_size(tmp) if tmp else None))
+            if tmp is not None:  # before measuring what is free
                 shutil.rmtree(tmp, ignore_errors=True)
-            raise DiskFullError(path, needed) from e
+            if not isinstance(e, DiskFullError) or named != e.path:
+                raise DiskFullError(named, needed) from e
         raise
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def disk_full_names(path: str | Path) -> Iterator[None]:
+    """A full disk inside the block raises `DiskFullError` naming `path`, the file the block writes (a file
+    of an `atomic_dir` folder, which names it where it goes), with what it had written as what was needed."""
+    try:
+        yield
+    except OSError as e:
+        if _is_disk_full(e) and not isinstance(e, DiskFullError):
+            raise DiskFullError(Path(path), _size(Path(path))) from e
+        raise
 
 
 def _write_chunks(f: Any, data: bytes | memoryview, chunk_bytes: int = 1 << 24) -> None:
@@ -236,7 +259,13 @@ def sha256_file(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())
+    """A JSON file; ValueError naming it when it is not JSON (cut short, edited, not text)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path}: not readable JSON ({e}); it was cut short or edited: write it again (run the "
+                         "stage that writes it)") from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -280,59 +309,3 @@ def read_yaml_file(path: str | Path) -> Any:
         return load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
-
-
-def file_problem(path: str | Path) -> str | None:
-    """Why `path` cannot be read as a file, to follow the path in a message ("does not exist", "is a
-    directory, not a file", ...); None when it is a file. A directory where a file belongs is named as one,
-    not as a missing file."""
-    try:
-        mode = Path(path).stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return "does not exist"
-    except OSError as e:  # a symlink loop, a folder on the way it may not enter
-        return os_error_line(e).removeprefix(f"{e.filename}: ") if e.filename is not None else str(e)
-    if stat.S_ISDIR(mode):
-        return "is a directory, not a file"
-    return None if stat.S_ISREG(mode) else "is not a regular file"
-
-
-def os_error_line(e: OSError) -> str:
-    """`path: what` for an OSError that names a path (without Python's `[Errno N]`), else its text."""
-    if e.filename is not None and e.strerror:
-        what = e.strerror[0].lower() + e.strerror[1:]
-        hint = {errno.EACCES: "; check the file's permissions", errno.EPERM: "; check the file's permissions",
-                errno.EROFS: "; the file system is read-only"}.get(e.errno or 0, "")
-        return f"{e.filename}: {what}{hint}"
-    return str(e)
-
-
-_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def not_regular(path: str | Path) -> tuple[Path, str] | None:
-    """The first entry at or under `path` (a folder's files too; symbolic links followed) that is neither a
-    regular file nor a folder, with what it is ("a named pipe (FIFO)", ...); None when there is none or
-    `path` does not exist. Reading a named pipe waits for a writer, forever if none comes (DVC hashing
-    such a dependency hangs); a device may never end."""
-    root = Path(path)
-    entries = [root]
-    if root.is_dir():
-        entries += sorted(Path(folder) / name for folder, _, names in os.walk(root) for name in names)
-    for entry in entries:
-        try:
-            mode = entry.stat().st_mode
-        except OSError:  # gone, or a broken link: whoever reads it says so
-            continue
-        for test, what in _NOT_REGULAR:
-            if test(mode):
-                return entry, what
-    return None
-
-
-def local_path_not_regular(key: str, path: Path, entry: Path, what: str) -> str:
-    """The one line for a params path (`key`) that is, or holds, an entry `not_regular` found."""
-    inside = "" if entry == path else f" holds {entry}, which"
-    return (f"{key}: {path}{inside} is {what}, not a file or folder: reading it would wait forever (DVC hashes "
-            "it as a dependency); point the key at the data file, or at a folder of data files")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.files.checkpoint import CheckpointError, load_plain
-from multitab.files.io import file_problem
+from multitab.files.paths import file_problem
 
 __all__ = ["CheckpointError", "HubUnreachable", "fetch", "load", "sha256_of", "verify"]
 

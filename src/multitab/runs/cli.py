@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, load_params
-from multitab.runs.document import check_current, document, read_runs_file, write
+from multitab.runs.document import check_current, document, read_runs_file, read_written, write
 from multitab.runs.expand import expand, stacked
 from multitab.runs.resolve import TRACKED, Files, render_sources, resolve_run
 from multitab.runs.types import KEY, RUNS_FILE, STACKS
@@ -73,9 +73,9 @@ def diff(params_path: str | Path, runs_path: str | Path) -> str:
     """The text `diff` prints: runs.yaml as written against what params.yaml and the files resolve to now."""
     params = load_params(params_path)
     path = Path(runs_path)
-    current = read_runs_file(path) or {}
-    groups = [g for g in written_groups(path) if g in params.runs]
+    groups = [g for g in read_written(path).get("opt_in_groups") or [] if g in params.runs]
     now = document(params, groups)
+    current = read_written(path, now)  # every section there: a file cut short would call every run after it added
     lines = []
     for section in (KEY, STACKS):
         before, after = current.get(section) or {}, now[section]
@@ -114,6 +114,8 @@ def main(argv: list[str]) -> int:
         if a.check:
             check_current(params, a.out)
         else:
+            if a.keep_groups and Path(a.out).is_file():  # an unreadable file would keep none without a word
+                read_written(Path(a.out))
             kept = [g for g in written_groups(a.out) if g in params.runs] if a.keep_groups else []
             write(params, a.out, [*a.groups, *kept])
     except ConfigError as e:

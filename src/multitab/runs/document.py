@@ -79,6 +79,24 @@ def read_runs_file(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def read_written(path: Path, expected: Iterable[str] = ()) -> dict[str, Any]:
+    """runs.yaml as written, for what compares with it (`diff`); ConfigError naming the file and what to do when it
+    is missing, not readable YAML, or cut short (one of the sections `expected` missing or empty where a value
+    belongs: they are written in order, the last one on the last line)."""
+    redo = f"restore it (`git checkout -- {path}`) or write it anew (`python -m multitab.runs`, with `--groups` for " \
+           "the opt-in groups it held)"
+    current = read_runs_file(path)
+    if current is None:
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such file, so there is nothing to compare with: write it (`python -m "
+                              f"multitab.runs`; make repro does) or restore it (`git checkout -- {path}`)")
+        raise ConfigError(f"{path}: not readable as runs.yaml (not YAML, or cut short); {redo}")
+    missing = [key for key in expected if key not in current or current[key] is None]
+    if missing or not isinstance(current.get("opt_in_groups"), list):
+        raise ConfigError(f"{path}: cut short or edited (no {', '.join(missing or ['opt_in_groups'])}); {redo}")
+    return current
+
+
 def check_current(params: Params, path: str | Path = RUNS_FILE) -> dict[str, Any]:
     """runs.yaml (`path`) as written; ConfigError when it is not what `params` declares with the opt-in
     groups it holds (params.yaml edited since it was written)."""

@@ -28,7 +28,8 @@ from multitab.datasets.schema import DatasetSchema
 from multitab.datasets.sources.archives import extract_archive, is_archive_path, locate_in_folder
 from multitab.datasets.sources.formats import FORMAT_SUFFIX, SourceError
 from multitab.datasets.sources.typed import RawSummary, read_raw_file, read_raw_table, write_raw_parquet
-from multitab.files.io import atomic_path, file_problem, local_path_not_regular, not_regular, sha256_file
+from multitab.files.io import atomic_path, sha256_file
+from multitab.files.paths import file_problem, local_path_not_regular, not_regular
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,10 @@ def acquire_local(schema: DatasetSchema, cfg: LocalConfig, out_dir: str | Path) 
         if root.is_dir():
             files = locate_in_folder(root, schema, where)
         elif is_archive_path(root):
-            out_dir.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(
-                stack.enter_context(tempfile.TemporaryDirectory(prefix=".extract.", dir=out_dir.parent))
-            )
+            # inside out_dir (the output's temporary folder): a kill leaves the extracted members in that
+            # temporary, which acquire's next run removes
+            out_dir.mkdir(parents=True, exist_ok=True)
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".extract.", suffix=".tmp", dir=out_dir)))
             extracted = extract_archive(root, schema, tmp)
             files = {k: p for k, (p, _) in extracted.items()}
             labels = {k: lab for k, (_, lab) in extracted.items()}

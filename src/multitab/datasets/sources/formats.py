@@ -45,11 +45,11 @@ def file_kind(path: Path, label: str | None = None) -> str:
     for suffix, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".csv.gz", "csv"), (".csv", "csv")):
         if name.endswith(suffix):
             if kind == "csv" and path.is_file():
-                check_compression(path, label)
+                check_content(path, label)
             return kind
     if name.endswith((".arff", ".arff.gz")):
         if path.is_file():
-            check_compression(path, label)
+            check_content(path, label)
         return "arff"
     raise SourceError(
         f"{label or path}: unsupported file type; use CSV (.csv), gzipped CSV (.csv.gz), Parquet (.parquet/.pq) "
@@ -60,17 +60,31 @@ def file_kind(path: Path, label: str | None = None) -> str:
 # Compressions other than gzip, by their magic bytes: read by none of the readers (a .csv.gz that is xz).
 _OTHER_COMPRESSION = {b"\xfd7zXZ\x00": ("xz", "xz -d"), b"BZh": ("bzip2", "bunzip2"),
                       b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"), b"7z\xbc\xaf\x27\x1c": ("7-Zip", "7z x")}
+# Other files that are not text, by their first bytes: what each is, and what to do (a zip renamed .csv).
+_EXCEL = ("an Office file (an Excel workbook?)", "save it as CSV (UTF-8) from the spreadsheet program")
+_NOT_TEXT = {b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1": _EXCEL,  # .xls (.xlsx: a zip, below)
+             b"PK\x03\x04": ("a zip archive", "unzip it and point the path at the CSV inside"),
+             b"PAR1": ("a Parquet file", "name it .parquet"),
+             b"\xff\xfe": ("UTF-16 text", "save it as UTF-8 CSV"), b"\xfe\xff": ("UTF-16 text", "save it as UTF-8 CSV")}
 
 
-def check_compression(path: Path, label: str | None = None) -> None:
-    """SourceError when the file's bytes are compressed with something other than gzip (whatever its name
-    says), naming the compression and how to undo it."""
-    with open(path, "rb") as f:
-        head = f.read(8)
+def check_content(path: Path, label: str | None = None) -> None:
+    """SourceError when the file's first bytes say it is not (gzipped) text a CSV reader can read, whatever its
+    name says: compressed with something other than gzip (naming the compression and how to undo it), a zip
+    archive, an Excel workbook or a Parquet file, or UTF-16 text. A gzip stream is looked into."""
+    with open_binary(path) as f:
+        try:
+            head = f.read(64)
+        except (OSError, EOFError, zlib.error):  # a damaged gzip stream: its reader names the damage
+            return
     for magic, (name, undo) in _OTHER_COMPRESSION.items():
         if head.startswith(magic):
             raise SourceError(f"{label or path}: the file is {name}-compressed (its first bytes say so), which is "
                               f"not read here; decompress it (`{undo}`) and use the CSV, or gzip it")
+    office = head.startswith(b"PK\x03\x04") and b"[Content_Types].xml" in head  # .xlsx: a zip, this first
+    found = _EXCEL if office else next((v for magic, v in _NOT_TEXT.items() if head.startswith(magic)), None)
+    if found is not None:
+        raise SourceError(f"{label or path}: the file is {found[0]} (its first bytes say so), not CSV text; {found[1]}")
 
 
 def _is_gzip(path: Path) -> bool:
@@ -149,12 +163,13 @@ def is_number(text: str) -> bool:
 
 
 class CsvDiagnostics:
-    """What went wrong in a CSV file pyarrow could not parse (mixed into readers.Reader)."""
+    """What went wrong in a CSV file pyarrow could not parse (mixed into readers.FileReader)."""
 
     path: Path
     label: str
     names: list[str]
     line_offset: int | None
+    delimiter: str
 
     def where(self, column: str, row: int | None = None) -> str:
         raise NotImplementedError
@@ -219,7 +234,7 @@ class CsvDiagnostics:
                     try:
                         raw.decode("utf-8")
                     except UnicodeDecodeError as u:
-                        fields = raw[: u.start].count(b",")
+                        fields = raw[: u.start].count(self.delimiter.encode())
                         names = self.names if self.line_offset == 0 or no == 1 else self._first_line()
                         col = names[fields] if fields < len(names) else f"#{fields + 1}"
                         return SourceError(

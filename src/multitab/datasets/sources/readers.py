@@ -1,6 +1,11 @@
-"""Streaming readers of one raw file (CSV, gzipped CSV, Parquet, ARFF): batches of the schema's raw
-columns as read (untyped), with the file's name, column and row for messages. Files are streamed in large
-blocks with pyarrow (Higgs is 11 M rows, 2.6 GB gzipped).
+"""Streaming readers of one file (CSV, gzipped CSV, Parquet, ARFF), with the file's name, column and row for
+messages. Files are streamed in large blocks with pyarrow (Higgs is 11 M rows, 2.6 GB gzipped).
+
+`FileReader` is the one reader of a data file's bytes, for the paper's datasets and for declared ones
+(sources/table.py): the file missing or empty, its compression, its encoding, its header (a name given twice is
+refused), its rows, a Parquet column of a type that is not read (a list or struct per cell): each raises
+SourceError naming the file and, where it applies, the line and the column. `Reader` reads a schema's raw
+columns (untyped as read) with it.
 
 ARFF is read by a small streaming reader of our own: the header (`@attribute` lines) is parsed here and
 the dense `@data` section, which is CSV with `'` quotes and `?` for missing values, goes to pyarrow's CSV
@@ -39,16 +44,27 @@ from multitab.datasets.sources.formats import (
 log = logging.getLogger(__name__)
 
 
-class Reader(CsvDiagnostics):
-    """Batches of the raw columns (untyped as read) plus how to name rows in messages."""
+def type_problem(t: pa.DataType) -> str | None:
+    """Why a Parquet column of type `t` cannot be read as numbers, true/false values or text; None if it can."""
+    if pa.types.is_dictionary(t):
+        return type_problem(t.value_type)
+    if pa.types.is_nested(t):
+        return "a nested type (several values per cell)"
+    plain = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string,
+             pa.types.is_large_string, pa.types.is_null)
+    return None if any(test(t) for test in plain) else "neither a number, a true/false value nor text"
 
-    def __init__(self, path: Path, schema: DatasetSchema, file_key: str, label: str | None = None) -> None:
+
+class FileReader(CsvDiagnostics):
+    """One data file's bytes as batches, every problem of the file raised as SourceError naming it (`label`:
+    the name the user knows the file by, e.g. `AliExpress_NL.zip:train.csv` for an archive member)."""
+
+    delimiter = ","
+
+    def __init__(self, path: Path, label: str | None = None) -> None:
         self.path = path
-        # The name the user knows the file by (e.g. `AliExpress_NL.zip:train.csv` for an archive member).
         self.label = label or str(path)
-        self.schema = schema
-        self.file_key = file_key
-        self.names = [c.name for c in schema.raw_columns]
+        self.names: list[str] = []
         self.line_offset: int | None = None  # file line of data row 0, minus 1 (None: no lines)
 
     def where(self, column: str, row: int | None = None) -> str:
@@ -59,10 +75,103 @@ class Reader(CsvDiagnostics):
                 at += f" (line {row + 1 + self.line_offset})"
         return at
 
+    def check_file(self, expected: str) -> None:
+        """SourceError when the file is not there or holds no bytes (`expected`: what it should hold)."""
+        if not self.path.is_file():
+            raise SourceError(f"{self.label}: no such file; check the path in params.yaml")
+        if self.path.stat().st_size == 0:
+            raise SourceError(f"{self.label}: the file is empty (0 bytes); expected {expected}")
+
+    def no_rows(self) -> SourceError:
+        return SourceError(f"{self.label}: no data rows (header only); the file is empty or was cut short")
+
+    def check_names(self, present: list[str], *, header: str) -> None:
+        """A column name given twice is refused, naming both positions: pandas would read the second as
+        `name.1`, and which one a declaration or a schema means is anybody's guess."""
+        seen: dict[str, int] = {}
+        for i, name in enumerate(present, start=1):
+            if name in seen:
+                raise SourceError(f"{self.label}: the {header} names column {name!r} twice (columns {seen[name]} "
+                                  f"and {i}); rename one of them (or delete the copy) in the file")
+            seen[name] = i
+
+    # -- parquet
+    def parquet_file(self) -> pq.ParquetFile:
+        try:
+            return pq.ParquetFile(self.path)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise SourceError(
+                f"{self.label}: not a readable Parquet file ({e}); re-create or re-download it"
+            ) from e
+
+    def check_types(self, schema: pa.Schema, names: list[str], hint: str = "") -> None:
+        """SourceError for the first of columns `names` whose type is not read (a list or struct column),
+        naming the column and its type; `hint`: one more way out, after the fix."""
+        for name in names:
+            problem = type_problem(schema.field(name).type)
+            if problem is not None:
+                raise SourceError(f"{self.where(name)} has type {schema.field(name).type}, {problem}, which is "
+                                  f"not read here: store it as one number or text per cell{hint}")
+
+    def parquet_batches(self, f: pq.ParquetFile, names: list[str]) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from f.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=names)
+        except (OSError, pa.ArrowInvalid) as e:
+            raise SourceError(f"{self.label}: damaged Parquet file ({e}); re-create or re-download it") from e
+
+    # -- csv
+    def first_text(self) -> str:
+        """Line 1, decoded (a damaged compressed stream or bytes that are not UTF-8: SourceError)."""
+        try:
+            with open_binary(self.path) as f:
+                raw = next(iter_lines(f), (b"", 0))[0]
+        except (OSError, EOFError, zlib.error) as e:
+            raise SourceError(
+                f"{self.label}: cannot read line 1 ({e}){compression_note(self.path)}; the file is damaged or "
+                "cut short: re-download or re-create it"
+            ) from e
+        try:
+            return raw.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise SourceError(
+                f"{self.label} line 1: byte {raw[e.start:e.start + 1]!r} at position {e.start + 1} is not UTF-8 "
+                "text; save the file as UTF-8 (or plain ASCII) CSV"
+            ) from e
+
+    def _first_line(self) -> list[str]:
+        line = self.first_text()
+        if not line.strip():
+            raise SourceError(f"{self.label}: the file is empty; expected the columns {self.names}")
+        return next(csv.reader([line], delimiter=self.delimiter))
+
+    def _convert_options(self, types: dict[str, pa.DataType] | None = None) -> pacsv.ConvertOptions:
+        raise NotImplementedError
+
+    def _csv_stream(
+        self, source: Any, read: pacsv.ReadOptions, parse: pacsv.ParseOptions
+    ) -> Iterator[pa.RecordBatch]:
+        rows = 0
+        try:
+            reader = pacsv.open_csv(
+                source(), read_options=read, parse_options=parse, convert_options=self._convert_options()
+            )
+            for batch in reader:
+                rows += batch.num_rows
+                yield batch
+        except READ_ERRORS as e:
+            raise self._csv_error(e, source, read, parse, rows) from e
+
+class Reader(FileReader):
+    """Batches of a schema's raw columns (untyped as read) plus how to name rows in messages."""
+
+    def __init__(self, path: Path, schema: DatasetSchema, file_key: str, label: str | None = None) -> None:
+        super().__init__(path, label)
+        self.schema = schema
+        self.file_key = file_key
+        self.names = [c.name for c in schema.raw_columns]
+
     def check_columns(self, present: list[str], *, header: str) -> None:
-        dup = sorted({c for c in present if present.count(c) > 1})
-        if dup:
-            raise SourceError(f"{self.label}: duplicate column(s) {dup} in the {header}; fix the file")
+        self.check_names(present, header=header)
         missing = [c for c in self.names if c not in present]
         if missing:
             raise SourceError(
@@ -86,42 +195,12 @@ class Reader(CsvDiagnostics):
 
     # -- parquet
     def _parquet(self) -> Iterator[pa.RecordBatch]:
-        try:
-            f = pq.ParquetFile(self.path)
-        except (pa.ArrowInvalid, OSError) as e:
-            raise SourceError(
-                f"{self.label}: not a readable Parquet file ({e}); re-create or re-download it"
-            ) from e
-        with f:
+        with self.parquet_file() as f:
             self.check_columns(list(f.schema_arrow.names), header="Parquet schema")
-            try:
-                yield from f.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=self.names)
-            except (OSError, pa.ArrowInvalid) as e:
-                raise SourceError(
-                    f"{self.label}: damaged Parquet file ({e}); re-create or re-download it"
-                ) from e
+            self.check_types(f.schema_arrow, self.names)
+            yield from self.parquet_batches(f, self.names)
 
     # -- csv
-    def _first_line(self) -> list[str]:
-        try:
-            with open_binary(self.path) as f:
-                raw = next(iter_lines(f), (b"", 0))[0]
-        except (OSError, EOFError, zlib.error) as e:
-            raise SourceError(
-                f"{self.label}: cannot read line 1 ({e}){compression_note(self.path)}; the file is damaged or "
-                "cut short: re-download or re-create it"
-            ) from e
-        try:
-            line = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise SourceError(
-                f"{self.label} line 1: byte {raw[e.start:e.start + 1]!r} at position {e.start + 1} is not UTF-8 "
-                "text; save the file as UTF-8 (or plain ASCII) CSV"
-            ) from e
-        if not line.strip():
-            raise SourceError(f"{self.label}: the file is empty; expected the columns {self.names}")
-        return next(csv.reader([line]))
-
     def _csv(self) -> Iterator[pa.RecordBatch]:
         first = self._first_line()
         has_header = not self.schema.headerless or set(self.names) <= set(first)
@@ -167,21 +246,6 @@ class Reader(CsvDiagnostics):
             strings_can_be_null=True,
             quoted_strings_can_be_null=True,
         )
-
-    def _csv_stream(
-        self, source: Any, read: pacsv.ReadOptions, parse: pacsv.ParseOptions
-    ) -> Iterator[pa.RecordBatch]:
-        rows = 0
-        try:
-            reader = pacsv.open_csv(
-                source(), read_options=read, parse_options=parse, convert_options=self._convert_options()
-            )
-            for batch in reader:
-                rows += batch.num_rows
-                yield batch
-        except READ_ERRORS as e:
-            raise self._csv_error(e, source, read, parse, rows) from e
-
 
     def _arff(self) -> Iterator[pa.RecordBatch]:
         names: list[str] = []

@@ -171,20 +171,15 @@ def _typed_batches(path: Path, schema: DatasetSchema, file_key: str, label: str)
     """The file's batches converted to the schema's typed raw columns (checked as they come)."""
     if file_key not in schema.raw_files:
         raise ValueError(f"{schema.name} has no raw file {file_key!r}; raw files: {list(schema.raw_files)}")
-    if not path.is_file():
-        raise SourceError(f"{label}: no such file; check the path in params.yaml")
-    if path.stat().st_size == 0:
-        raise SourceError(
-            f"{label}: the file is empty (0 bytes); expected the columns {[c.name for c in schema.raw_columns]}"
-        )
     reader = Reader(path, schema, file_key, label)
+    reader.check_file(f"the columns {reader.names}")
     allowed = allowed_values(schema)
     rows = 0
     for batch in reader.batches():
         yield _convert_batch(batch, reader, rows, allowed)
         rows += batch.num_rows
     if rows == 0:
-        raise SourceError(f"{label}: no data rows (header only); the file is empty or was cut short")
+        raise reader.no_rows()
 
 
 def _target(schema: DatasetSchema) -> pa.Schema:
