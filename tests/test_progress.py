@@ -130,7 +130,8 @@ DAMAGE = {  # what: (the damage done to the store, the message, whether `save` r
     "a run entry edited": (_edit_entry, r"the run entry does not hash to its name \(corrupted", False),
     "a run entry cut short": (lambda s: _entry(s).write_text(_entry(s).read_text()[:100]),
                               r"the run entry does not hash to its name", False),
-    "a run entry gone": (lambda s: _entry(s).unlink(), r"index\.json: run attribution-a's entry runs/.* is not in", False),
+    "a run entry gone": (lambda s: _entry(s).unlink(),
+                         r"index\.json: run attribution-a's entry runs/.* is not in", False),
     "an output object gone": (lambda s: [p.unlink() for p in (s / "files").rglob("*") if p.is_file()],
                               r"names output object [0-9a-f]{32}.*, which is neither in .* nor in DVC's cache", False),
 }
