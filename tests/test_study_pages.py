@@ -9,9 +9,11 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from multitab.config import load_params
 from multitab.config.aggregate import synthetic_configs
+from multitab.evaluation.bench.numbers import StudyError
 from multitab.evaluation.paper.entry_page import write_entry_page
 from multitab.evaluation.paper.report_markdown import Provenance
 from multitab.evaluation.paper.study_answer import newest_complete
@@ -90,6 +92,16 @@ def test_the_record_shown_is_the_newest_complete_one_by_its_data(tmp_path):
     page = tmp_path / "index.html"
     write_entry_page(page, tmp_path, Provenance(), "paper", study=study, synthetic=SYNTHETIC)
     assert "a_newer" in page.read_text().split("</section>")[0]
+
+
+def test_a_record_whose_ladder_cannot_be_read_is_named(tmp_path):
+    """A committed record with a broken ladder.csv: an error naming the file and how to write it again (the stage
+    exits with BAD_INPUT on it), not a traceback and not an answer from the records that remain."""
+    complete = next(p.parent for p in sorted(STUDY.glob("*/ladder.csv")) if _complete_in_csv(p.parent))
+    record = _copy_record(complete, tmp_path / "study" / "rec", "2027-03-02")
+    (record / "ladder.csv").write_text("config,arm\n\"unclosed\n")
+    with pytest.raises(StudyError, match=r"rec/ladder.csv: .*regenerate"):
+        newest_complete(tmp_path / "study", FIGURE_CONFIGS)
 
 
 def test_every_record_is_a_page_with_its_tables_figures_and_links(tmp_path):

@@ -24,7 +24,7 @@ import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation.bench.layers import FIGURES, figure_answer
-from multitab.evaluation.bench.numbers import StudySettings, figure_number, read_metrics_csv
+from multitab.evaluation.bench.numbers import StudyError, StudySettings, figure_number, read_metrics_csv
 from multitab.evaluation.paper.report_html import markdown_html
 from multitab.markup import html_text
 
@@ -62,14 +62,22 @@ def figure_configs(synthetic: Mapping[str, SyntheticConfig]) -> set[str]:
 
 
 def _ladder(folder: Path) -> pd.DataFrame | None:
+    """The ladder of a both-layers record (None: `folder` is no such record); StudyError naming the file when
+    its ladder.csv cannot be read as one."""
     path = folder / LADDER
     if not (path.is_file() and (folder / "metrics.csv").is_file() and
             all((folder / f).is_file() for f in FIGURE_FILES)):
         return None
-    table = pd.read_csv(path, dtype={"config": str, "arm": str, "changed": str, "verdict": str, "short_of": str},
-                        keep_default_na=False, na_values={"gap": [""], "gap_se": [""]})
-    needed = {"config", "arm", "changed", "verdict", "gap", "gap_se", "short_of"}
-    return table if needed <= set(table.columns) else None
+    redo = f"regenerate it: python -m multitab.evaluation.bench.attribution regenerate {folder}"
+    try:
+        table = pd.read_csv(path, dtype={"config": str, "arm": str, "changed": str, "verdict": str, "short_of": str},
+                            keep_default_na=False, na_values={"gap": [""], "gap_se": [""]})
+    except ValueError as e:  # pandas' parser, empty-file and decoding errors are ValueErrors
+        raise StudyError(f"{path}: not a ladder CSV ({e}); {redo}") from None
+    missing = sorted({"config", "arm", "changed", "verdict", "gap", "gap_se", "short_of"} - set(table.columns))
+    if missing:
+        raise StudyError(f"{path}: columns {missing} are missing; {redo}")
+    return table
 
 
 def is_complete(table: pd.DataFrame, configs: Iterable[str]) -> bool:
