@@ -3,7 +3,9 @@
 Reads results/runs/<dataset>/<model>/seed<S>/metrics.json of the runs params.yaml declares (a run folder
 left from an earlier matrix is listed and left out; a run trained under other settings is refused) and the
 complexity table (when present); never trains. The report's first screen states the commit, the params
-hash and the study's budget (params `study`). Every path comes from dvc.yaml's command line.
+hash and the study's budget (params `study`). With --study (results/study: the committed records) the entry page
+opens with the newest complete record's answer, and --study-html writes every record as a page. Every path
+comes from dvc.yaml's command line.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from multitab.evaluation.paper.published import load_published
 from multitab.evaluation.paper.report import Outputs, build_results
 from multitab.evaluation.paper.report_markdown import Provenance
 from multitab.evaluation.paper.runs import RunSet, load_runs, select_declared
+from multitab.evaluation.paper.study_pages import README, page_map, write_study_pages
 from multitab.files.io import all_or_nothing, remove_stale_temporaries
 from multitab.runs.expand import declared_runs
 from multitab.runs.profiles import group_train, profiled
@@ -44,13 +47,22 @@ def aggregate(a: argparse.Namespace) -> None:
     remove_stale_temporaries(a.plots)
     for path in (a.report, a.metrics, a.index, *([a.html] if a.html else [])):
         remove_stale_temporaries(path.parent, path.name)
+    if a.study_html is not None:
+        for folder in (a.study_html, *(p for p in a.study_html.glob("*") if p.is_dir())):
+            remove_stale_temporaries(folder)
     prov = provenance(a.params, params)
-    with all_or_nothing():  # every table, figure, the report and the entry page: all new, or all as they were
+    root = Path(a.params).resolve().parent
+    # every table, figure, the report, the study records' pages and the entry page: all new, or all as they were
+    with all_or_nothing():
+        pages = write_study_pages(a.study, a.study_html, root) if a.study is not None and a.study_html else []
+        page_of = page_map(a.study, a.study_html) if pages else {}
+        readme = (a.study / README).resolve() if a.study is not None else None
+        index = page_of.get(readme, readme) if readme is not None and readme.is_file() else None
         written = build_results(runs, config, load_published(), synthetic, a.complexity, outputs,
-                                runs_dir=a.runs, provenance=prov, icl_dir=a.icl)
-        budgets = group_budgets(runs, list(synthetic), prov.budget, [*config.datasets, *synthetic])
-        write_entry_page(a.index, Path(a.params).resolve().parent, prov, params.protocol, what_ran(params),
-                         written, budgets=budgets, flow_run=flow_run_name())
+                                runs_dir=a.runs, provenance=prov, icl_dir=a.icl, root=root, study_index=index)
+        write_entry_page(a.index, root, prov, params.protocol, what_ran(params), [*written, *pages],
+                         budgets=group_budgets(runs, list(synthetic), prov.budget, [*config.datasets, *synthetic]),
+                         flow_run=flow_run_name(), study=a.study, synthetic=synthetic, study_pages=page_of)
 
 
 def what_ran(params: Params) -> list[str]:
@@ -101,12 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--html", type=Path, default=None,
                    help="results/report.html: the report as a page, in --report's folder (default: not written)")
     p.add_argument("--index", required=True, type=Path, help="results/index.html (the entry page)")
+    p.add_argument("--study", type=Path, default=None,
+                   help="results/study: the committed study records; the entry page opens with the newest complete "
+                        "record's answer (default: none)")
+    p.add_argument("--study-html", type=Path, default=None,
+                   help="results/study_html: the records' Markdown as pages, with --study (default: not written)")
     p.add_argument("--icl", type=Path, default=None,
                    help="results/icl: the pretrained in-context models' records, rows of Table 3 (default: none)")
     a = p.parse_args(argv)
     if a.html is not None and a.html.resolve().parent != a.report.resolve().parent:
         p.error(f"--html {a.html} must be in the folder of --report {a.report} (the report's figure paths are "
                 "relative to it)")
+    if a.study_html is not None and a.study is None:
+        p.error("--study-html needs --study (the records it renders)")
     return run("aggregate", lambda: aggregate(a))
 
 

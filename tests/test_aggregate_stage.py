@@ -77,7 +77,7 @@ def run_stage(root: Path, params: Path) -> int:
         "--params", str(params), "--runs", str(root / "runs"), "--complexity", str(root / "complexity.csv"),
         "--tables", str(out / "tables"), "--figures", str(out / "figures"), "--plots", str(out / "plots"),
         "--metrics", str(out / "metrics.json"), "--report", str(out / "report.md"), "--html", str(out / "report.html"),
-        "--index", str(out / "index.html"),
+        "--index", str(out / "index.html"), "--study", str(out / "study"), "--study-html", str(out / "study_html"),
     ])
 
 
@@ -167,6 +167,8 @@ def test_stage_end_to_end(tmp_path: Path) -> None:
     # Stand-in inputs: no paper value beside ours in the report (the CSV keeps the comparison).
     assert "(paper 0.5512" not in report and "The paper's values are left out of this table (stand-in data" in report
     assert "0.5512" in (tmp_path / "results/tables/comparison_with_paper.csv").read_text()
+    # the learning curves' rows say stand-in data, and the plot's title then says so (.dvc/plots/learning_curves.json)
+    assert set(pd.read_csv(tmp_path / "results/plots/learning_curves_val_mean.csv").data) == {"stand-in data"}
     # The same runs as real data (a local file) under the paper's training: the report compares.
     _with(params, max_epochs=None, max_train_rows=None)
     stamp_params(tmp_path / "runs", params)
@@ -206,7 +208,8 @@ def test_stage_end_to_end(tmp_path: Path) -> None:
     # Learning curves: seed means over the seeds that reached each step (3, 4 and 5 epochs written), a row per
     # dataset, model and epoch (1 = the first); models without a log (MAYA here) and XGBoost (no epochs) absent.
     curves = pd.read_csv(tmp_path / "results/plots/learning_curves_val_mean.csv")
-    assert list(curves.columns) == ["dataset", "model", "epoch", "value"]
+    assert list(curves.columns) == ["dataset", "model", "epoch", "value", "data"]
+    assert set(curves.data) == {"real"}  # real now; stand-in above
     assert list(dict.fromkeys(curves.dataset)) == ["aliexpress", "acs_income", "higgs"]
     assert list(dict.fromkeys(curves.model)) == ["STL", "MTL", "MMoE", "PLE", "TabT", "FT-T", "SAINT", "STEM",
                                                  "MultiTab-Net"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,23 @@ def test_readme_is_short_and_starts_with_the_two_commands() -> None:
     block = text[text.index("```") + 3:]
     block = block[:block.index("```")]
     assert [line.split()[:2] for line in block.strip().splitlines()] == [["make", "repro"], ["make", "test"]]
+
+
+def test_readme_says_first_what_to_open_and_how_to_compare() -> None:
+    """The README's first screen (20 lines): what to open after `make repro`, and `make compare` for experiments."""
+    head = "\n".join((ROOT / "README.md").read_text().splitlines()[:20])
+    assert "results/index.html" in head and "make compare" in head and "make help" in head
+
+
+def test_make_help_lists_every_target_with_a_line() -> None:
+    """`make help` names every target of the Makefile, each with what it does."""
+    targets = re.findall(r"^([a-z][a-z0-9_-]*):(?![:=])", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    done = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(ROOT), "help"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    listed = dict(re.findall(r"^\s*make (\S+) +(\S.*)$", done.stdout, re.MULTILINE))
+    assert "repro" in targets and "help" in targets
+    assert [t for t in targets if t not in listed] == [], done.stdout
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import yaml
 from _aggregate_fakes import stamp_params
 from multitab.markup import md_text
 from multitab.validation.assets import load_manifest
+from stages import aggregate
 from test_aggregate_stage import make_inputs, run_stage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,8 +43,8 @@ class Page(HTMLParser):
 
 
 def check_offline(page: Path) -> Page:
-    """Every src/href of `page` is a relative path to a file that exists; no address is loaded (no
-    http(s):// anywhere in its markup: style sheets included), no script."""
+    """Every src/href of `page` is a relative path to a file that exists (or a place on the page); no address is
+    loaded (no http(s):// anywhere in its markup: style sheets included), no script."""
     text = page.read_text(encoding="utf-8")
     parsed = Page(text)
     assert '<meta charset="utf-8">' in text
@@ -50,7 +52,11 @@ def check_offline(page: Path) -> Page:
     assert "script" not in parsed.tags
     for tag, ref in parsed.refs:
         assert not EXTERNAL.match(ref), (tag, ref)
-        assert (page.parent / ref).is_file(), (page.name, tag, ref)
+        path, _, anchor = ref.partition("#")
+        if not path:  # a place on the page itself
+            assert f'id="{anchor}"' in text, (page.name, tag, ref)
+            continue
+        assert (page.parent / path).is_file(), (page.name, tag, ref)
     return parsed
 
 
@@ -117,12 +123,17 @@ def test_report_page_and_entry_page_work_offline_with_the_caveats_first(tmp_path
     page = (tmp_path / "results" / "index.html").read_text()
     links = [ref for tag, ref in index.refs if tag == "a"]
     assert links.index("report.html") < links.index("report.md") < links.index("metrics.json")
-    assert "../docs/deviations.md" in links and "study/README.md" in links and "study/rec/section.md" in links
+    assert "../docs/deviations.md" in links
+    assert "study_html/README.html" in links and "study_html/rec/section.html" in links  # the records as pages
     assert {("img", "figures/figure5_delta_m.png"), ("img", "figures/learning_curves.png")} <= set(index.refs)
     head = page[: page.index("<h2>Provenance")]
     assert "REDUCED TRAINING" in head and "NOT TESTED AT THIS BUDGET" in head
     assert "at most 2 epochs on 2,048 training rows per run, 1 seed" in head
     assert "checks the pipeline; not the paper&#x27;s numbers" in head
+    # this run's figures under a heading that says what they are: pipeline checks, not the study's answer
+    figures_at = page.index('src="figures/figure5_delta_m.png"')
+    heading = page[page.rindex("<h2>", 0, figures_at):figures_at]
+    assert "Pipeline checks (stand-in data, 1 seed, at most 2–6 epochs)" in heading and "Start here" not in page
     assert "Prefect flow run: <code>all stages @ 0123abcd</code>" in page and "&lt;targets&gt;" not in page
 
 
@@ -184,3 +195,130 @@ def test_learning_curve_figure_ticks_whole_epochs() -> None:
     fig.canvas.draw()
     ticks = [t for t in fig.axes[0].get_xticks() if 1 <= t <= 2]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+class Tree(HTMLParser):
+    """Every element's ancestry: (tag, class) of each open element, and the text seen inside each."""
+
+    VOID = {"img", "meta", "br", "hr", "input", "link"}
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.stack: list[tuple[str, str]] = []
+        self.tables: list[list[tuple[str, str]]] = []  # the ancestry of every <table>
+        self.texts: list[tuple[str, list[tuple[str, str]]]] = []  # (text, its ancestry)
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.tables.append(list(self.stack))
+        if tag not in self.VOID:
+            self.stack.append((tag, dict(attrs).get("class") or ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack and self.stack.pop()[0] != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        self.texts.append((data, list(self.stack)))
+
+
+def _stage_with_study(tmp_path: Path) -> Path:
+    """The aggregate stage on the default run's shape (one seed, capped epochs), with the project's docs/ and a
+    committed study folder of one record; returns results/."""
+    params = make_inputs(tmp_path)
+    _shorten_training(tmp_path, params)
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    record = tmp_path / "results" / "study" / "rec"
+    record.mkdir(parents=True)
+    (tmp_path / "results" / "study" / "README.md").write_text("# records\n\n[rec](rec/section.md)\n")
+    (record / "section.md").write_text("## a record\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    out = tmp_path / "results"
+    assert aggregate.main([
+        "--params", str(params), "--runs", str(tmp_path / "runs"), "--complexity", str(tmp_path / "complexity.csv"),
+        "--tables", str(out / "tables"), "--figures", str(out / "figures"), "--plots", str(out / "plots"),
+        "--metrics", str(out / "metrics.json"), "--report", str(out / "report.md"), "--html", str(out / "report.html"),
+        "--index", str(out / "index.html"), "--study", str(out / "study"), "--study-html", str(out / "study_html"),
+    ]) == 0
+    return out
+
+
+def test_report_page_shows_each_figure_once_tables_scroll_in_their_wrapper_and_files_are_links(tmp_path: Path) -> None:
+    """report.html: every image once (Figures 5 and 6 were drawn both in the MultiTab-Bench section and at
+    their place in the paper's order); every table in a wrapper that scrolls sideways, so no table widens the
+    page; every docs/... file it names a link to that file; results/study/ named and linked to the records'
+    pages; Table 8's empty cells with one seed say why."""
+    out = _stage_with_study(tmp_path)
+    html = (out / "report.html").read_text()
+    report = check_offline(out / "report.html")
+    images = [ref for tag, ref in report.refs if tag == "img"]
+    assert "figures/figure5_delta_m.png" in images and "figures/figure6_delta_m.png" in images
+    assert len(images) == len(set(images)), images
+    for page in (out / "report.html", out / "index.html", out / "study_html" / "rec" / "section.html"):
+        tree = Tree(page.read_text())
+        assert tree.tables, page.name
+        assert all(("div", "table-wrap") in ancestry for ancestry in tree.tables), page.name
+    assert ".table-wrap { overflow-x: auto;" in html
+    # every file under docs/ the text names is inside a link (to it: check_offline saw every href resolve)
+    named = [(m.group(0), ancestry) for text, ancestry in Tree(html).texts
+             for m in re.finditer(r"docs/[\w./-]*\w", text)]
+    assert named and all(any(tag == "a" for tag, _ in ancestry) for _, ancestry in named), \
+        [n for n, a in named if not any(tag == "a" for tag, _ in a)]
+    assert ("a", "../docs/study.md") in report.refs
+    assert ("a", "study_html/README.html") in report.refs and "results/study/" in html
+    t8 = (out / "tables" / "table8_t_test.md").read_text()
+    assert "n/a: needs >= 2 seeds" in t8 and "| n/a |" not in t8
+    assert "a t-test needs at least two seeds" in t8
+
+
+def test_plots_of_stand_in_data_say_so_in_their_title() -> None:
+    """`dvc plots show`: every Vega template dvc.yaml draws the aggregate's series with puts a subtitle on the
+    title from the rows' `data` column when it says stand-in data (the aggregate writes it: test_stage_end_to_end),
+    and the Δm plot says when a bar has no error bar (one seed) instead of only promising them."""
+    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    templates = {spec["template"] for e in dvc["plots"] if isinstance(e, dict) for spec in e.values()
+                 if str(next(iter(e))).startswith("results/plots/")}
+    assert templates == {"delta_m", "learning_curves"}
+    for name in templates:
+        spec = json.loads((ROOT / ".dvc" / "plots" / f"{name}.json").read_text())
+        subtitle = spec["title"]["subtitle"]["expr"]
+        assert "pluck(data('points'), 'data'), 'stand-in data'" in subtitle and "STAND-IN DATA" in subtitle
+        assert spec["data"] == {"name": "points", "values": "<DVC_METRIC_DATA>"}
+    delta = json.loads((ROOT / ".dvc" / "plots" / "delta_m.json").read_text())
+    assert "no error bar" in delta["title"]["subtitle"]["expr"] and "'n_seeds'" in delta["title"]["subtitle"]["expr"]
+
+
+def test_a_model_has_one_colour_in_every_figure_and_plot() -> None:
+    """The same model, the same colour: in the Δm bars, the learning curves (the default report's and the
+    study's) and the `dvc plots` templates, whatever else the figure shows and in whatever order."""
+    from matplotlib.colors import to_hex
+    from matplotlib.lines import Line2D
+
+    from multitab.evaluation import figures
+    from multitab.evaluation.bench.numbers import StudySettings
+    from multitab.evaluation.bench.render import curves_figure as study_curves
+
+    def legend(fig) -> dict[str, str]:
+        """label -> colour of a figure's legend (a bar's face, a line's colour)."""
+        return {t.get_text(): to_hex(h.get_color() if isinstance(h, Line2D) else h.get_facecolor())
+                for t, h in zip(fig.legends[0].get_texts(), fig.legends[0].legend_handles, strict=True)}
+
+    bars = ["MMoE", "PLE", "STEM", "MultiTab-Net"]
+    frame = pd.DataFrame([{"group": "correlation", "config": "c", "level": "p=0.2", "model": m, "delta_m": 1.0 + i,
+                           "se": 0.1, "n_seeds": 3, "missing": False, "standin": False, "data": "real"}
+                          for i, m in enumerate(bars)])
+    fig5 = legend(figures.delta_m_figure(frame, ("correlation",), bars, "Figure 5"))
+    curves = legend(figures.curves_figure(
+        {"higgs": pd.DataFrame({m: [0.6, 0.7] for m in ["STL", "MultiTab-Net", "XGB", "STEM", "MMoE", "PLE"]})},
+        "metric", "Learning curves", False))
+    metrics_curves = pd.DataFrame([{"config": "c", "model": m, "seed": 0, "epoch": e, "val_mean": 0.5, "train_loss": 1}
+                                   for m in ("stl_mlp", "mmoe", "ple", "stem", "multitab_net") for e in (1, 2)])
+    study = legend(study_curves(metrics_curves, ["c"], ["stl_mlp", "mmoe", "ple", "stem", "multitab_net"],
+                                StudySettings()))
+    for label in bars:
+        assert fig5[label] == curves[label] == study[label], label
+    assert curves["STL"] == study["STL"] and len(set(curves.values())) == len(curves)
+    assert all(fig5[label] == figures.model_colour(label) for label in bars)
+    for name in ("delta_m", "learning_curves"):
+        scale = json.loads((ROOT / ".dvc" / "plots" / f"{name}.json").read_text())["spec"]["encoding"]["color"]["scale"]
+        assert dict(zip(scale["domain"], scale["range"], strict=True)) == figures.MODEL_COLOURS, name

@@ -6,8 +6,9 @@ An entry holds the class as `module:Class` (multitab.models imports it: `MODELS`
 figures print (the paper's row name where the paper has the model: the published values are matched by it),
 its tiny test configuration (the model contract's tests build it with these keywords over the authors'
 MultiTab-Bench file) and whether it trains in epochs (a learning curve). The tables list the paper's models in
-the paper's order, then the others in the registry's (`table_order`). Figures colour a model by its position in
-the figure, so a new model needs no colour.
+the paper's order, then the others in the registry's (`table_order`). Figures colour a model by its name
+(multitab.evaluation.figures: the registered ones fixed, any other name by its hash), so a new model needs no
+colour.
 
 The dataset registry: the names of the datasets with a schema (multitab.datasets.schema.SCHEMAS, in its
 order), here so that the config package, below the datasets package, can check params.yaml against them. A task's

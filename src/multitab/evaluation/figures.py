@@ -10,7 +10,9 @@ its figures with `save_figure`.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,14 +29,66 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from multitab.evaluation.tables import STANDIN_MARK  # noqa: E402
 from multitab.files.io import atomic_path  # noqa: E402
+from multitab.registry import REGISTRY  # noqa: E402
+
+# One colour per model in every figure (and in the `dvc plots` templates, .dvc/plots/*.json, which list the same
+# colours): a registered model by its name, fixed here (matplotlib's tab10 hues: Figures 5 and 6's MMoE, PLE,
+# STEM and MultiTab-Net as they always were); a variant or an arm of a registered model (`MultiTab-Net@rope_off`,
+# `MultiTab-Net (A7_inter_sample)`) a lighter or darker shade of its model's colour, picked by its whole name; any
+# other name one of tab20b's colours, picked by its name. Stable from figure to figure; within one figure, a name
+# whose colour another name already took gets the next free one.
+_REGISTERED = {"mmoe": "#1f77b4", "ple": "#ff7f0e", "stem": "#2ca02c", "multitab_net": "#d62728",
+               "mtl_shared_bottom": "#9467bd", "tab_transformer": "#8c564b", "ft_transformer": "#e377c2",
+               "stl_mlp": "#7f7f7f", "saint": "#bcbd22", "xgboost": "#17becf", "maya": "#393b79"}
+MODEL_COLOURS: dict[str, str] = {REGISTRY[name].label: colour for name, colour in _REGISTERED.items()
+                                 if name in REGISTRY}
+_SHADES = (0.4, -0.35, 0.6, -0.55)  # towards white (+) or black (-)
+_OTHERS = tuple(c for c in ("#393b79", "#5254a3", "#6b6ecf", "#9c9ede", "#637939", "#8ca252", "#b5cf6b", "#cedb9c",
+                            "#8c6d31", "#bd9e39", "#e7ba52", "#e7cb94", "#7b4173", "#a55194", "#ce6dbd", "#de9ed6")
+                if c not in MODEL_COLOURS.values())  # tab20b without its reds (MultiTab-Net's hue)
+_VARIANT = re.compile(r"^(.+?)(?:@| \()")  # `Label@variant`, `Label (arm)`
 
 GROUP_TITLES = {"correlation": "Task correlation", "complexity": "Task complexity", "count": "Task count",
                 "nonuniform": "Non-uniform complexities", "other": "Other configurations"}
 
 
+def _shade(colour: str, amount: float) -> str:
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    mixed = [c + (255 - c) * amount if amount > 0 else c * (1 + amount) for c in rgb]
+    return "#" + "".join(f"{round(c):02x}" for c in mixed)
+
+
+def _choices(name: str) -> list[str]:
+    """The colours `name` may take, the one it takes wherever it is free first (the block above)."""
+    if name in MODEL_COLOURS:
+        return [MODEL_COLOURS[name], *_OTHERS]
+    h = int(hashlib.sha256(name.encode()).hexdigest(), 16)
+    base = _VARIANT.match(name)
+    if base and base.group(1) in MODEL_COLOURS:
+        shades = [_shade(MODEL_COLOURS[base.group(1)], a) for a in _SHADES]
+        first = shades[h % len(shades):] + shades[:h % len(shades)]
+        return [*first, *_OTHERS]
+    return list(_OTHERS[h % len(_OTHERS):] + _OTHERS[:h % len(_OTHERS)])
+
+
+def model_colour(name: str) -> str:
+    """The colour of model label `name` in every figure (where no other name of the figure holds it)."""
+    return _choices(name)[0]
+
+
+def model_colours(names: Sequence[str]) -> dict[str, str]:
+    """label -> colour for the models of one figure: each its `model_colour`, or the next free one of its
+    choices where an earlier name holds that; registered labels first, so they always keep their own."""
+    out: dict[str, str] = {}
+    for name in sorted(dict.fromkeys(names), key=lambda n: n not in MODEL_COLOURS):
+        out[name] = next((c for c in _choices(name) if c not in out.values()), _choices(name)[0])
+    return {name: out[name] for name in dict.fromkeys(names)}
+
+
 def _bars(ax: Axes, frame: pd.DataFrame, models: Sequence[str]) -> None:
     levels = list(dict.fromkeys(frame["level"]))
     width = 0.8 / max(len(models), 1)
+    colours = model_colours(models)
     for i, model in enumerate(models):
         part = frame[frame.model == model].set_index("level")
         for j, level in enumerate(levels):
@@ -46,7 +100,7 @@ def _bars(ax: Axes, frame: pd.DataFrame, models: Sequence[str]) -> None:
                 continue
             se = float(rec["se"])
             ax.bar(x, float(rec["delta_m"]), width, yerr=None if math.isnan(se) else se, capsize=3,
-                   color=f"C{i}", label=model if j == 0 else None)
+                   color=colours[model], label=model if j == 0 else None)
     ax.axhline(0.0, color="0.3", linewidth=0.8)
     ax.set_xticks(range(len(levels)), levels, fontsize=8)
     ax.set_ylabel("Δm (%)")
@@ -127,22 +181,17 @@ def save_figure(fig: Figure, folder: str | Path, name: str, dpi: int) -> list[Pa
     return paths
 
 
-def _colour(i: int, n: int) -> str | tuple[float, float, float, float]:
-    """Matplotlib's 10 default colours; past 10 lines, tab20's, so that no two models share one."""
-    return f"C{i}" if n <= 10 else plt.get_cmap("tab20")(i % 20)
-
-
 def curves_figure(curves: dict[str, pd.DataFrame], ylabel: str, title: str, standin: bool) -> Figure:
     """One panel per dataset: a line per model (columns of each frame, index = step)."""
     n = max(len(curves), 1)
     fig, axes = plt.subplots(1, n, figsize=(max(4.2 * n, 7.5), 4.2), squeeze=False, layout="constrained")
+    colours = model_colours([str(c) for frame in curves.values() for c in frame.columns])
     for ax, (dataset, frame) in zip(axes[0], curves.items()):
         drawn = False
-        for i, label in enumerate(frame.columns):
+        for label in frame.columns:
             series = frame[label].dropna()
             if not series.empty:
-                ax.plot(series.index + 1, series.to_numpy(), label=label, color=_colour(i, len(frame.columns)),
-                        linewidth=1.2)
+                ax.plot(series.index + 1, series.to_numpy(), label=label, color=colours[str(label)], linewidth=1.2)
                 drawn = True
         if not drawn:
             ax.text(0.5, 0.5, "missing: no learning-curve log", ha="center", va="center", transform=ax.transAxes)

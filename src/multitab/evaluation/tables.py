@@ -20,6 +20,12 @@ from multitab.markup import md_text
 
 STANDIN_MARK = "stand-in data"
 MISSING = "missing"
+ONE_SEED = "n/a: needs >= 2 seeds"  # a spread or a test over seeds, from one seed (the paper's tables rest on five)
+
+
+def undefined_text(n_seeds: int) -> str:
+    """The text of an undefined cell (NaN) of a spread or test over `n_seeds` seeds: why, where it is the seeds."""
+    return ONE_SEED if n_seeds < 2 else "n/a"
 
 
 @dataclass(frozen=True)
@@ -30,12 +36,13 @@ class Cell:
     decimals: int = 2
     paper: float | None = None
     missing: str = MISSING  # the text for a missing value, e.g. "missing (3/5 seeds)"
+    na: str = "n/a"  # the text for an undefined value (NaN), with its reason where known
 
     def text(self) -> str:
         if self.value is None:
             return self.missing
         if math.isnan(self.value):
-            return "n/a"
+            return self.na
         return f"{self.value:.{self.decimals}f}"
 
     def csv_text(self) -> str:

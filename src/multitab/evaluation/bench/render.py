@@ -115,13 +115,15 @@ def curves_figure(curves: pd.DataFrame, configs: Sequence[str], models: Sequence
     rows_ = math.ceil(n / cols)
     fig, axes = plt.subplots(rows_, cols, figsize=(max(4.0 * cols, 7.5), 3.0 * rows_ + 1.2), squeeze=False,
                              layout="constrained")
+    colours = figures.model_colours([settings.label(m) for m in models])  # as in every other figure
     for k, conf in enumerate(configs):
         ax = axes[k // cols][k % cols]
         part = curves[curves.config == conf]
-        for i, model in enumerate(models):
+        for model in models:
             series = part[part.model == model].groupby("epoch")["val_mean"].mean()
             if not series.empty:
-                ax.plot(series.index, series.to_numpy(), color=f"C{i}", label=settings.label(model), linewidth=1.2)
+                ax.plot(series.index, series.to_numpy(), color=colours[settings.label(model)],
+                        label=settings.label(model), linewidth=1.2)
         if part.empty:
             ax.text(0.5, 0.5, "missing: no learning-curve log", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(conf, fontsize=9)

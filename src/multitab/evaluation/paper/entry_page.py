@@ -1,5 +1,7 @@
-"""results/index.html: the page a reader opens first: what the numbers can say at the scale that ran, the
-figures to look at first, the provenance block, and links to everything a run produced.
+"""results/index.html: the page a reader opens first: the study's answer (the committed record's verdicts per
+figure and MultiTab-Net layer, its scale and its figures: study_answer.py), what this run's numbers can say at
+the scale that ran, its figures under a heading that says they check the pipeline, the provenance block, and
+links to everything a run produced.
 
 Written by the aggregate stage after the report (stages/aggregate.py). HTML with an inline style sheet, no
 script and no address outside the checkout: every link and image is a relative path to a file that exists
@@ -14,17 +16,22 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from multitab.evaluation.paper.budget import NOT_TESTED, GroupBudget, not_tested_banner, reduced_banner
-from multitab.evaluation.paper.report_html import html_page
+from multitab.config.aggregate import SyntheticConfig
+from multitab.evaluation.paper.budget import NOT_TESTED, GroupBudget, not_tested_banner, reduced_banner, span
+from multitab.evaluation.paper.report_html import TABLE_WRAP, Links, html_page, linked_text
 from multitab.evaluation.paper.report_markdown import Provenance
+from multitab.evaluation.paper.study_answer import answer_box, study_answer
 from multitab.files.io import write_text
 from multitab.markup import html_text
 
 VALIDATION = "Data validation"
+# committed records of real runs at a larger scale (each folder's header.md says where and at which commit); their
+# pages where the aggregate stage wrote them (study_pages.py), else the Markdown
+STUDY_RECORDS = "Study records (committed runs of make study, make attribution, make layers, make precision-pair)"
 VALIDATION_PAGES = "reports/validation/index.html"
 # (section, glob patterns relative to the project root): what the page links, where it exists
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -37,9 +44,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (VALIDATION, (VALIDATION_PAGES, "data/validated/*.json", "data/validated/*/*.json")),
     ("MultiTab-Bench study (make study)", ("results/study_report/report.md",)),
     ("Hyperparameter sweeps (make sweep)", ("results/sweeps/report.md",)),
-    # committed records of real runs at a larger scale (each folder's header.md says where and at which commit)
-    ("Study records (committed runs of make study, make attribution, make precision-pair)",
-     ("results/study/README.md", "results/study/*/section.md")),
+    (STUDY_RECORDS, ("results/study/README.md", "results/study/*/section.md")),
 )
 # the figures shown on the page (where they exist), with their captions
 FIRST_FIGURES: tuple[tuple[str, str], ...] = (
@@ -96,7 +101,8 @@ def _href(page: Path, target: Path) -> str:
 
 def _budget_rows(budgets: Sequence[GroupBudget]) -> list[str]:
     esc = html_text
-    rows = ['<table>', "<thead><tr><th>Run group</th><th>Data</th><th>Runs with a record</th><th>Seeds</th>"
+    rows = [TABLE_WRAP, "<table>",
+            "<thead><tr><th>Run group</th><th>Data</th><th>Runs with a record</th><th>Seeds</th>"
             "<th>Epochs run (cap)</th><th>Training rows per run</th><th>What the numbers can say</th></tr></thead>",
             "<tbody>"]
     for b in budgets:
@@ -104,19 +110,39 @@ def _budget_rows(budgets: Sequence[GroupBudget]) -> list[str]:
         rows.append(f"<tr><td>{esc(b.group)}</td><td>{esc(b.what())}</td><td>{b.n_runs}</td><td>{len(b.seeds)}</td>"
                     f"<td>{esc(b.epochs_run or '-')} ({esc(cap)})</td><td>{esc(b.rows or 'not recorded')}</td>"
                     f"<td>{esc(b.meaning)}</td></tr>")
-    return [*rows, "</tbody>", "</table>"]
+    return [*rows, "</tbody>", "</table>", "</div>"]
+
+
+def pipeline_heading(budgets: Sequence[GroupBudget]) -> str:
+    """The heading over this run's figures: what they rest on, and that they check the pipeline where the run
+    is stand-in, cut down or below the study's budget ('This run's figures' when none is)."""
+    checks = [b for b in budgets if b.standin or b.reduced or NOT_TESTED in b.meaning]
+    if not checks:
+        return "This run's figures"
+    seeds = span(len(b.seeds) for b in checks)
+    parts = ["stand-in data"] if any(b.standin for b in checks) else []
+    parts.append(f"{seeds} seed{'' if seeds == '1' else 's'}")
+    if caps := span(int(c) for b in checks for c in b.epoch_cap.replace(",", "").split("–") if c.isdigit()):
+        parts.append(f"at most {caps} epochs")
+    return f"Pipeline checks ({', '.join(parts)}): this run's figures, not the study's answer"
 
 
 def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenance: Provenance, protocol: str,
            what_ran: Sequence[str] = (), notes: dict[str, str] | None = None, *,
            budgets: Sequence[GroupBudget] = (), figures: Sequence[tuple[Path, str]] = (),
-           flow_run: str | None = None, deviations: Path | None = None) -> str:
+           flow_run: str | None = None, deviations: Path | None = None, answer: str = "",
+           root: Path | None = None) -> str:
     """The page's HTML; links are relative to the page's folder; `notes`: a line under a section's title;
-    `budgets`: the scale each run group ran at; `figures`: (image, caption) shown first; `flow_run`: the
-    Prefect flow run's name (None: none); `deviations`: docs/deviations.md, linked from the protocol."""
+    `budgets`: the scale each run group ran at; `figures`: (image, caption) of this run, under a heading that
+    says what they check; `flow_run`: the Prefect flow run's name (None: none); `deviations`:
+    docs/deviations.md, linked from the protocol; `answer`: the study's answer (study_answer.answer_box),
+    first; `root`: the project root (a file a banner names is linked there)."""
     esc = html_text
     notes = notes or {}
+    links = Links(source=page.parent, page=page, root=root)
     rows = ["<h1>multitab results</h1>"]
+    if answer:
+        rows.append(answer)
     standin = sorted({d for b in budgets if b.standin for d in b.datasets})
     if standin:
         rows.append(f"<blockquote><p><strong>STAND-IN DATA</strong>: {esc(', '.join(standin))} are generated stand-in "
@@ -125,11 +151,12 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
     if reduced := reduced_banner(budgets, esc):
         rows.append(f"<blockquote><p><strong>REDUCED TRAINING</strong>: {reduced}</p></blockquote>")
     if below := not_tested_banner(budgets, esc):
-        rows.append(f"<blockquote><p><strong>{NOT_TESTED.upper()}</strong>: {below}</p></blockquote>")
+        rows.append(f"<blockquote><p><strong>{NOT_TESTED.upper()}</strong>: {linked_text(below, links)}"
+                    + (' The study\'s answer is <a href="#answer">above</a>.' if answer else "") + "</p></blockquote>")
     if budgets:
         rows += ["<h2>The scale each run group trained at</h2>", *_budget_rows(budgets)]
     if figures:
-        rows += ["<h2>Start here</h2>", '<div class="figures">']
+        rows += [f"<h2>{esc(pipeline_heading(budgets))}</h2>", '<div class="figures">']
         rows += [f'<figure><a href="{_href(page, f)}"><img src="{_href(page, f)}" alt="{esc(caption)}"></a>'
                  f"<figcaption>{esc(caption)}</figcaption></figure>" for f, caption in figures]
         rows.append("</div>")
@@ -163,16 +190,28 @@ def render(page: Path, sections: Sequence[tuple[str, Sequence[Path]]], provenanc
 
 def write_entry_page(page: Path, root: Path, provenance: Provenance, protocol: str,
                      what_ran: Sequence[str] = (), written: Sequence[Path] = (), *,
-                     budgets: Sequence[GroupBudget] = (), flow_run: str | None = None) -> Path:
+                     budgets: Sequence[GroupBudget] = (), flow_run: str | None = None, study: Path | None = None,
+                     synthetic: Mapping[str, SyntheticConfig] | None = None,
+                     study_pages: Mapping[Path, Path] | None = None) -> Path:
     """Write `page` (atomically) linking every output under the project `root` (`written`: this run's), with
-    the scale each run group trained at (`budgets`) and the Prefect flow run's name (`flow_run`)."""
+    the scale each run group trained at (`budgets`) and the Prefect flow run's name (`flow_run`); `study`: the
+    committed records (results/study/), whose newest complete record's answer opens the page, for Figures 5 and
+    6's configurations of `synthetic` (params bench.configs); `study_pages`: their Markdown -> their pages
+    (study_pages.py), linked instead of the Markdown."""
     root = root.resolve()
+    pages = dict(study_pages or {})
     sections = entry_links(root, written)
+    if pages:
+        sections = [(title, files) for title, files in sections if title != STUDY_RECORDS]
+        sections.append((STUDY_RECORDS, list(pages.values())))
     fresh = {Path(w).resolve() for w in written}
     figures = [(root / rel, caption) for rel, caption in FIRST_FIGURES
                if (root / rel).is_file() or (root / rel).resolve() in fresh]
     deviations = root / "docs" / "deviations.md"
+    answer = ""
+    if study is not None:
+        answer = answer_box(study_answer(study, synthetic or {}), page.resolve(), study, pages)
     write_text(page, render(page.resolve(), sections, provenance, protocol, what_ran, section_notes(root, sections),
                             budgets=budgets, figures=figures, flow_run=flow_run,
-                            deviations=deviations if deviations.is_file() else None))
+                            deviations=deviations if deviations.is_file() else None, answer=answer, root=root))
     return page

@@ -15,7 +15,7 @@ import pandas as pd
 from multitab.evaluation.delta_m import delta_m
 from multitab.evaluation.paper.results import METRIC_LABEL, PaperResults
 from multitab.evaluation.significance import t_test_greater, wilcoxon_greater
-from multitab.evaluation.tables import MISSING, Cell, Table
+from multitab.evaluation.tables import MISSING, ONE_SEED, Cell, Table, undefined_text
 from multitab.icl.records import LABELS as ICL_LABELS
 from multitab.icl.records import PRETRAINED
 
@@ -109,6 +109,7 @@ def table_std(results: PaperResults, dataset: str, number: int) -> Table:
         header += [f"{t} {METRIC_LABEL[tt]} μ", f"{t} {METRIC_LABEL[tt]} σ"]
     header += ["Δm μ", "Δm σ"]
     rows: list[list[Cell | str]] = []
+    na = undefined_text(len(results.runs.seeds(dataset)))  # σ of one seed
     for model in _models(results):
         label = cfg.label(model)
         mean, std = results.mean(dataset, model), results.std(dataset, model)
@@ -117,12 +118,12 @@ def table_std(results: PaperResults, dataset: str, number: int) -> Table:
         for t in tasks:
             p = pub.tables5to7.get((dataset, t, label))
             row.append(Cell(None if mean is None else _pct(float(mean[t])), 2, p[0] if p else None, miss))
-            row.append(Cell(None if std is None else _pct(float(std[t])), 2, p[1] if p else None, miss))
+            row.append(Cell(None if std is None else _pct(float(std[t])), 2, p[1] if p else None, miss, na))
         p = pub.tables5to7.get((dataset, "delta_m", label))
         spread = results.delta_m_spread(dataset, model)
         dm_miss = miss if mean is None else f"{MISSING} (STL)"
         row.append(Cell(results.delta_m(dataset, model), 4, p[0] if p else None, dm_miss))
-        row.append(Cell(None if spread is None else spread[0], 4, p[1] if p else None, dm_miss))
+        row.append(Cell(None if spread is None else spread[0], 4, p[1] if p else None, dm_miss, na))
         rows.append(row)
     pairing = "the STL seed-mean" if cfg.pairing == "mean" else "the STL run of the same seed"
     notes = [f"σ with ddof={cfg.std_ddof}; Δm σ: spread of the per-seed Δm, each seed against {pairing}."]
@@ -141,6 +142,7 @@ def table10(results: PaperResults, dataset: str = "higgs") -> Table:
     reg = [t for t, tt in results.tasks(dataset).items() if tt == "regression"]
     header = ["Model"] + [h for t in reg for h in (f"{t} MSE μ", f"{t} MSE σ")] + ["Avg. MSE"]
     rows: list[list[Cell | str]] = []
+    na = undefined_text(len(results.runs.seeds(dataset)))  # σ of one seed
     for model in _models(results):
         label = cfg.label(model)
         mean, std = results.mean(dataset, model, "test_mse"), results.std(dataset, model, "test_mse")
@@ -149,7 +151,7 @@ def table10(results: PaperResults, dataset: str = "higgs") -> Table:
         for t in reg:
             p = pub.table10.get((label, t))
             row.append(Cell(None if mean is None else float(mean[t]), 4, p[0] if p else None, miss))
-            row.append(Cell(None if std is None else float(std[t]), 4, p[1] if p else None, miss))
+            row.append(Cell(None if std is None else float(std[t]), 4, p[1] if p else None, miss, na))
         p = pub.table10.get((label, "average"))
         row.append(Cell(None if mean is None else float(mean.mean()), 4, p[0] if p else None, miss))
         rows.append(row)
@@ -225,22 +227,23 @@ def _significance_rows(results: PaperResults, kind: str) -> tuple[list[str], lis
         row: list[Cell | str] = [scope]
         for b in sig.baselines:
             published = (pub.table8 if kind == "t" else pub.table9).get((scope, cfg.label(b)))
-            p = _p_value(results, kind, scope, sig.model, b)
-            row.append(Cell(p, 4, published))
+            p, why = _p_value(results, kind, scope, sig.model, b)
+            row.append(Cell(p, 4, published, na=why or "n/a"))
         rows.append(row)
     return header, rows
 
 
-def _p_value(results: PaperResults, kind: str, scope: str, model: str, baseline: str) -> float | None:
-    """None when a run set is missing; NaN (printed n/a) when a Δm is undefined."""
+def _p_value(results: PaperResults, kind: str, scope: str, model: str, baseline: str) -> tuple[float | None, str]:
+    """(p, why): p None when a run set is missing; NaN (printed n/a, or `why` where it says why) when it cannot
+    be computed."""
     try:
-        return _p_value_of(results, kind, scope, model, baseline)
-    except _Undefined:
-        return math.nan
+        return _p_value_of(results, kind, scope, model, baseline), ""
+    except _Undefined as e:
+        return math.nan, str(e)
 
 
 class _Undefined(Exception):
-    pass
+    """A p-value the runs cannot give; the message, when there is one, is the cell's text."""
 
 
 def _finite(values: np.ndarray) -> np.ndarray:
@@ -256,7 +259,7 @@ def _p_value_of(results: PaperResults, kind: str, scope: str, model: str, baseli
         if a is None or b is None:
             return None
         if len(a) < 2 or len(b) < 2:
-            raise _Undefined  # one seed: no spread to test (printed n/a; the paper uses five seeds)
+            raise _Undefined(ONE_SEED)  # one seed: no spread to test (the paper uses five seeds)
         return t_test_greater(_finite(a.to_numpy()), _finite(b.to_numpy()),
                               equal_var=cfg.significance.equal_var).pvalue
     if scope == "global":
@@ -279,11 +282,13 @@ def table8(results: PaperResults) -> Table:
     header, rows = _significance_rows(results, "t")
     sig = results.config.significance
     kind = "Student's" if sig.equal_var else "Welch's"
+    notes = [f"{kind} independent two-sample t-test over the per-seed Δm of each dataset; "
+             "p < 0.05 marks a significant improvement."]
+    if any(isinstance(c, Cell) and c.na == ONE_SEED for row in rows for c in row):
+        notes.append(f"`{ONE_SEED}`: a t-test needs at least two seeds of each model; these runs have one.")
     return Table("table8_t_test",
                  f"Table 8: one-sided t-test p-values, {results.config.label(sig.model)} Δm > baseline Δm",
-                 header, rows, results.standin(results.config.datasets),
-                 notes=[f"{kind} independent two-sample t-test over the per-seed Δm of each dataset; "
-                        "p < 0.05 marks a significant improvement."])
+                 header, rows, results.standin(results.config.datasets), notes=notes)
 
 
 def table9(results: PaperResults) -> Table:
@@ -337,7 +342,8 @@ def table_synthetic(results: PaperResults, frame: pd.DataFrame, groups: Sequence
             rec = hit.iloc[0] if not hit.empty else None
             missing = rec is None or bool(rec["missing"])
             row.append(Cell(None if missing else float(rec["delta_m"]), 4))  # type: ignore[index]
-            row.append(Cell(None if missing else float(rec["se"]), 4))  # type: ignore[index]
+            row.append(Cell(None if missing else float(rec["se"]), 4,  # type: ignore[index]
+                            na=undefined_text(0 if missing else int(rec["n_seeds"]))))  # type: ignore[index]
         rows.append(row)
     standin = sorted(set(sub.loc[sub.standin, "config"]))
     notes = [] if rows else ["No MultiTab-Bench configuration of these groups in params.yaml (bench.configs)."]

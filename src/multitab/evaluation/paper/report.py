@@ -26,7 +26,7 @@ from multitab.evaluation.curves import CURVES, seed_mean_curves
 from multitab.evaluation.paper import paper_tables as pt
 from multitab.evaluation.paper.bench_icl import icl_beside_bench
 from multitab.evaluation.paper.published import Published
-from multitab.evaluation.paper.report_html import report_page
+from multitab.evaluation.paper.report_html import Links, report_page
 from multitab.evaluation.paper.report_markdown import Provenance, bench_inputs, bench_section, render_report
 from multitab.evaluation.paper.results import PaperResults
 from multitab.evaluation.paper.runs import RunSet
@@ -82,8 +82,9 @@ def build_tables(results: PaperResults, complexity_csv: str | Path, icl: pt.IclR
 
 
 def _figure_data_csv(frame: pd.DataFrame, groups: Sequence[str]) -> str:
-    """Long-form series for `dvc plots` (bar_horizontal: x = delta_m, y = label "group | level | model");
-    a missing value is the string 'missing' (Vega draws no bar for it)."""
+    """Long-form series for `dvc plots` (.dvc/plots/delta_m.json: x = delta_m, y = level, a bar per model; `data`
+    says stand-in data, which the plot's title then says); a missing value is the string 'missing' (Vega draws
+    no bar for it)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["label", "group", "level", "model", "delta_m", "se", "n_seeds", "data"])
@@ -126,14 +127,15 @@ def _summary(results: PaperResults, tables: Sequence[Table]) -> dict[str, object
     }
 
 
-def _curve_rows(curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def _curve_rows(curves: dict[str, pd.DataFrame], standin: Sequence[str] = ()) -> pd.DataFrame:
     """Long-form rows for `dvc plots` (one file per curve, every dataset in it: the plot draws a panel per
-    dataset and a line per model): dataset, model, epoch (1 = the first), value; models without a log left out."""
-    parts = [pd.DataFrame({"dataset": d, "model": label, "epoch": series.index + 1, "value": series.to_numpy()})
+    dataset and a line per model): dataset, model, epoch (1 = the first), value, data (`stand-in data` for the
+    datasets in `standin`, which the plot's title then says; else `real`); models without a log left out."""
+    parts = [pd.DataFrame({"dataset": d, "model": label, "epoch": series.index + 1, "value": series.to_numpy(),
+                           "data": STANDIN_MARK if d in standin else "real"})
              for d, frame in curves.items() for label in frame.columns if not (series := frame[label].dropna()).empty]
-    if not parts:
-        return pd.DataFrame(columns=["dataset", "model", "epoch", "value"])
-    return pd.concat(parts, ignore_index=True)
+    columns = ["dataset", "model", "epoch", "value", "data"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
 def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[list[Path], str]:
@@ -145,15 +147,15 @@ def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[l
     labels = [cfg.label(m) for m in models]
     written: list[Path] = []
     val_curves = {}
+    standin = results.standin(cfg.datasets)
     for name in CURVES:
         frames = {d: seed_mean_curves(runs_dir, d, models, labels, results.runs.seeds(d), name) for d in cfg.datasets}
         if name == "val_mean":
             val_curves = frames
         path = out.plots / f"learning_curves_{name}.csv"
         with atomic_path(path) as tmp:
-            _curve_rows(frames).to_csv(tmp, index=False, float_format="%.6f")
+            _curve_rows(frames, standin).to_csv(tmp, index=False, float_format="%.6f")
         written.append(path)
-    standin = results.standin(cfg.datasets)
     fig = figures.curves_figure(val_curves, "validation mean metric (AUC / EV)",
                                 "Learning curves: validation mean metric, seed mean", bool(standin))
     paths = figures.save_figure(fig, out.figures, "learning_curves", cfg.figures.dpi)
@@ -175,12 +177,14 @@ def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[l
 def build_results(runs: RunSet, config: AggregateConfig, published: Published,
                   synthetic: dict[str, SyntheticConfig], complexity_csv: str | Path, out: Outputs,
                   runs_dir: str | Path | None = None, provenance: Provenance | None = None,
-                  icl_dir: str | Path | None = None) -> list[Path]:
+                  icl_dir: str | Path | None = None, *, root: str | Path | None = None,
+                  study_index: Path | None = None) -> list[Path]:
     """Compute and write every output; returns the paths written. `runs_dir`: where the runs' dvclive
     learning-curve logs are (None: no curves). `provenance`: the commit, params hash and the study's budget
     the report's first screen states (None: unknown, and every MultiTab-Bench verdict stands). `icl_dir`: the
     `icl` stage's records (results/icl), rows of Table 3 and, for MultiTab-Bench configurations, a table beside the
-    bench runs (None: no such rows)."""
+    bench runs (None: no such rows). `root`: the project root (a file the report names becomes a link in
+    report.html; None: none); `study_index`: the committed study records' page, linked from the report."""
     provenance = provenance or Provenance()
     results = PaperResults(runs, config, published, synthetic)
     icl = read_records(icl_dir) if icl_dir is not None else None
@@ -240,11 +244,14 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     if bench is not None and icl:
         lead += "\n" + icl_beside_bench(bench.metrics, bench.models, {m: config.label(m) for m in bench.models}, icl)
     markdown = render_report(results, tables, figure_tables, figure_paths, out.report, curves_section, lead,
-                             provenance, figure_notes)
+                             provenance, figure_notes, lead_figures=bench is not None, study_index=study_index)
     _write_text(out.report, markdown)
     written.append(out.report)
     if out.html is not None:
-        _write_text(out.html, report_page(markdown))
+        html = out.html.resolve()
+        links = Links(source=html.parent, page=html, root=Path(root).resolve() if root is not None else None,
+                      fresh=frozenset(p.resolve() for p in written))
+        _write_text(out.html, report_page(markdown, links=links))
         written.append(out.html)
     log.info("aggregate: wrote %d files; summary %s", len(written), json.dumps(_summary(results, tables)["standin"]))
     return written

@@ -241,12 +241,21 @@ def banners(results: PaperResults, tables: Sequence[Table], figure_tables: Seque
 def render_report(results: PaperResults, tables: Sequence[Table], figure_tables: Sequence[Table],
                   figure_paths: dict[str, Path], report_path: Path, curves_section: str = "",
                   lead_section: str = "", provenance: Provenance | None = None,
-                  figure_notes: dict[str, str] | None = None) -> str:
+                  figure_notes: dict[str, str] | None = None, *, lead_figures: bool = False,
+                  study_index: Path | None = None) -> str:
+    """The report's Markdown; `lead_section`: the MultiTab-Bench section it leads with (`lead_figures`: which
+    shows Figures 5 and 6, so they are not drawn twice); `study_index`: the committed study records' page (or
+    README), linked near the top."""
     cfg = results.config
     prov = provenance or Provenance()
     budgets = group_budgets(results.runs, list(results.synthetic), prov.budget, [*cfg.datasets, *results.synthetic])
     lines = ["# MultiTab: the study's tables and figures, regenerated", "",
              *banners(results, tables, figure_tables, budgets)]
+    if study_index is not None:
+        rel = os.path.relpath(study_index, report_path.parent).replace(os.sep, "/")
+        lines += [f"The study's answer, trained at a larger scale and committed: [results/study/]({rel}) (every "
+                  "record, its verdicts per configuration and its figures; docs/study.md says how each was run). "
+                  "The MultiTab-Bench numbers below are this run's.", ""]
     lines += what_ran_section(results, prov, budgets)
     # the paper's values beside ours only for real data trained as the paper trains
     caps = any(b.reduced for b in budgets if not b.synthetic)
@@ -283,9 +292,11 @@ def render_report(results: PaperResults, tables: Sequence[Table], figure_tables:
             title = ("Figure 5: Δm under varied task correlation, complexity and count" if number == "5"
                      else "Figure 6: Δm with non-uniform task complexities")
             mark = f" [{STANDIN_MARK}]" if ft.standin else ""
-            rel = os.path.relpath(figure_paths[name], report_path.parent)
-            lines += [f"## {title}{mark}", "", f"![{title}]({rel})", "",
-                      "The paper publishes Figures 5 and 6 as bar charts only (no numbers to compare). "
+            rel = os.path.relpath(figure_paths[name], report_path.parent).replace(os.sep, "/")
+            shown = (f"Drawn in the MultiTab-Bench section above ([{rel}]({rel})). " if lead_figures
+                     else "")
+            lines += [f"## {title}{mark}", "", *([] if lead_figures else [f"![{title}]({rel})", ""]),
+                      shown + "The paper publishes Figures 5 and 6 as bar charts only (no numbers to compare). "
                       + (figure_notes or {}).get(name, ""), ""]
             lines.append(ft.to_markdown(heading="###"))
     lines += agreement_section(tables)
