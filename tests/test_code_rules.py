@@ -16,7 +16,8 @@ CODE = [ROOT / "src" / "multitab", ROOT / "stages", ROOT / "flows", ROOT / "benc
 CONFIG = ROOT / "src" / "multitab" / "config"
 # What the config package may import from the project: itself and the leaf modules holding the facts it
 # checks against (the dataset schemas, the model names, the protocols) or reads with (YAML, files).
-CONFIG_MAY_IMPORT = ("multitab.config", "multitab.files.io", "multitab.protocol", "multitab.registry")
+CONFIG_MAY_IMPORT = ("multitab.config", "multitab.files.io", "multitab.files.yaml_data", "multitab.protocol",
+                     "multitab.registry")
 YAML_READERS = {"read_yaml_file", "load_yaml", "safe_load", "load"}
 
 Module = tuple[str, ast.Module]  # (where, tree)
