@@ -22,6 +22,7 @@ from typing import Any
 
 # the YAML loader lives in yaml_data; these names stay importable from here
 from multitab.files.yaml_data import load_yaml, read_yaml_file, yaml_problem  # noqa: F401
+from multitab.markup import spreadsheet_frame
 
 TMP_SUFFIX = ".tmp"
 _UMASK = os.umask(0o022)
@@ -225,6 +226,16 @@ def write_text(path: str | Path, text: str) -> None:
 
 def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def write_csv(path: str | Path, frame: Any, **to_csv: Any) -> Path:
+    """A pandas DataFrame as CSV (`index=False` unless given; `to_csv` goes to DataFrame.to_csv), atomically,
+    its header and text cells spreadsheet-safe (multitab.markup.spreadsheet_frame: a task named `=HYPERLINK(..)`
+    is not a formula); returns `path`."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        spreadsheet_frame(frame).to_csv(tmp, **{"index": False, **to_csv})
+    return path
 
 
 def sha256_file(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
