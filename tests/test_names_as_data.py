@@ -160,3 +160,24 @@ def test_prefect_table_artifacts_quote_names_as_text(tmp_path: Path, monkeypatch
     (rows,) = tables
     assert rows[0]["column"] == "&lt;script>alert(1)&lt;/script>" and rows[1]["column"] == md_cell(FORMULA)
     assert rows[1]["column"].startswith("'=")
+
+
+def test_every_csv_is_written_through_the_one_spreadsheet_safe_helper() -> None:
+    """DataFrame.to_csv and csv.writer appear only in multitab/markup.py (csv_text) and multitab/files/io.py
+    (write_csv): a new CSV writer goes through them."""
+    import ast
+
+    allowed = {ROOT / "src" / "multitab" / "markup.py", ROOT / "src" / "multitab" / "files" / "io.py"}
+    found = []
+    for folder in (ROOT / "src" / "multitab", ROOT / "stages", ROOT / "flows"):
+        for path in sorted(folder.rglob("*.py")):
+            if path in allowed:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.Attribute):
+                    continue
+                receiver = node.value.id if isinstance(node.value, ast.Name) else ""
+                if (node.attr == "to_csv" and receiver != "self") or (  # self.to_csv(): Table's own, through csv_text
+                        node.attr in ("writer", "DictWriter") and receiver == "csv"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.attr}")
+    assert not found, "write CSV with multitab.files.io.write_csv or multitab.markup.csv_text:\n" + "\n".join(found)
