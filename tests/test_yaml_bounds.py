@@ -91,6 +91,15 @@ def test_python_m_multitab_runs_refuses_a_billion_laughs_params_file(tmp_path: P
     assert not (tmp_path / "runs.yaml").exists()
 
 
+def test_make_repro_refuses_a_billion_laughs_params_file_before_dvc_reads_it(tmp_path: Path) -> None:
+    """DVC's own loader has no bound (docs/orchestration.md): the flow reads params.yaml with ours first."""
+    params = tmp_path / "params.yaml"
+    params.write_text(laughs())
+    done = _limited([sys.executable, "-m", "flows.pipeline", "--params", str(params)], ROOT)
+    assert done.returncode == BAD_INPUT, done.stderr[-2000:]
+    assert done.stderr.startswith(f"flows.pipeline: {params}: refused: line 1, column "), done.stderr[-2000:]
+
+
 def test_a_hyperparameter_file_of_nested_aliases_is_refused_naming_it(tmp_path: Path) -> None:
     hparams = tmp_path / "mine.yaml"  # what MultiTaskEstimator(hparams=...) and every run read with
     hparams.write_text("model:\n  d_embedding: 4\n  " + laughs("d_hidden"))
