@@ -149,7 +149,7 @@ def warn_unseen(x_cat: np.ndarray, names: list[str], threshold: float = UNSEEN_W
         if share > threshold:
             warnings.warn(f"column {name!r}: {share:.0%} of the {len(x_cat)} rows hold a category not seen at fit "
                           "(coded as unseen); check that the column holds the values it held at fit",
-                          UnseenCategoryWarning, stacklevel=3)
+                          UnseenCategoryWarning, stacklevel=4)  # the caller of predict
 
 
 def task_types_and_classes(Y: pd.DataFrame, given: Mapping[str, str] | None
