@@ -67,7 +67,8 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
     hparams/protocol/<protocol>.yaml); `max_epochs`, `lr`, `batch_size` (None: the file's / recipe's);
     `patience` (epochs without improvement on the validation rows); `validation_fraction`, `random_state`
     (the validation rows and the training seed); `task_types` ({task: binary | multiclass | regression}, None:
-    inferred); `device` (auto | cpu | cuda); `verbose` (a progress bar per epoch).
+    inferred); `device` (auto | cpu | cuda); `verbose` (a progress bar per epoch). Each is checked against
+    `_parameter_constraints` when `fit` starts (docs/estimators.md, "What is checked, and when").
 
     Attributes after `fit`: `classes_` ({classification task: its labels, sorted}), `task_types_`,
     `feature_kinds_` (multitab.datasets.infer.FeatureKinds), `n_features_in_`, `feature_names_in_` (a DataFrame's),

@@ -142,7 +142,8 @@ class UnseenCategoryWarning(UserWarning):
 
 def warn_unseen(x_cat: np.ndarray, names: list[str], threshold: float = UNSEEN_WARNING) -> None:
     """A warning per categorical column whose rows hold a category unseen at fit (code 0) in more than
-    `threshold` of them: a column whose values changed form or meaning since fit answers without a word else."""
+    `threshold` of them: without it, a column whose values changed form or meaning since fit would be scored as
+    noise without a word."""
     if len(x_cat) == 0:
         return
     for name, share in zip(names, (x_cat == 0).mean(axis=0)):
