@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.dag import StagePlan
 from multitab.files.io import read_json
-from multitab.markup import md_text
+from multitab.markup import md_cell, md_text
 
 # Where the validation stages keep one record per stage, dataset and split (multitab.validation.report_page).
 VALIDATION_RESULTS = "reports/validation/results"
@@ -239,6 +239,12 @@ def sweep_rows(root: Path) -> list[dict[str, str]]:
         return [dict(row) for row in csv.DictReader(f)]
 
 
+def _cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A table artifact's rows as Prefect's UI must get them: it renders a text cell as Markdown, so names and
+    values from data (a column named `<script>...`, `=HYPERLINK(...)`) are quoted as text, spreadsheet-safe."""
+    return [{k: md_cell(v) if isinstance(v, str) else v for k, v in row.items()} for row in rows]
+
+
 def publish_artifacts(root: Path, summary: dict[str, Any]) -> None:
     """The run's summary (markdown), one table per failed validation stage, and the sweep report (markdown
     and a table of every grid point) when `sweep_select` ran."""
@@ -254,7 +260,7 @@ def publish_artifacts(root: Path, summary: dict[str, Any]) -> None:
             key="sweep-report",
             description="Hyperparameter sweeps: the selection per dataset and model and every grid point.",
         )
-        create_table_artifact(table=sweep_rows(root), key="sweep-points",
+        create_table_artifact(table=_cells(sweep_rows(root)), key="sweep-points",
                               description="Every grid point of the sweeps (results/sweeps/points.csv).")
     for stage in summary["failed"]:
         if not stage.startswith("validate_"):
@@ -262,7 +268,7 @@ def publish_artifacts(root: Path, summary: dict[str, Any]) -> None:
         rows = validation_failures(root, stage)
         if rows:
             create_table_artifact(
-                table=rows,
+                table=_cells(rows),
                 key=_key(f"validation-failures-{stage}"),
                 description=f"{md_text(stage)}: {len(rows)} failed expectation(s); Data Docs in reports/validation/",
             )

@@ -14,7 +14,7 @@ from multitab.config import ComplexityConfig, load_params
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.evaluation.paper.complexity import complexity_rows
 from multitab.evaluation.tables import Cell, Table, Value
-from multitab.files.io import atomic_path
+from multitab.files.io import atomic_path, write_csv
 from multitab.hparams import Hparams, apply_protocol, load, protocol_overlay, selection_file
 from multitab.hparams.recipe import recipe
 from multitab.models import MODELS, build_model
@@ -60,8 +60,7 @@ def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, proto
     models = {name: (lambda s, n=name: build_model(n, s, _hparams(s, n, protocol, root).model)) for name in MODELS}
     df = pd.DataFrame(complexity_rows(schemas, models, batch_size=cfg.batch_size, standin=standin))
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out.with_suffix(".csv")) as tmp:
-        df.to_csv(tmp, index=False)
+    write_csv(out.with_suffix(".csv"), df)
     standins = [d for d, s in standin.items() if s]
     note = (
         f"Parameters and forward FLOPs per sample (FLOPs = 2 x MACs, ptflops-style, batch of "

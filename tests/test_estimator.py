@@ -115,7 +115,7 @@ def test_pandas_in_and_out_with_labels_of_any_kind(one_torch_thread: None) -> No
     X, Y = _table(120)
     Y = Y.assign(**{"income >50K": Y["income >50K"].map({0: "no", 1: "yes"}),
                     "marital status": Y["marital status"].map({0: "single", 1: "married", 2: "widowed"})})
-    X.index = X.index + 1000
+    X.index = Y.index = X.index + 1000  # y's rows are X's: the same index
     est = MultiTaskEstimator("stl_mlp", **TINY).fit(X, Y)
     assert est.task_types_ == {"income >50K": "binary", "marital status": "multiclass", "spend": "regression"}
     assert {t: list(c) for t, c in est.classes_.items()} == {"income >50K": ["no", "yes"],
@@ -178,7 +178,7 @@ def test_bad_input_is_refused_naming_what(one_torch_thread: None) -> None:
         MultiTaskEstimator("stl_mlp", task_types={"marital status": "binary"}, **TINY).fit(X, Y)
     with pytest.raises(ValueError, match=r"validation_data: feature column\(s\) \['wage/hour'\] missing"):
         MultiTaskEstimator("stl_mlp", **TINY).fit(X, Y, validation_data=(X.drop(columns="wage/hour"), Y))
-    with pytest.raises(ValueError, match=r"model='mlp' is not a registered model; the registry: \['multitab_net'"):
+    with pytest.raises(ValueError, match=r"The 'model' parameter of MultiTaskEstimator must be a str among \{.*'mmoe'"):
         MultiTaskEstimator("mlp").fit(X, Y)
     with pytest.raises(ValueError, match=r"model.n_blocks: not a keyword of stl_mlp"):
         MultiTaskEstimator("stl_mlp", model_params={"n_blocks": 2}).fit(X, Y)

@@ -27,18 +27,33 @@ validation rows, `validation_fraction` of the rows drawn with `random_state` unl
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from collections.abc import Mapping
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from multitab.datasets.infer import infer_features, task_type
-from multitab.input_table import as_frame, check_finite, validation_rows
+from multitab.datasets.infer import infer_features
+from multitab.input_table import (
+    as_frame,
+    as_numbers,
+    check_finite,
+    check_same_rows,
+    check_uniform,
+    encode_targets,
+    task_types_and_classes,
+    validation_rows,
+    warn_unseen,
+)
+from multitab.protocol import PROTOCOLS
+from multitab.registry import MODEL_NAMES
 
 _INFO = {"source": "local", "standin": False}
 
@@ -52,13 +67,32 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
     hparams/protocol/<protocol>.yaml); `max_epochs`, `lr`, `batch_size` (None: the file's / recipe's);
     `patience` (epochs without improvement on the validation rows); `validation_fraction`, `random_state`
     (the validation rows and the training seed); `task_types` ({task: binary | multiclass | regression}, None:
-    inferred); `device` (auto | cpu | cuda); `verbose` (a progress bar per epoch).
+    inferred); `device` (auto | cpu | cuda); `verbose` (a progress bar per epoch). Each is checked against
+    `_parameter_constraints` when `fit` starts (docs/estimators.md, "What is checked, and when").
 
     Attributes after `fit`: `classes_` ({classification task: its labels, sorted}), `task_types_`,
     `feature_kinds_` (multitab.datasets.infer.FeatureKinds), `n_features_in_`, `feature_names_in_` (a DataFrame's),
     `hparams_` (the resolved hyperparameters, as a run's metrics.json records them), `model_` (the torch module,
     or the XGBoost model), `history_` (one row per epoch), `best_epoch_`.
     """
+
+    # What each argument may be, checked when `fit` starts (scikit-learn's parameter validation): a value out of
+    # range is refused naming the argument and its range, before anything trains.
+    _parameter_constraints: dict[str, list[Any]] = {
+        "model": [StrOptions(set(MODEL_NAMES))],
+        "hparams": [str, os.PathLike, None],
+        "model_params": [Mapping, None],
+        "protocol": [StrOptions(set(PROTOCOLS))],
+        "max_epochs": [Interval(Integral, 1, None, closed="left"), None],
+        "lr": [Interval(Real, 0, None, closed="neither"), None],
+        "batch_size": [Interval(Integral, 2, None, closed="left"), None],
+        "patience": [Interval(Integral, 1, None, closed="left")],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "random_state": [Interval(Integral, 0, 2**32 - 1, closed="both")],
+        "task_types": [Mapping, None],
+        "device": [StrOptions({"auto", "cpu", "cuda"})],
+        "verbose": ["boolean"],
+    }
 
     def __init__(self, model: str = "multitab_net", *, hparams: str | Path | None = None,
                  model_params: Mapping[str, Any] | None = None, protocol: str = "paper", max_epochs: int | None = None,
@@ -96,10 +130,6 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         from multitab.hparams import Hparams, apply_protocol, protocol_overlay, read, tuples
         from multitab.hparams.keywords import problems
         from multitab.hparams.recipe import project_root, recipe
-        from multitab.registry import REGISTRY
-
-        if self.model not in REGISTRY:
-            raise ValueError(f"model={self.model!r} is not a registered model; the registry: {list(REGISTRY)}")
         root = project_root()
         batch_size: int | None = None
         if self.hparams is None:
@@ -111,50 +141,12 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         wrong = problems(self.model, values)
         if wrong:
             raise ValueError(f"{h.file}: model.{wrong[0][0]}: {wrong[0][1]}")
-        optim = None if h.optim is None else {**h.optim, **({"lr": self.lr} if self.lr is not None else {}),
-                                              **({"max_epochs": self.max_epochs} if self.max_epochs else {})}
+        given = {"lr": self.lr, "max_epochs": self.max_epochs}  # None: the file's
+        optim = None if h.optim is None else {**h.optim, **{k: v for k, v in given.items() if v is not None}}
         # a hyperparameter file holds no batch size: the paper's 2048 (params.yaml's train.batch_size) then
         return Hparams(values, optim, h.file, None), self.batch_size or batch_size or 2048
 
-    def _targets(self, Y: pd.DataFrame) -> None:
-        """`task_types_` and `classes_` from the training targets."""
-        given = dict(self.task_types or {})
-        unknown = sorted(set(given) - set(Y.columns))
-        if unknown:
-            raise ValueError(f"task_types names {unknown}, not columns of y ({list(Y.columns)})")
-        self.task_types_ = {t: given.get(t) or task_type(Y[t]) for t in Y.columns}
-        self.classes_ = {t: np.unique(Y[t].dropna().to_numpy()) for t, kind in self.task_types_.items()
-                         if kind != "regression"}
-        for t, kind in self.task_types_.items():
-            if kind not in ("binary", "multiclass", "regression"):
-                raise ValueError(f"task_types[{t!r}] = {kind!r}: expected binary, multiclass or regression")
-            if kind == "binary" and len(self.classes_[t]) != 2:
-                raise ValueError(f"task {t!r} is binary but holds {len(self.classes_[t])} distinct labels "
-                                 f"{self.classes_[t].tolist()[:10]}; call it multiclass in task_types")
-
-    def _encode_targets(self, Y: pd.DataFrame, where: str) -> pd.DataFrame:
-        """Class indices (classification) and floats (regression) of `Y`'s task columns."""
-        out = {}
-        for t, kind in self.task_types_.items():
-            if t not in Y.columns:
-                raise ValueError(f"{where}: task column {t!r} missing (the tasks: {list(self.task_types_)})")
-            column = Y[t]
-            if column.isna().any():
-                raise ValueError(f"{where}: task {t!r} row {int(np.flatnonzero(column.isna())[0])}: missing label "
-                                 "(NaN); drop the row or fill it")
-            if kind == "regression":
-                out[t] = pd.to_numeric(column, errors="raise").to_numpy(dtype=np.float64)
-                continue
-            classes = self.classes_[t]
-            values = column.to_numpy()
-            index = np.searchsorted(classes, values)
-            bad = (index >= len(classes)) | (classes[np.minimum(index, len(classes) - 1)] != values)
-            if bad.any():
-                raise ValueError(f"{where}: task {t!r} row {int(np.flatnonzero(bad)[0])}: label "
-                                 f"{values[bad][:1].tolist()[0]!r} was not in the training labels {classes.tolist()}")
-            out[t] = index.astype(np.int64)
-        return pd.DataFrame(out, index=Y.index)
-
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: Any, y: Any, *, validation_data: tuple[Any, Any] | None = None) -> MultiTaskEstimator:
         """Train on features `X` and task columns `y` (a DataFrame, or an array: one task per column); early
         stopping on `validation_data` (X_val, Y_val) when given, else on `validation_fraction` of the rows."""
@@ -166,6 +158,7 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         validate_data(self, X, skip_check_array=True, reset=True)
         if len(frame) != len(targets):
             raise ValueError(f"X has {len(frame)} rows and y {len(targets)}: inconsistent numbers of samples")
+        check_same_rows(X, y, "fit")
         if len(frame) < 2:
             raise ValueError(f"training needs at least 2 samples: n_samples = {len(frame)}")
         if frame.shape[1] == 0:
@@ -173,15 +166,13 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         clash = sorted(set(frame.columns) & set(targets.columns))
         if clash:
             raise ValueError(f"columns {clash} are both a feature (X) and a task (y); rename or drop them")
-        if self.model_params is not None and not isinstance(self.model_params, Mapping):
-            raise ValueError(f"model_params must be a mapping of constructor keywords, got {self.model_params!r}")
-        self._targets(targets)
+        check_uniform(frame, "X")
+        check_uniform(targets, "y")
+        self.task_types_, self.classes_ = task_types_and_classes(targets, self.task_types)
         check_finite(frame)
         self.feature_kinds_ = infer_features(frame)
-        labels = self._encode_targets(targets, "y")
+        labels = encode_targets(targets, self.task_types_, self.classes_, "y")
         if validation_data is None:
-            if not 0 < self.validation_fraction < 1:
-                raise ValueError(f"validation_fraction={self.validation_fraction} must be in (0, 1)")
             first = next((t for t, kind in self.task_types_.items() if kind != "regression"), None)
             rows = validation_rows(None if first is None else labels[first].to_numpy(), len(labels),
                                    self.validation_fraction, self.random_state)
@@ -192,10 +183,14 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
             lacking = [c for c in frame.columns if c not in x_val.columns]
             if lacking:
                 raise ValueError(f"validation_data: feature column(s) {lacking} missing (X has {list(frame.columns)})")
+            check_same_rows(*validation_data, "validation_data")
+            check_uniform(y_val, "validation_data y")
+            x_val = as_numbers(x_val, list(self.feature_kinds_.numerical))
             check_finite(x_val)
             parts = {"train": pd.concat([frame.reset_index(drop=True), labels.reset_index(drop=True)], axis=1),
                      "val": pd.concat([x_val.reset_index(drop=True),
-                                       self._encode_targets(y_val, "validation_data").reset_index(drop=True)], axis=1)}
+                                       encode_targets(y_val, self.task_types_, self.classes_, "validation_data")
+                                       .reset_index(drop=True)], axis=1)}
         kinds = {**{c: "categorical" for c in self.feature_kinds_.categorical},
                  **{c: "numerical" for c in self.feature_kinds_.numerical}}
         features = tuple(Feature(c, kinds[c]) for c in frame.columns)  # type: ignore[arg-type]
@@ -265,8 +260,11 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         validate_data(self, X, skip_check_array=True, reset=False)
         if not isinstance(X, pd.DataFrame):
             frame = frame.set_axis([f["name"] for f in self.meta_["features"]], axis=1)
+        # each column as the kind it had at fit: numbers as numbers, categories compared by value
+        frame = as_numbers(frame, self.coder_.numerical)
         check_finite(frame)
         x_num, x_cat = self.coder_.encode(frame)
+        warn_unseen(x_cat, self.coder_.categorical)
         if not isinstance(self.model_, torch.nn.Module):
             return {k: np.asarray(v) for k, v in self.model_.predict(x_num, x_cat).items()}
         n = len(frame)
@@ -314,7 +312,8 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         from multitab.metrics import task_metrics
 
         scores = self._scores(X)
-        labels = self._encode_targets(as_frame(y, "y"), "y")
+        check_same_rows(X, y, "score")
+        labels = encode_targets(as_frame(y, "y"), self.task_types_, self.classes_, "y")
         truth = {t: labels[t].to_numpy() for t in labels}
         for t, stats in self.meta_["target_stats"].items():  # scored as the processed splits hold them (float32)
             truth[t] = ((truth[t] - stats["mean"]) / stats["std"]).astype(np.float32)

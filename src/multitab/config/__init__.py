@@ -30,7 +30,7 @@ from multitab.config.orchestration import OrchestrationConfig
 from multitab.config.runs import RunGroup
 from multitab.config.train import TrainConfig
 from multitab.config.validation import ValidationConfig
-from multitab.files.io import load_yaml, yaml_problem
+from multitab.files.yaml_data import load_yaml, short_repr, yaml_error_line
 from multitab.protocol import DEFAULT, PROTOCOLS, Protocol
 
 T = TypeVar("T")
@@ -153,7 +153,7 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
     try:
         data = load_yaml(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {yaml_problem(e)}") from None
+        raise ConfigError(yaml_error_line(source, e)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -172,7 +172,8 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
             raise ConfigError(f"{source}: {key}: unknown key; known: {known}")
     protocol = raw.get("protocol", DEFAULT)
     if protocol not in PROTOCOLS:
-        raise ConfigError(f"{source}: protocol={protocol!r} must be one of {list(PROTOCOLS)} (see docs/deviations.md)")
+        raise ConfigError(f"{source}: protocol={short_repr(protocol)} must be one of {list(PROTOCOLS)} "
+                          "(see docs/deviations.md)")
     if "protocol" in (raw.get("train") or {}):
         raise ConfigError(f"{source}: `protocol` is a top-level key, not train.protocol")
     sections: dict[str, Any] = {}

@@ -17,6 +17,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from multitab.files.yaml_data import short_repr
+
 T = TypeVar("T")
 
 
@@ -47,7 +49,7 @@ class Bounds:
             if self.unique and len(set(value)) != len(value):
                 seen: set[Any] = set()
                 twice = [v for v in value if v in seen or seen.add(v)]  # type: ignore[func-returns-value]
-                return f"lists {twice[0]!r} more than once"
+                return f"lists {short_repr(twice[0])} more than once"
             return next((p for p in map(self.problem, value) if p), None)
         if not isinstance(value, int | float) or isinstance(value, bool):
             return None
@@ -94,7 +96,7 @@ def overlay(cls: type, value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {short_repr(value)}")
     hints = typing.get_type_hints(cls)
     fields = sorted(f.name for f in dataclasses.fields(cls) if f.init)
     out = {}
@@ -117,8 +119,8 @@ def _may_be_absent(field: dataclasses.Field[Any], mapping: dict[str, Any]) -> bo
 def _check(bounds: Bounds | None, value: Any, where: str) -> None:
     problem = bounds.problem(value) if bounds is not None else None
     if problem:
-        shown = list(value) if isinstance(value, tuple) else value
-        raise ConfigError(f"{where}={shown!r}: {problem}")
+        value_ = list(value) if isinstance(value, tuple) else value
+        raise ConfigError(f"{where}={short_repr(value_)}: {problem}")
 
 
 def _join(where: str, key: str) -> str:
@@ -135,7 +137,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {short_repr(value)}")
         hints = typing.get_type_hints(tp)
         fields = {f.name: f for f in dataclasses.fields(tp) if f.init}
         unknown = sorted(set(value) - set(fields))
@@ -167,39 +169,39 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
                 return _convert(arg, value, where)
             except ConfigError as e:
                 errors.append(str(e))
-        raise ConfigError(f"{where}: {value!r} matches none of {tp}: {'; '.join(errors)}")
+        raise ConfigError(f"{where}: {short_repr(value)} matches none of {tp}: {'; '.join(errors)}")
     if origin is typing.Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            raise ConfigError(f"{where}: {value!r} is not one of {list(allowed)}")
+            raise ConfigError(f"{where}: {short_repr(value)} is not one of {list(allowed)}")
         return value
     if origin in (list, tuple):
         args = typing.get_args(tp)
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {short_repr(value)}")
         item_tp = args[0] if args else Any
         return tuple(_convert(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         k_tp, v_tp = typing.get_args(tp) or (Any, Any)
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {short_repr(value)}")
         return {_convert(k_tp, k, where): _convert(v_tp, v, f"{where}.{k}") for k, v in value.items()}
     if tp is Any:
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {short_repr(value)}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {short_repr(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+            raise ConfigError(f"{where}: expected true/false, got {short_repr(value)}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {short_repr(value)}")
         return value
     raise ConfigError(f"{where}: unsupported type {tp!r} in config schema")

@@ -11,6 +11,7 @@ import numpy as np
 from multitab.config._build import ConfigError, bounded
 from multitab.config.bench_checks import check_int, validate
 from multitab.config.data import SplitConfig
+from multitab.files.yaml_data import short_repr
 
 Group = Literal["correlation", "complexity", "count", "nonuniform"]
 
@@ -190,7 +191,7 @@ class AttributionConfig:
                     factor == "epochs" and isinstance(value, int) and not isinstance(value, bool) and value >= 1)
                 if not ok:
                     extra = " or an integer >= 1" if factor == "epochs" else ""
-                    raise ConfigError(f"{where}.{factor}={value!r}: expected one of "
+                    raise ConfigError(f"{where}.{factor}={short_repr(value)}: expected one of "
                                       f"{list(ATTRIBUTION_FACTORS[factor])}{extra}")
             if previous is None:
                 missing = [f for f in ATTRIBUTION_FACTORS if f not in arm.set]

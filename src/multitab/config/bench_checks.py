@@ -10,10 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from multitab.files.yaml_data import short_repr
+
 
 def check_int(name: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name}={value!r} must be an integer")
+        raise TypeError(f"{name}={short_repr(value)} must be an integer")
     if value < low:
         raise ValueError(f"{name}={value} must be >= {low}")
     return int(value)
@@ -21,7 +23,7 @@ def check_int(name: str, value: Any, low: int) -> int:
 
 def check_degrees(degrees: Sequence[int]) -> tuple[int, ...]:
     if isinstance(degrees, str | bytes) or not isinstance(degrees, Sequence | np.ndarray):
-        raise TypeError(f"degrees={degrees!r} must be a list of polynomial degrees, one per task")
+        raise TypeError(f"degrees={short_repr(degrees)} must be a list of polynomial degrees, one per task")
     if len(degrees) == 0:
         raise ValueError("degrees=[] must list one polynomial degree per task (at least one task)")
     return tuple(check_int(f"degrees[{i}]", d, 1) for i, d in enumerate(degrees))
@@ -29,7 +31,7 @@ def check_degrees(degrees: Sequence[int]) -> tuple[int, ...]:
 
 def check_correlation(correlation: float, n_tasks: int) -> float:
     if isinstance(correlation, bool) or not isinstance(correlation, int | float | np.floating | np.integer):
-        raise TypeError(f"correlation={correlation!r} must be a number")
+        raise TypeError(f"correlation={short_repr(correlation)} must be a number")
     p = float(correlation)
     # P = (1 - p) I + p 11ᵀ has eigenvalues 1 + (t - 1) p (once) and 1 - p (t - 1 times): it is positive
     # semidefinite, hence a valid Gram matrix, iff -1/(t - 1) <= p <= 1.
@@ -51,10 +53,10 @@ def check_noise(noise: float | Sequence[float], n_tasks: int) -> np.ndarray:
         levels = []
         for i, s in enumerate(noise):
             if isinstance(s, bool) or not isinstance(s, int | float | np.floating | np.integer):
-                raise TypeError(f"noise[{i}]={s!r} must be a number")
+                raise TypeError(f"noise[{i}]={short_repr(s)} must be a number")
             levels.append(float(s))
     else:
-        raise TypeError(f"noise={noise!r} must be a number or a list of numbers, one per task")
+        raise TypeError(f"noise={short_repr(noise)} must be a number or a list of numbers, one per task")
     for i, s in enumerate(levels):
         if not (math.isfinite(s) and s >= 0.0):
             raise ValueError(

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from multitab.config._build import ConfigError
+from multitab.files.yaml_data import short_repr
 from multitab.registry import DATASET_NAMES, REGISTRY
 
 STAGE_NAME_PART = re.compile(r"[A-Za-z0-9_]+")
@@ -117,8 +118,8 @@ def check_names(sections: dict[str, Any], source: str) -> None:
         _unknown(source, "attribution.group", [attribution.group], groups, "a run group (runs:)")
         group = groups[attribution.group]
         if group.data != "attribution":
-            raise ConfigError(f"{source}: runs.{attribution.group}.data={group.data!r}: the attribution study's "
-                              "group trains on `data: attribution` (its arms' data)")
+            raise ConfigError(f"{source}: runs.{attribution.group}.data={short_repr(group.data)}: the attribution "
+                              "study's group trains on `data: attribution` (its arms' data)")
         _unknown(source, "attribution.claim", [attribution.claim.model, *attribution.claim.rivals], group.models,
                  f"one of runs.{attribution.group}.models")
     if "aggregate" in sections:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from multitab.config._build import ValueProblem, bounded, optional
+from multitab.files.yaml_data import short_repr
 
 # Where each kind of data lives: (processed folder, validation verdict) per name.
 DATA_KINDS: dict[str, tuple[str, str]] = {
@@ -76,7 +77,8 @@ class RunGroup:
     def __post_init__(self) -> None:
         if isinstance(self.data, str):
             if self.data not in DATA_KINDS:
-                raise ValueProblem(f"data={self.data!r}: expected one of {list(DATA_KINDS)} or {{kind: [names]}}")
+                raise ValueProblem(f"data={short_repr(self.data)}: expected one of {list(DATA_KINDS)} or "
+                                   "{kind: [names]}")
         else:
             unknown = sorted(set(self.data) - set(DATA_KINDS))
             if unknown:
@@ -87,7 +89,7 @@ class RunGroup:
             raise ValueProblem("sweep and grid go together: a sweep group names its family and its grid")
         if self.sweep is not None:
             if self.sweep not in FAMILIES:
-                raise ValueProblem(f"sweep={self.sweep!r}: expected one of {list(FAMILIES)}")
+                raise ValueProblem(f"sweep={short_repr(self.sweep)}: expected one of {list(FAMILIES)}")
             axes = list(PAPER_GRIDS[self.sweep])
             if set(self.grid) != set(axes):
                 raise ValueProblem(f"grid: axes must be {axes} (family {self.sweep}), got {list(self.grid)}")

@@ -27,7 +27,7 @@ import pandas as pd
 
 from multitab.config.bench import LabelCorrelationConfig
 from multitab.datasets.label_correlations import expected_label_correlation, label_correlations
-from multitab.files.io import atomic_path
+from multitab.files.io import atomic_path, write_csv
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -165,8 +165,7 @@ def _save(fig: Figure, path: Path) -> None:
 
 
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        table.to_csv(tmp, index=False, float_format="%.6g")
+    write_csv(path, table, float_format="%.6g")
 
 
 def figure3(cfg: LabelCorrelationConfig, figures: Path, tables: Path) -> pd.DataFrame:

@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,10 +57,67 @@ class FeatureCoder:
         return x_num, self.codes(frame)
 
     def codes(self, frame: pd.DataFrame) -> np.ndarray:
-        """The categorical codes (n, n_cat) of `frame`: 1..K for the training values, 0 for one unseen there."""
+        """The categorical codes (n, n_cat) of `frame`: 1..K for the training values, 0 for one unseen there.
+        Values are matched by value, not by type (`match_categories`): a column of codes 1, 2, 3 at fit and
+        "1", "2", "3" (read from a CSV as text) or 1.0, 2.0, 3.0 here gets the same codes."""
         if self.encoder is None:
             return np.zeros((len(frame), 0), dtype=np.int64)
-        return (self.encoder.transform(frame[self.categorical].to_numpy()) + 1).astype(np.int64)
+        pairs = zip(self.categorical, self.encoder.categories_)
+        return np.stack([match_categories(categories, frame[name]) for name, categories in pairs], axis=1)
+
+
+def _number_key(value: Any) -> str | None:
+    """A number's value as text (`1`, `1`, `2.5` for 1, 1.0, "2.50"); None for what is no number."""
+    if isinstance(value, bool | np.bool_):
+        return "1" if value else "0"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        return None if math.isnan(v) else str(int(v)) if v.is_integer() else repr(v)
+    if isinstance(value, str):
+        for parse in (int, float):
+            try:
+                return _number_key(parse(value.strip()))
+            except ValueError:
+                pass
+    return None
+
+
+def _value_key(value: Any, kind: str) -> str | None:
+    """What a value is compared by against training categories of `kind` (number, bool or text)."""
+    if kind == "number":
+        return _number_key(value)
+    if kind == "bool":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().capitalize()
+        number = _number_key(value)
+        return {"1": "True", "0": "False"}.get(number) if number is not None else None
+    if isinstance(value, str):
+        return value
+    return _number_key(value) if isinstance(value, numbers.Number | np.bool_) else str(value)
+
+
+def match_categories(categories: np.ndarray, values: pd.Series | np.ndarray) -> np.ndarray:
+    """The codes of `values` against sorted training `categories`: 1..K (the category's rank), 0 for a value
+    equal to none. Compared by value: numbers as numbers whatever their type or text form ("3", 3, 3.0), the
+    booleans as True / False (also 1 / 0, "true"), text as text (a number given for a text category as its
+    digits, 3 for "3"). Categories of mixed types, or two that one comparison would make equal, are matched
+    exactly."""
+    if all(isinstance(c, bool | np.bool_) for c in categories):
+        kind = "bool"
+    elif all(isinstance(c, numbers.Number) for c in categories):
+        kind = "number"
+    else:
+        kind = "text" if all(isinstance(c, str) for c in categories) else "exact"
+    index: dict[Any, int] = {}
+    for rank, c in enumerate(categories, 1):
+        index.setdefault(c if kind == "exact" else _value_key(c, kind), rank)
+    if len(index) < len(categories):
+        kind, index = "exact", {c: rank for rank, c in enumerate(categories, 1)}
+    codes, uniques = pd.factorize(values if isinstance(values, pd.Series) else np.asarray(values, dtype=object))
+    found = [index.get(u if kind == "exact" else _value_key(u, kind), 0) for u in uniques]
+    return np.asarray([*found, 0], dtype=np.int64)[codes]  # a missing value (code -1): unseen
 
 
 def fit_features(cfg: PreprocessConfig, train: pd.DataFrame, numerical: list[str], categorical: list[str]

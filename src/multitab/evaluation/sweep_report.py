@@ -7,8 +7,6 @@ a figure per dataset and model; `record` copies a real sweep's outputs into a co
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,23 +16,22 @@ import yaml
 
 from multitab.evaluation.sweep import TIE_RULE, Sweep, SweepError, same_value, selections
 from multitab.files.io import atomic_dir, read_json, write_json, write_text
+from multitab.markup import csv_text
 from multitab.runs.profiles import plain
 from multitab.runs.types import point_id
 
 
 def points_csv(sweeps: Sequence[Sweep]) -> str:
     axes = list(dict.fromkeys(a for s in sweeps for a in s.grid))
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["dataset", "model", "rank", "selected", *axes, "seeds", "val_mean", "val_std", "test_mean",
-                "best_epoch:epochs", "train_seconds"])
+    rows: list[list[Any]] = [["dataset", "model", "rank", "selected", *axes, "seeds", "val_mean", "val_std",
+                              "test_mean", "best_epoch:epochs", "train_seconds"]]
     for s in sweeps:
         best = s.selected
         for rank, p in enumerate(s.ranked(), 1):
-            w.writerow([s.dataset, s.model, rank, p is best, *[p.coords.get(a, "") for a in axes],
-                        len(p.records), _num(p.val, 6), _num(p.val_std, 6), _num(p.test, 6), p.epochs,
-                        f"{p.seconds:.1f}"])
-    return buf.getvalue()
+            rows.append([s.dataset, s.model, rank, p is best, *[p.coords.get(a, "") for a in axes],
+                         len(p.records), _num(p.val, 6), _num(p.val_std, 6), _num(p.test, 6), p.epochs,
+                         f"{p.seconds:.1f}"])
+    return csv_text(rows)
 
 
 def _num(v: float | None, decimals: int) -> str:

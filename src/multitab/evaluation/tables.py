@@ -8,15 +8,13 @@ caption (LaTeX).
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from multitab.files.io import atomic_path
-from multitab.markup import md_text
+from multitab.markup import csv_text, md_cell, md_text
 
 STANDIN_MARK = "stand-in data"
 MISSING = "missing"
@@ -122,10 +120,10 @@ class Table:
         if compare and self.has_paper():
             lines += ["Cells: ours (paper value; Δ = ours − paper).", ""]
 
-        def fmt(v: Value) -> str:
-            return md_text(v if isinstance(v, str) else (v.compared() if compare else v.text()))
+        def fmt(v: Value) -> str:  # a label cell is a name: spreadsheet-safe too; a value cell is our number
+            return md_cell(v) if isinstance(v, str) else md_text(v.compared() if compare else v.text())
 
-        lines.append("| " + " | ".join(md_text(h) for h in self.header) + " |")
+        lines.append("| " + " | ".join(md_cell(h) for h in self.header) + " |")
         first = self.rows[0] if self.rows else ["" for _ in self.header]
         lines.append("|" + "|".join("---" if isinstance(v, str) else "---:" for v in first) + "|")
         for row in self.rows:
@@ -136,14 +134,10 @@ class Table:
         return "\n".join(lines) + "\n"
 
     def to_csv(self) -> str:
-        buf = io.StringIO()
-        if self.standin:
-            buf.write(f"# {STANDIN_MARK}: {', '.join(self.standin)}\n")
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(self.header)
-        for row in self.rows:
-            writer.writerow([v if isinstance(v, str) else v.csv_text() for v in row])
-        return buf.getvalue()
+        """The header and rows, every cell spreadsheet-safe (multitab.markup.csv_text)."""
+        banner = f"# {STANDIN_MARK}: {' '.join(', '.join(self.standin).split())}\n" if self.standin else ""
+        return banner + csv_text([self.header, *([v if isinstance(v, str) else v.csv_text() for v in row]
+                                                 for row in self.rows)])
 
     def to_latex(self) -> str:
         caption = _tex(self.title)

@@ -1,6 +1,6 @@
 """dvc.lock and DVC's cache, read without DVC: the stages dvc.lock records (their dependency paths and
 outputs with their md5s) and where DVC's cache keeps the object of an md5. multitab.files.integrity checks
-the workspace against them; dvc.lock is read as plain YAML with a safe loader.
+the workspace against them; dvc.lock is read as plain YAML (multitab.files.yaml_data: safe and bounded).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from multitab.files.io import write_json
+from multitab.files.yaml_data import YAMLError, load_yaml
 
 LOCK_FILE = "dvc.lock"
 LOCK_INDEX = Path(".dvc") / "tmp" / "multitab-lock.json"
@@ -45,8 +44,8 @@ def read_lock(root: Path, tries: int = 20) -> dict[str, Any] | None:
             except (OSError, ValueError, AttributeError, KeyError):
                 pass
             try:
-                lock = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
-            except yaml.YAMLError:
+                lock = load_yaml(data)
+            except YAMLError:
                 lock = None
             if _complete(lock):
                 reduced = {"stages": {

@@ -21,7 +21,8 @@ is corrupted, removing it and re-running the producer (DVC never rewrites an obj
 Only what changed is hashed again: a file whose (size, mtime_ns, ctime_ns, inode) match its entry in
 `.dvc/tmp/multitab-verified.json` (written atomically) has the md5 recorded there. A checkout writes a new
 file (new inode and times), and no program can set a file's ctime back, so an edit is hashed again even
-when its mtime was restored. dvc.lock and DVC's cache are read as dvc_lock.py reads them; nothing here imports DVC.
+when its mtime was restored. dvc.lock and DVC's cache are read as dvc_lock.py reads them (plain YAML,
+multitab.files.yaml_data); nothing here imports DVC.
 """
 
 from __future__ import annotations
@@ -38,11 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from multitab.files.dvc_lock import LOCK_FILE, cache_object, read_lock
 from multitab.files.io import write_json
 from multitab.files.stage_deps import declared_deps, locked_deps, normalise
+from multitab.files.yaml_data import YAMLError
 from multitab.runtime.exit_codes import BAD_INPUT
 
 STATE_FILE = Path(".dvc") / "tmp" / "multitab-verified.json"
@@ -242,7 +242,7 @@ def verify_stage_inputs(environ: Mapping[str, str] = os.environ) -> Tally:
         return Tally()
     try:
         declared = declared_deps(root, stage)
-    except (OSError, yaml.YAMLError, LookupError, TypeError, ValueError, AttributeError):
+    except (OSError, YAMLError, LookupError, TypeError, ValueError, AttributeError):
         declared = []  # what this reader cannot follow (DVC could): dvc.lock's record still counts
 
     def check(lock: dict[str, Any], state: VerifiedState) -> None:

@@ -19,7 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
+# the YAML loader lives in yaml_data; these names stay importable from here
+from multitab.files.yaml_data import load_yaml, read_yaml_file, yaml_problem  # noqa: F401
+from multitab.markup import spreadsheet_frame
 
 TMP_SUFFIX = ".tmp"
 _UMASK = os.umask(0o022)
@@ -249,6 +251,16 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def write_csv(path: str | Path, frame: Any, **to_csv: Any) -> Path:
+    """A pandas DataFrame as CSV (`index=False` unless given; `to_csv` goes to DataFrame.to_csv), atomically,
+    its header and text cells spreadsheet-safe (multitab.markup.spreadsheet_frame: a task named `=HYPERLINK(..)`
+    is not a formula); returns `path`."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        spreadsheet_frame(frame).to_csv(tmp, **{"index": False, **to_csv})
+    return path
+
+
 def sha256_file(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
     """Hex sha256 of a file, read in chunks (files may be several GB)."""
     h = hashlib.sha256()
@@ -266,46 +278,3 @@ def read_json(path: str | Path) -> Any:
     except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path}: not readable JSON ({e}); it was cut short or edited: write it again (run the "
                          "stage that writes it)") from None
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader (plain data, no tags that construct objects) that refuses a key given twice in one
-    mapping: YAML says keys are unique, PyYAML keeps the last value without a word."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None,
-                    f"key {key!r} appears twice in one mapping (first at line {seen[key].line + 1}); "
-                    "delete one of them",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_yaml(text: str) -> Any:
-    """YAML text as plain data (nothing in it can run code), refusing duplicate keys; raises
-    yaml.YAMLError with the line of the problem."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-def yaml_problem(e: yaml.YAMLError) -> str:
-    """One line for a YAML error: `line N, column M: what` (PyYAML's own text spans several lines)."""
-    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
-        mark = e.problem_mark
-        return f"line {mark.line + 1}, column {mark.column + 1}: {e.problem}"
-    return " ".join(str(e).split())
-
-
-def read_yaml_file(path: str | Path) -> Any:
-    """`load_yaml` of a file; errors become ValueError naming the file and line."""
-    path = Path(path)
-    try:
-        return load_yaml(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {yaml_problem(e)}") from None

@@ -19,10 +19,9 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-import yaml
+from multitab.files.yaml_data import load_yaml
 
 _REF = re.compile(r"\$\{\s*([^${}]+?)\s*\}")
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # plain data only; libyaml's when built with it
 
 
 class Unresolved(LookupError):
@@ -30,8 +29,9 @@ class Unresolved(LookupError):
 
 
 def load_safe(path: Path) -> Any:
-    """A YAML file as plain data (a safe loader: nothing in it can construct objects or run code)."""
-    return yaml.load(path.read_bytes(), Loader=_LOADER)  # noqa: S506 - CSafeLoader / SafeLoader
+    """A YAML file as plain data (multitab.files.yaml_data: nothing in it can construct objects or run code,
+    its aliases are bounded); raises yaml.YAMLError."""
+    return load_yaml(path.read_bytes())
 
 
 def _to_str(value: Any) -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config.train import TrainConfig
-from multitab.files.io import read_yaml_file
+from multitab.files.yaml_data import read_yaml_file, short_repr
 from multitab.protocol import DEFAULT, check_protocol
 
 HPARAMS = "hparams"  # the folder, relative to the project root (the folder of params.yaml)
@@ -115,7 +115,7 @@ class Hparams:
                     model[key] = ROPE[bool(value)]
                 else:
                     model[key] = value
-                found[f"{section}.{key}"] = f"{where}.{axis}: {value!r}"
+                found[f"{section}.{key}"] = f"{where}.{axis}: {short_repr(value)}"
         return Hparams(model, optim, self.file, dict(point))
 
     def record(self) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def selection_file(selection: str, dataset: str, model: str) -> str:
 
 
 def read(path: Path, shown: str | None = None) -> Hparams:
-    """The hyperparameters of one file (yaml.safe_load: data, never code). `shown`: the name errors use."""
+    """The hyperparameters of one file (multitab.files.yaml_data: data, never code). `shown`: the name errors use."""
     name = shown or str(path)
     if path.is_dir():
         raise IsADirectoryError(f"{name}: is a directory, not a hyperparameter file (a YAML file)")
@@ -153,7 +153,8 @@ def read(path: Path, shown: str | None = None) -> Hparams:
             got = sorted(optim) if isinstance(optim, dict) else optim
             raise HparamsError(f"{name}: optim must have exactly the keys {list(OPTIM_KEYS)}, got {got}")
         if optim["optimizer"] not in OPTIMIZERS:
-            raise HparamsError(f"{name}: optim.optimizer={optim['optimizer']!r} must be one of {list(OPTIMIZERS)}")
+            raise HparamsError(f"{name}: optim.optimizer={short_repr(optim['optimizer'])} must be one of "
+                               f"{list(OPTIMIZERS)}")
         numbers = all(isinstance(optim[k], int | float) and not isinstance(optim[k], bool)
                       for k in ("lr", "weight_decay"))
         if (not numbers or optim["lr"] <= 0 or optim["weight_decay"] < 0 or not isinstance(optim["max_epochs"], int)

@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from multitab.files.io import read_yaml_file, write_text
+from multitab.files.io import write_text
+from multitab.files.yaml_data import read_yaml_file
 from multitab.hparams import BENCH, HPARAMS, NONE_PUBLISHED, Hparams, selection_file, tuples
 from multitab.hparams.notes import note, with_note
 from multitab.hparams.recipe import recipe_file

@@ -15,6 +15,8 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from multitab.files.yaml_data import short_repr
+
 _WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
@@ -75,7 +77,7 @@ def problems(model: str, values: Mapping[str, Any], *, complete: bool = True) ->
     of each keyword it lacks; in the constructor's order, unknown ones last."""
     wanted = keyword_types(model)
     out = [(k, "missing (no constructor default is used)") for k in wanted if complete and k not in values]
-    out += [(k, f"expected {expected(a)}, got {values[k]!r}") for k, a in wanted.items()
+    out += [(k, f"expected {expected(a)}, got {short_repr(values[k])}") for k, a in wanted.items()
             if k in values and not fits(a, values[k])]
     out += [(k, f"not a keyword of {model} (it takes {list(wanted)})") for k in values if k not in wanted]
     order = {k: i for i, k in enumerate(wanted)}

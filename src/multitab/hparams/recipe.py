@@ -14,8 +14,9 @@ A run of the pipeline on a dataset without its selection's file (hparams/authors
 its model's recipe (multitab.runs.locate.hparams_file), resolved for the dataset's number of features; its metrics.json
 says `recipe` (`hparams.source`).
 
-The files are data, read with yaml.safe_load; a resolved recipe is complete and typed as a hyperparameter file
-must be (multitab.hparams.keywords), or refused naming the file and the keyword.
+The files are data, read with the safe, bounded loader (multitab.files.yaml_data); a resolved recipe is
+complete and typed as a hyperparameter file must be (multitab.hparams.keywords), or refused naming the file and
+the keyword.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from multitab.files.io import read_yaml_file
+from multitab.files.yaml_data import read_yaml_file, short_repr
 from multitab.hparams import HPARAMS, OPTIM_KEYS, OPTIMIZERS, Hparams, HparamsError, read, tuples
 from multitab.hparams.keywords import problems
 
@@ -76,7 +77,7 @@ def recipe(model: str, n_features: int, *, root: Path | None = None) -> tuple[Hp
         optim = {k: optim[k] for k in OPTIM_KEYS}
     batch_size = data.get("batch_size")
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
-        raise HparamsError(f"{shown}: batch_size must be an integer >= 1, got {batch_size!r}")
+        raise HparamsError(f"{shown}: batch_size must be an integer >= 1, got {short_repr(batch_size)}")
     about: Any = data.get("source")
     return Hparams(model=tuples(values), optim=optim, file=shown, about=about if isinstance(about, dict) else {}), \
         batch_size

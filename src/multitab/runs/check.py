@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.config import ConfigError, Params
+from multitab.files.yaml_data import short_repr
 from multitab.hparams import HPARAMS, POINT_KEYS, Hparams, protocol_overlay, resolve
 from multitab.hparams.keywords import expected, fits, keyword_types, problems
 from multitab.hparams.recipe import is_recipe, n_features, read_run_file
@@ -140,15 +141,15 @@ def _check_overlays(params: Params, root: Path) -> None:
 def _check_point_value(params: Params, where: str, axis: str, model: str, value: Any) -> None:
     if axis == "rope":  # true / false: the inter-sample layer (multitab.hparams.ROPE)
         if not isinstance(value, bool):
-            raise ConfigError(f"{params.source}: {where}: {value!r}: expected true or false")
+            raise ConfigError(f"{params.source}: {where}: {short_repr(value)}: expected true or false")
         return
     types = keyword_types(model)
     for section, key in POINT_KEYS[axis]:
         if section == "optim":
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"{params.source}: {where}: {value!r}: expected a number > 0 (optim.{key})")
+                raise ConfigError(f"{params.source}: {where}: {short_repr(value)}: expected a number > 0 (optim.{key})")
         elif key in types and not fits(types[key], value):
-            raise ConfigError(f"{params.source}: {where}: {value!r}: expected {expected(types[key])} "
+            raise ConfigError(f"{params.source}: {where}: {short_repr(value)}: expected {expected(types[key])} "
                               f"({model}'s constructor keyword {key})")
 
 

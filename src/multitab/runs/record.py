@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from multitab.files.yaml_data import short_repr
 from multitab.hparams import Hparams, tuples
 from multitab.runs.profiles import plain
 
@@ -75,13 +76,13 @@ class RunConfig:
         hints = typing.get_type_hints(TrainSettings)
         for key, value in train.items():
             if not _fits(hints[key], value):
-                raise RecordError(f"{where}: train.{key}: {value!r} is not of type {hints[key]}")
+                raise RecordError(f"{where}: train.{key}: {short_repr(value)} is not of type {hints[key]}")
         hparams = Hparams(model=tuples(dict(hp["model"])), optim=None if hp["optim"] is None else dict(hp["optim"]),
                           file=str(hp["file"]), point=None if hp["point"] is None else dict(hp["point"]))
         progress = record.get("progress")
         if not isinstance(progress, bool):
-            raise RecordError(f"{where}: progress: {progress!r} is not true or false (runs.yaml is not what this code "
-                              "writes: run `python -m multitab.runs`)")
+            raise RecordError(f"{where}: progress: {short_repr(progress)} is not true or false (runs.yaml is not what "
+                              "this code writes: run `python -m multitab.runs`)")
         return cls(hparams=hparams, train=TrainSettings(**{**train, "overrides": dict(train["overrides"])}),
                    progress=progress)
 

@@ -3,6 +3,8 @@
 Layout (one context for the whole repository, `gx/`):
 - gx/great_expectations.yml (committed): stores, one pandas datasource `multitab`, and the Data Docs site
   `multitab` whose files go to the report folder (reports/validation/, git-ignored).
+- The suite and result pages are rendered by `docs_view.EscapedPageView`: GX's templates print names raw, so
+  every name and value from the data is escaped before they see it.
 - While a split is validated, the datasource holds one dataframe asset named after its dataset and split
   (`higgs.train`; GX's store keys forbid '/') with the batch definition `whole_frame`, and a validation
   definition links it to the split's suite; both go when the split is done, so the committed
@@ -139,6 +141,10 @@ def _configure(context: Any, context_dir: Path, report_dir: Path) -> None:
             "base_directory": os.path.relpath(report_dir / GX_SITE_DIR, context_dir) + "/",
         },
         "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        # the suite and result pages show names as text (a column named `<script>...` is not markup)
+        "site_section_builders": {section: {"view": {"module_name": "multitab.validation.docs_view",
+                                                     "class_name": "EscapedPageView"}}
+                                  for section in ("expectations", "validations")},
     }
     sites = context.list_data_docs_sites()
     if set(sites) != {SITE} or sites[SITE] != site:

@@ -54,14 +54,13 @@ from multitab.evaluation.bench.render import (
     render_section,
 )
 from multitab.files.io import atomic_path
+from multitab.files.io import write_csv as write_frame
 
 log = logging.getLogger(__name__)
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> Path:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False, float_format="%.6g")
-    return path
+    return write_frame(path, frame, float_format="%.6g")
 
 
 def write_text(text: str, path: Path) -> Path:

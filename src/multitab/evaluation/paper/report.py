@@ -7,8 +7,6 @@ Reads only the runs' metrics.json files and the complexity table; never trains.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import math
@@ -31,9 +29,9 @@ from multitab.evaluation.paper.report_markdown import Provenance, bench_inputs, 
 from multitab.evaluation.paper.results import PaperResults
 from multitab.evaluation.paper.runs import RunSet
 from multitab.evaluation.tables import MISSING, STANDIN_MARK, Table, comparison_rows
-from multitab.files.io import atomic_path, write_json
+from multitab.files.io import atomic_path, write_csv, write_json
 from multitab.icl.records import read_records
-from multitab.markup import md_text
+from multitab.markup import csv_text, md_text
 from multitab.registry import trains_in_epochs
 
 log = logging.getLogger(__name__)
@@ -85,16 +83,13 @@ def _figure_data_csv(frame: pd.DataFrame, groups: Sequence[str]) -> str:
     """Long-form series for `dvc plots` (.dvc/plots/delta_m.json: x = delta_m, y = level, a bar per model; `data`
     says stand-in data, which the plot's title then says); a missing value is the string 'missing' (Vega draws
     no bar for it)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["label", "group", "level", "model", "delta_m", "se", "n_seeds", "data"])
+    rows: list[list[object]] = [["label", "group", "level", "model", "delta_m", "se", "n_seeds", "data"]]
     for _, r in frame[frame.group.isin(groups)].iterrows():
         missing = bool(r["missing"])
-        w.writerow([f"{r['group']} | {r['level']} | {r['model']}", r["group"], r["level"], r["model"],
-                    MISSING if missing else ("n/a" if math.isnan(r["delta_m"]) else f"{r['delta_m']:.6f}"),
-                    MISSING if missing or math.isnan(r["se"]) else f"{r['se']:.6f}", r["n_seeds"],
-                    r["data"]])
-    return buf.getvalue()
+        rows.append([f"{r['group']} | {r['level']} | {r['model']}", r["group"], r["level"], r["model"],
+                     MISSING if missing else ("n/a" if math.isnan(r["delta_m"]) else f"{r['delta_m']:.6f}"),
+                     MISSING if missing or math.isnan(r["se"]) else f"{r['se']:.6f}", r["n_seeds"], r["data"]])
+    return csv_text(rows)
 
 
 def _json_value(value: float | None) -> object:
@@ -153,8 +148,7 @@ def write_curves(results: PaperResults, runs_dir: Path, out: Outputs) -> tuple[l
         if name == "val_mean":
             val_curves = frames
         path = out.plots / f"learning_curves_{name}.csv"
-        with atomic_path(path) as tmp:
-            _curve_rows(frames, standin).to_csv(tmp, index=False, float_format="%.6f")
+        write_csv(path, _curve_rows(frames, standin), float_format="%.6f")
         written.append(path)
     fig = figures.curves_figure(val_curves, "validation mean metric (AUC / EV)",
                                 "Learning curves: validation mean metric, seed mean", bool(standin))
@@ -202,8 +196,7 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     comparison = pd.DataFrame(comparison_rows(tables),
                               columns=["table", "row", "column", "ours", "paper", "difference", "stand_in"])
     path = out.tables / "comparison_with_paper.csv"
-    with atomic_path(path) as tmp:
-        comparison.to_csv(tmp, index=False)
+    write_csv(path, comparison)
     written.append(path)
 
     bench = bench_inputs(results, Path(runs_dir) if runs_dir is not None else None, provenance.budget)
@@ -212,8 +205,7 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     if bench is not None:  # the flags the figures' notes and the report's Convergence paragraph count
         conv = convergence(bench.metrics, None, bench.settings)
         convergence_csv = out.tables / "convergence.csv"
-        with atomic_path(convergence_csv) as tmp:
-            conv.to_csv(tmp, index=False)
+        write_csv(convergence_csv, conv)
         written.append(convergence_csv)
 
     labels = [config.label(m) for m in config.figures.models]
