@@ -146,7 +146,7 @@ def test_architecture_page_names_existing_files_and_draws_the_enforced_layers() 
     block = text[text.index("## The library's layers"):]
     block = block[block.index("```") + 4:]
     block = block[:block.index("```")]
-    drawn = [tuple(token.rstrip("/").removesuffix(".py") for token in line[1:].split("  ")[0].split())
+    drawn = [tuple(token.rstrip("/").removesuffix(".py").replace("/", ".") for token in line[1:].split("  ")[0].split())
              for line in block.splitlines() if line.startswith(" ") and not line.startswith("  ")]
     assert drawn[::-1] == list(LAYERS), \
         "the layers drawn in docs/architecture.md differ from tests/test_code_rules.py LAYERS"

@@ -77,7 +77,7 @@ def test_a_toy_model_and_a_toy_run_group_run_through_dvc_repro(tmp_path: Path) -
     # A model: its class, its line in the registry, its hyperparameter file (docs/extending.md)
     (root / "src" / "multitab" / "models" / "toy.py").write_text(TOY)
     xgboost = '    "xgboost": ModelEntry("multitab.models.xgboost_model:XGBoost", "XGB", epochs=False),\n'
-    _edit(root / "src" / "multitab" / "names.py", xgboost,
+    _edit(root / "src" / "multitab" / "registry.py", xgboost,
           xgboost + '    "toy": ModelEntry("multitab.models.toy:Toy", "Toy", {"width": 4}),\n')
     (root / "hparams" / "authors" / "higgs" / "toy.yaml").write_text(
         "model: {width: 8}\noptim: {optimizer: adam, lr: 0.01, weight_decay: 0.0, max_epochs: 10}\n")

@@ -6,6 +6,7 @@ datasets have). A setting a run trains with is then always the params file's, an
 from __future__ import annotations
 
 import copy
+import shutil
 import dataclasses
 import types
 import typing
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from multitab.config import _SECTIONS, ConfigError, parse_params, read_yaml
+from multitab.runs.cli import show
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = read_yaml(ROOT / "params.yaml")
@@ -66,7 +69,7 @@ def test_every_setting_of_params_yaml_is_walked() -> None:
     assert len(REQUIRED) > 150, len(REQUIRED)
     walked = {".".join(map(str, p)) for p in REQUIRED}
     for key in ("train.cuda_graph", "train.stack_seeds", "train.eval_batch_size", "validation.default_policy.rows",
-                "runs.bench.opt_in", "datasets.higgs.preprocess.noise", "datasets.higgs.remote.retries"):
+                "runs.bench.train", "datasets.higgs.preprocess.noise", "datasets.higgs.remote.retries"):
         assert key in walked, key
 
 
@@ -85,10 +88,29 @@ def test_the_message_gives_the_value_to_write() -> None:
 
 
 def test_an_optional_key_means_what_it_says() -> None:
-    """The optional keys params.yaml writes are few, each with its meaning; leaving one out keeps the load
-    working (e.g. an authors_code split override: the same split under both protocols)."""
+    """The optional keys params.yaml writes are few, each with its meaning: an override that keeps what it overrides
+    (leaving it out keeps the load working), or a run group's key whose default `runs show` prints (below)."""
     optional = {".".join(map(str, p)) for p, may in ALL if may}
-    assert optional <= {"datasets.higgs.split.authors_code", "datasets.acs_income.split.authors_code",
-                        "datasets.aliexpress.split.authors_code"} | {
-        k for k in optional if ".split.authors_code." in k or k.startswith("train.optim.")}, optional
+    overrides = {k for k in optional if ".split.authors_code" in k or k.startswith("train.optim.")}
+    shown = {k for k in optional if k.startswith("runs.") and k.rsplit(".", 1)[1] in ("opt_in", "out", "checkpoints")}
+    sweeps = {k for k in optional if k.startswith("runs.") and k.rsplit(".", 1)[1] in ("sweep", "grid")}
+    assert overrides and shown and sweeps and optional == overrides | shown | sweeps, optional - overrides - shown
     parse_params(_without(("datasets", "higgs", "split", "authors_code")))
+    for key in sweeps:  # a sweep group's family and grid go together: one left out fails naming both
+        with pytest.raises(ConfigError, match=f"{key.rsplit('.', 1)[0]}: sweep and grid go together"):
+            parse_params(_without(tuple(key.split("."))))
+
+
+@pytest.mark.parametrize("key", ["opt_in", "out", "checkpoints"])
+def test_runs_show_names_a_default_with_its_line(tmp_path: Path, key: str) -> None:
+    """A run group's key left out: `runs show` says the value is the default and where the code gives it."""
+    shutil.copytree(ROOT / "hparams", tmp_path / "hparams")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(_without(("runs", "real", key)), sort_keys=False))
+    shown = show(params, "real-higgs-mmoe-0", tmp_path / "runs.yaml")
+    line = next(line for line in shown.splitlines() if line.lstrip().startswith(f"group.{key} "))
+    where = line.rsplit("default (", 1)[1].rstrip(")")
+    path, number = where.rsplit(":", 1)
+    assert (ROOT / path).read_text().splitlines()[int(number) - 1].lstrip().startswith(f"{key}:"), line
+    kept = show(ROOT / "params.yaml", "real-higgs-mmoe-0", tmp_path / "runs.yaml")
+    assert f"params.yaml: runs.real.{key}" in kept

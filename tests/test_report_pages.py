@@ -275,9 +275,9 @@ def test_plots_of_stand_in_data_say_so_in_their_title() -> None:
     """`dvc plots show`: every Vega template dvc.yaml draws the aggregate's series with puts a subtitle on the
     title from the rows' `data` column when it says stand-in data (the aggregate writes it: test_stage_end_to_end),
     and the Δm plot says when a bar has no error bar (one seed) instead of only promising them."""
-    dvc = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-    templates = {spec["template"] for e in dvc["plots"] if isinstance(e, dict) for spec in e.values()
-                 if str(next(iter(e))).startswith("results/plots/")}
+    plots = yaml.safe_load((ROOT / "results" / "dvc.yaml").read_text())["plots"]  # paths relative to results/
+    templates = {spec["template"] for e in plots if isinstance(e, dict) for spec in e.values()
+                 if str(next(iter(e))).startswith("plots/")}
     assert templates == {"delta_m", "learning_curves"}
     for name in templates:
         spec = json.loads((ROOT / ".dvc" / "plots" / f"{name}.json").read_text())

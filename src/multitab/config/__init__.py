@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 
 import yaml
 
-from multitab.config._build import ConfigError, build, overlay
+from multitab.config._build import ConfigError, build, default_source, overlay
 from multitab.config.aggregate import AggregateConfig
 from multitab.config.bench import AttributionConfig, BenchConfig, BenchDataConfig, StudyConfig
 from multitab.config.data import DatasetConfig
 from multitab.config.icl import IclConfig
-from multitab.config.names import check_names
+from multitab.config.names import check_dataset_names, check_names
 from multitab.config.orchestration import OrchestrationConfig
 from multitab.config.runs import RunGroup
 from multitab.config.train import TrainConfig
@@ -176,6 +176,9 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
                           "(see docs/deviations.md)")
     if "protocol" in (raw.get("train") or {}):
         raise ConfigError(f"{source}: `protocol` is a top-level key, not train.protocol")
+    if isinstance(raw.get("datasets"), dict):
+        check_dataset_names([n for n, e in raw["datasets"].items() if not (isinstance(e, dict) and "tasks" in e)],
+                            source)
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
         if name in raw:
@@ -220,4 +223,4 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
     return Params(source=source, protocol=protocol, sections=sections)
 
 
-__all__ = ["ConfigError", "Params", "build", "load_params", "parse_params", "read_yaml"]
+__all__ = ["ConfigError", "Params", "build", "default_source", "load_params", "parse_params", "read_yaml"]

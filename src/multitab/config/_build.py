@@ -12,9 +12,11 @@ each item of a list field, and a list declared `unique` rejects repeated items.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from multitab.files.yaml_data import short_repr
@@ -79,6 +81,15 @@ def optional(meaning: str, *, when: Callable[[dict[str, Any]], bool] | None = No
     declared dataset). Every other field with a default is still required in a params file: its default serves
     code that builds a config directly (tests, the estimator), never a missing key."""
     return {"optional": meaning, "optional_when": when}
+
+
+def default_source(cls: type, name: str) -> str:
+    """`default (src/multitab/config/runs.py:71)`: where field `name` of dataclass `cls` gives its default."""
+    lines, first = inspect.getsourcelines(cls)
+    at = next((first + i for i, line in enumerate(lines) if line.lstrip().startswith(f"{name}:")), first)
+    path = Path(inspect.getfile(cls))
+    shown = path.relative_to(path.parents[3]) if len(path.parents) > 3 else path  # src/multitab/config/x.py
+    return f"default ({shown}:{at})"
 
 
 def default_text(field: dataclasses.Field[Any]) -> str:

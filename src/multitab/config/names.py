@@ -34,6 +34,13 @@ def _unknown(source: str, key: str, names: Iterable[str], known: Iterable[str], 
             raise ConfigError(f"{source}: {key}: {name!r} is not {what}{hint} (known: {known})")
 
 
+def check_dataset_names(undeclared: Iterable[str], source: str) -> None:
+    """A `datasets:` entry without `tasks:` names a dataset of the registry (read before its entry is built, whose
+    keys differ for a declared one)."""
+    _unknown(source, "datasets", undeclared, DATASET_NAMES,
+             "a dataset with a schema, nor declared with `tasks:` (docs/extending.md, \"Your own data\")")
+
+
 def _unsafe(source: str, key: str, names: Iterable[str]) -> None:
     for name in names:
         if not STAGE_NAME_PART.fullmatch(name):
@@ -74,8 +81,7 @@ def check_names(sections: dict[str, Any], source: str) -> None:
     any_dataset = sorted({*real, *configs, *declared})
     a_model, a_dataset = "a registered model", "a dataset (datasets:) or a MultiTab-Bench config (bench.configs)"
     datasets = sections.get("datasets", {})
-    _unknown(source, "datasets", [n for n, cfg in datasets.items() if not cfg.declared], DATASET_NAMES,
-             "a dataset with a schema, nor declared with `tasks:` (docs/extending.md, \"Your own data\")")
+    check_dataset_names([n for n, cfg in datasets.items() if not cfg.declared], source)
     for name in datasets:
         if datasets[name].declared and name in DATASET_NAMES:
             raise ConfigError(f"{source}: datasets.{name}.tasks: {name} has a schema of its own; a declared dataset "

@@ -55,6 +55,8 @@ FAMILY_MODELS: dict[str, tuple[str, ...]] = {
     "xgboost": ("xgboost",),
 }
 FAMILIES = tuple(PAPER_GRIDS)
+# a run group key params.yaml may leave out: `python -m multitab.runs show` prints its default with the code line
+SHOWN = "the default, which `python -m multitab.runs show` prints with its line here"
 
 
 @dataclass(frozen=True)
@@ -66,13 +68,14 @@ class RunGroup:
     # keys of `train` replaced for this group's runs, checked against TrainConfig's fields at load; `{}`
     # for none (required: the group's train stages depend on it, and DVC needs the key to exist)
     train: dict[str, Any]
-    opt_in: bool = False  # true: `make repro` leaves the group out; a target that needs it runs it
+    # true: `make repro` leaves the group out; a target that needs it runs it
+    opt_in: bool = field(default=False, metadata=optional(SHOWN))
     # a sweep group's family (FAMILIES) and its axes -> values: both or neither (a group that is no sweep)
-    sweep: str | None = field(default=None, metadata=optional("not a sweep", when=lambda g: "grid" not in g))
-    grid: dict[str, tuple[Any, ...]] = field(default_factory=dict,
-                                             metadata=optional("not a sweep", when=lambda g: "sweep" not in g))
-    out: str = "results/runs"  # run folders: <out>/<dataset>/<model>[/<point>]/seed<S>
-    checkpoints: str = "results/checkpoints"
+    sweep: str | None = field(default=None, metadata=optional("not a sweep"))
+    grid: dict[str, tuple[Any, ...]] = field(default_factory=dict, metadata=optional("not a sweep"))
+    # run folders: <out>/<dataset>/<model>[/<point>]/seed<S>; the checkpoints likewise
+    out: str = field(default="results/runs", metadata=optional(SHOWN))
+    checkpoints: str = field(default="results/checkpoints", metadata=optional(SHOWN))
 
     def __post_init__(self) -> None:
         if isinstance(self.data, str):

@@ -9,7 +9,8 @@ does not set is written out with the constructor's default, so a file holds ever
 with. A model they published no selection for (XGBoost and MAYA everywhere; the transformers on
 MultiTab-Bench) gets its constructor's defaults and the paper's common optimiser settings (`COMMON_OPTIM`),
 and its file says so. `multitab_bench_example`, their one MultiTab-Bench configuration, becomes the folder
-`multitab_bench`. Protocol `paper`'s changes are not in these files: hparams/protocol/paper.yaml.
+`multitab_bench`. Protocol `paper`'s changes are not applied in these files (hparams/protocol/paper.yaml); each file
+ends with a note of what each protocol changes in it (multitab.hparams.notes), the recipes too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import yaml
 
 from multitab.files.io import write_text
-from multitab.files.yaml_data import read_yaml_file
+from multitab.files.yaml_data import load_yaml, read_yaml_file
 from multitab.hparams import BENCH, HPARAMS, NONE_PUBLISHED, Hparams, selection_file, tuples
 from multitab.hparams.notes import note, with_note
 from multitab.hparams.recipe import recipe_file
@@ -195,7 +196,7 @@ def render(content: dict[str, Any]) -> str:
 
 def _noted(text: str, model: str, root: Path) -> str:
     """A file's `text` ending with the note of what each protocol trains from it (multitab.hparams.notes)."""
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     h = Hparams(model=tuples(data["model"]), optim=data.get("optim"))
     return with_note(text, note(h, model, root))
 

@@ -17,13 +17,15 @@ params diff` shows the same against the last commit (runs.yaml is the train stag
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from multitab.config import ConfigError, load_params
+from multitab.config import ConfigError, Params, default_source, load_params, read_yaml
+from multitab.config.runs import SHOWN, RunGroup
 from multitab.runs.document import check_current, document, read_runs_file, read_written, write
 from multitab.runs.expand import expand, stacked
 from multitab.runs.resolve import TRACKED, Files, render_sources, resolve_run
@@ -42,11 +44,24 @@ def show(params_path: str | Path, key: str, runs_path: str | Path) -> str:
         raise ConfigError(f"{params.source} declares no run {key!r}" + (f"; did you mean {near}?" if near else ""))
     sources: dict[str, str] = {}
     record = resolve_run(params, run, Files(Path(params.source).parent, params.protocol, params), sources)
-    text = render_sources(record, sources, key)
+    text = render_sources(record, sources, key) + "\n" + group_sources(params_path, params, run.group)
     written = _written(Path(runs_path), key)
     if written is not None and any(written.get(k) != record[k] for k in TRACKED):
         text += f"\n{runs_path} holds other values for it: run `python -m multitab.runs` (`diff` shows them)"
     return text
+
+
+def group_sources(params_path: str | Path, params: Params, group: str) -> str:
+    """The run group's keys params.yaml may leave out (multitab.config.runs.SHOWN), each with its value and where it
+    comes from: the params key, or the code line of its default."""
+    written = (read_yaml(params_path).get("runs") or {}).get(group) or {}
+    lines = []
+    for f in dataclasses.fields(RunGroup):
+        if f.metadata.get("optional") == SHOWN:
+            source = (f"{params.source}: runs.{group}.{f.name}" if f.name in written
+                      else default_source(RunGroup, f.name))
+            lines.append(f"  group.{f.name} = {getattr(params.group(group), f.name)!r:<24} {source}")
+    return "\n".join(lines)
 
 
 def _written(path: Path, key: str) -> dict[str, Any] | None:
