@@ -270,8 +270,8 @@ def test_dvc_repro_metrics_and_plots(tmp_path: Path) -> None:
     # Keep only the plots drawn from the aggregate stage's own outputs (results/dvc.yaml: paths relative to results/).
     plots = yaml.safe_load((ROOT / "results" / "dvc.yaml").read_text())["plots"]
     (repo / "results").mkdir()
-    (repo / "results" / "dvc.yaml").write_text(yaml.safe_dump(
-        {"plots": [p for p in plots if "label_correlations" not in json.dumps(p)]}, sort_keys=False, allow_unicode=True))
+    kept = {"plots": [p for p in plots if "label_correlations" not in json.dumps(p)]}
+    (repo / "results" / "dvc.yaml").write_text(yaml.safe_dump(kept, sort_keys=False, allow_unicode=True))
     # the committed study records the entry page answers from (their progress store is not read)
     shutil.copytree(ROOT / "results" / "study", repo / "results" / "study", ignore=shutil.ignore_patterns("progress"))
     shutil.copy(make_inputs(tmp_path), repo / "params.yaml")

@@ -6,8 +6,8 @@ datasets have). A setting a run trains with is then always the params file's, an
 from __future__ import annotations
 
 import copy
-import shutil
 import dataclasses
+import shutil
 import types
 import typing
 from collections.abc import Iterator
