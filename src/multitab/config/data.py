@@ -112,6 +112,10 @@ class FeaturesConfig:
     # A numerical feature's missing cells: filled with the median of its training split's values (fitted on train
     # only, by preprocess@D: val and test rows never move it), or refused by acquire@D naming the column and row.
     missing: Literal["median", "refuse"] = "median"
+    # A feature holding one value in every row of the training split (a sample of a wide table has several): left
+    # out by split@D with a logged line naming it (its record's `constant`, the report's "columns left out"), or
+    # refused by split@D naming the column.
+    constant: Literal["drop", "refuse"] = "drop"
 
 
 @dataclass(frozen=True, kw_only=True)

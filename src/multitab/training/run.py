@@ -334,8 +334,7 @@ def metrics_record(
     return {
         "dataset": spec.dataset, "model": spec.model, "seed": spec.seed,
         "source": meta["source"], "standin": bool(meta["standin"]),
-        "task_types": {t.name: t.type for t in tasks},
-        "metric_names": {t.name: t.metric for t in tasks},
+        "task_types": {t.name: t.type for t in tasks}, "metric_names": {t.name: t.metric for t in tasks},
         "test": _clean(result.test), "val": _clean(result.val),
         "test_mean": _finite_or_none(mean_metric(result.test)), "val_mean": _finite_or_none(mean_metric(result.val)),
         "test_mse": _clean(result.test_mse), "test_mse_standardised": _clean(result.test_mse_standardised),
@@ -344,8 +343,8 @@ def metrics_record(
         "train_seconds": round(result.train_seconds, 3),
         "samples_per_second": _finite_or_none(round(result.samples_per_second, 1)),
         "device": result.device, "torch_version": torch.__version__, "python": platform.python_version(),
-        "n_params": n_params, "optimizer": optim,
-        "n_rows": {k: len(v) for k, v in data.splits.items()},
-        # Checks of estimates that the validation policy let pass (the report's banner shows them).
+        "n_params": n_params, "optimizer": optim, "n_rows": {k: len(v) for k, v in data.splits.items()},
+        # Checks the validation policy let pass (the report's banner), a declared dataset's columns left out (listed)
         "validation_warnings": list((meta.get("validation") or {}).get("warnings", [])),
+        **({"columns_left_out": meta["declared"].get("left_out", {})} if "declared" in meta else {}),
     }
