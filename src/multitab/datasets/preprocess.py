@@ -61,6 +61,11 @@ class FeatureCoder:
         return (self.encoder.transform(frame[self.categorical].to_numpy()) + 1).astype(np.int64)
 
 
+def n_quantiles(n_train: int, cfg: PreprocessConfig) -> int:
+    """The quantile transform's number of quantiles for `n_train` training rows (FT-Transformer's recipe)."""
+    return max(min(n_train // 30, cfg.max_quantiles), 10)
+
+
 def fit_features(cfg: PreprocessConfig, train: pd.DataFrame, numerical: list[str], categorical: list[str]
                  ) -> tuple[FeatureCoder, tuple[np.ndarray, np.ndarray]]:
     """The transforms fit on `train` and `train` transformed (its numerical features with the fitting noise)."""
@@ -76,8 +81,8 @@ def fit_features(cfg: PreprocessConfig, train: pd.DataFrame, numerical: list[str
             stds = x.std(axis=0)
             scale = (cfg.noise / np.maximum(stds, cfg.noise)).astype(np.float32)
             x += scale * rng.standard_normal(x.shape, dtype=np.float32)
-        n_quantiles = max(min(len(x) // 30, cfg.max_quantiles), 10)
-        scaler = QuantileTransformer(n_quantiles=n_quantiles, output_distribution="normal", subsample=cfg.subsample,
+        scaler = QuantileTransformer(n_quantiles=n_quantiles(len(x), cfg), output_distribution="normal",
+                                     subsample=cfg.subsample,
                                      random_state=cfg.seed, copy=False)
         scaler.fit(x)
         x = scaler.transform(x).astype(np.float32, copy=False)
@@ -170,6 +175,9 @@ def processed_meta(
         "n_rows": n_rows,
         "target_stats": target_stats,
         "numerical_transform": cfg.numerical,
+        # what validate_processed judges the quantile-transformed training columns by (what the map can give)
+        **({"n_quantiles": n_quantiles(n_rows["train"], cfg), "quantile_subsample": cfg.subsample}
+           if cfg.numerical == "quantile" else {}),
         "target_transform": cfg.targets,
         "unknown_index": 0,
     }
