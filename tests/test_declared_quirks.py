@@ -149,7 +149,7 @@ def test_a_binary_class_that_cannot_be_in_every_split_is_refused_naming_task_cou
         frame.iloc[:-2].sample(frac=1.0, random_state=0).iloc[:20].to_csv(folder / "test.csv", index=False)
         frame.to_csv(folder / "train.csv", index=False)
         entry.update(local={"path": str(folder)}, split={"method": "official_test", "seed": 0, "val_fraction": 0.5})
-        want = f"datasets.mine.local.path: test.csv, the test split whole, holds no row of class 1 of binary task 'flag'"
+        want = "datasets.mine.local.path: test.csv, the test split whole, holds no row of class 1 of binary task 'flag'"
     else:
         if case == "ordered":
             frame["flag"] = np.r_[np.zeros(n - 5, int), np.ones(5, int)]  # all five at the end: in test only
@@ -216,7 +216,8 @@ def test_a_feature_constant_in_the_training_rows_is_left_out_with_a_line_naming_
     runs = SimpleNamespace(datasets=["mine"], models=lambda d: ["stl_mlp"], runs=lambda d, m: {0: run},
                            standin=lambda d: False)
     results = SimpleNamespace(runs=runs, config=SimpleNamespace(datasets=["mine"]), synthetic=[])
-    text = "\n".join(what_ran_section(results, SimpleNamespace(commit="c", params_sha256="p" * 16)))  # type: ignore[arg-type]
+    provenance = SimpleNamespace(commit="c", params_sha256="p" * 16)
+    text = "\n".join(what_ran_section(results, provenance))  # type: ignore[arg-type]
     assert ("- mine: columns of the file left out: note (features.drop); level (one value in every training row "
             "(features.constant: drop)); sparse (") in text
 

@@ -93,7 +93,8 @@ def _cover_file(
 
 
 def _removable(labels: np.ndarray, idx: np.ndarray, counts: list[np.ndarray], placed: list[np.ndarray]) -> np.ndarray:
-    """Which rows `idx` of a split (its per-task class `counts`) can leave it without taking a placed class's last row."""
+    """Which rows `idx` of a split (its per-task class `counts`) can leave it without taking the last row of a
+    placed class."""
     ok = np.ones(len(idx), dtype=bool)
     for j in range(labels.shape[1]):
         codes = labels[idx, j]

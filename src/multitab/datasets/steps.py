@@ -132,8 +132,8 @@ def split(schema: DatasetSchema, cfg: DatasetConfig, raw_dir: Path, out_dir: Pat
         del rows
         if declared is not None:
             if len(constant) == len(features):
-                raise SplitError(f"datasets.{schema.name}: every feature holds one value in the {info['n_rows']['train']} "
-                                 "training rows: nothing to learn from; give a larger sample")
+                raise SplitError(f"datasets.{schema.name}: every feature holds one value in the "
+                                 f"{info['n_rows']['train']} training rows: nothing to learn from; give more rows")
             write_json(tmp / SCHEMA_FILE, split_record(declared, constant))
         for k in SPLITS:
             write_parquet_columns(tmp / f"{k}.parquet", dtypes, info["n_rows"][k], parked.reader(f"{k}/"))
