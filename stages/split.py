@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from multitab.config import load_params
-from multitab.datasets.declared import SCHEMA_FILE, record, stage_schema
+from multitab.datasets.declared import record, stage_schema
 from multitab.datasets.steps import split
-from multitab.files.io import write_json
 from stages._common import parser, run
 
 
@@ -20,11 +19,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> object:
         cfg = load_params(a.params).dataset(a.dataset)
-        info = split(stage_schema(a.dataset, cfg, a.raw), cfg, a.raw, a.out)
-        declared = record(cfg, a.raw)
-        if declared is not None:  # beside the splits, for validate_raw@D and preprocess@D
-            write_json(a.out / SCHEMA_FILE, declared)
-        return info
+        # a declared dataset's record goes beside the splits, for validate_raw@D and preprocess@D
+        return split(stage_schema(a.dataset, cfg, a.raw), cfg, a.raw, a.out, declared=record(cfg, a.raw))
 
     return run(f"split@{a.dataset}", body, outputs=[a.out])
 

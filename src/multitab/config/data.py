@@ -120,6 +120,10 @@ class FeaturesConfig:
     # A numerical feature's missing cells: filled with the median of its training split's values (fitted on train
     # only, by preprocess@D: val and test rows never move it), or refused by acquire@D naming the column and row.
     missing: Literal["median", "refuse"] = field(default="median", metadata=optional("median (docs/extending.md)"))
+    # A feature holding one value in every row of the training split (a sample of a wide table has several): left
+    # out by split@D with a logged line naming it (its record's `constant`, the report's "columns left out"), or
+    # refused by split@D naming the column.
+    constant: Literal["drop", "refuse"] = field(default="drop", metadata=optional("drop (docs/extending.md)"))
 
 
 @dataclass(frozen=True, kw_only=True)

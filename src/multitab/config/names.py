@@ -88,6 +88,8 @@ def check_names(sections: dict[str, Any], source: str) -> None:
                               "takes a name the registry does not use")
     if "validation" in sections:
         _unknown(source, "validation.policy", sections["validation"].policy, real, "a dataset")
+        _unknown(source, "validation.processed.policy", sections["validation"].processed.policy, any_dataset,
+                 a_dataset)
     if "train" in sections:
         train = sections["train"]
         _unknown(source, "train.optim", train.optim, models, a_model)

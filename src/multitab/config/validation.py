@@ -54,13 +54,20 @@ class RawConfig:
     target_spread_factor: float = field(default=50.0, metadata=bounded(gt=0.0))
 
 
+Level = Literal["error", "warn"]
+
+
 @dataclass(frozen=True)
 class ProcessedConfig:
     # Quantile-transformed (and standardised regression) columns on train: |mean| <= mean_tolerance,
-    # std within [std_low, std_high].
+    # std within [std_low, std_high]; a quantile-transformed column outside them is judged by what the transform can
+    # give on the training split's rows, quantiles and ties instead, where that is wider (validation/normal_bounds.py).
     normal_mean_tolerance: float
     normal_std_low: float
     normal_std_high: float
+    # Per dataset (or MultiTab-Bench folder): what a failed check of the training columns' distribution
+    # (normal_mean, normal_std) does: error (the default: no verdict, the branch stops) or warn (passes, reported).
+    policy: dict[str, Level] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,6 @@ class ReportConfig:
     max_failures: int = field(metadata=bounded(ge=1))
     keep_runs: int = field(default=10, metadata=bounded(ge=1))  # validation results kept per suite: the newest runs'
 
-
-Level = Literal["error", "warn"]
 
 # Check id (suites.py, validate.py) -> policy group. Checks of facts (columns, dtypes, labels, missing
 # values, finiteness, a task without a positive in a split ...) are in no group: they always fail.
@@ -88,6 +93,8 @@ CHECK_GROUPS = {
     "overlap": "duplicates",
     "rows": "rows",
 }
+# validate_processed's checks of estimates: the training columns' distribution (validation.processed.policy.<D>)
+PROCESSED_CHECKS = ("normal_mean", "normal_std")
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,19 @@ def declare(name: str, cfg: DatasetConfig, frames: Mapping[str, pd.DataFrame], w
     return record, coded
 
 
+def split_record(record: Mapping[str, Any], constant: Mapping[str, Any]) -> dict[str, Any]:
+    """The record split@D writes beside the splits: acquire@D's without the features left out for holding one value
+    in the training split, which its `constant` lists (column -> that value; null: none) (features.constant: drop),
+    and `left_out`: every column of the file that is neither feature nor task -> why (the report lists them)."""
+    out = dict(record)
+    out["features"] = [f for f in record["features"] if f["name"] not in constant]
+    out["levels"] = {c: v for c, v in record["levels"].items() if c not in constant}
+    out["constant"] = dict(constant)
+    out["left_out"] = {**{c: "features.drop" for c in record["drop"]},
+                       **{c: "one value in every training row (features.constant: drop)" for c in constant}}
+    return out
+
+
 def schema_from_record(record: Mapping[str, Any]) -> DatasetSchema:
     """The DatasetSchema of a declared dataset's record (schema.json)."""
     features = tuple(Feature(f["name"], f["kind"], cardinality=f.get("cardinality"), imputed="imputed" in f)

@@ -120,6 +120,11 @@ def match_categories(categories: np.ndarray, values: pd.Series | np.ndarray) -> 
     return np.asarray([*found, 0], dtype=np.int64)[codes]  # a missing value (code -1): unseen
 
 
+def n_quantiles(n_train: int, cfg: PreprocessConfig) -> int:
+    """The quantile transform's number of quantiles for `n_train` training rows (FT-Transformer's recipe)."""
+    return max(min(n_train // 30, cfg.max_quantiles), 10)
+
+
 def fit_features(cfg: PreprocessConfig, train: pd.DataFrame, numerical: list[str], categorical: list[str]
                  ) -> tuple[FeatureCoder, tuple[np.ndarray, np.ndarray]]:
     """The transforms fit on `train` and `train` transformed (its numerical features with the fitting noise)."""
@@ -135,8 +140,8 @@ def fit_features(cfg: PreprocessConfig, train: pd.DataFrame, numerical: list[str
             stds = x.std(axis=0)
             scale = (cfg.noise / np.maximum(stds, cfg.noise)).astype(np.float32)
             x += scale * rng.standard_normal(x.shape, dtype=np.float32)
-        n_quantiles = max(min(len(x) // 30, cfg.max_quantiles), 10)
-        scaler = QuantileTransformer(n_quantiles=n_quantiles, output_distribution="normal", subsample=cfg.subsample,
+        scaler = QuantileTransformer(n_quantiles=n_quantiles(len(x), cfg), output_distribution="normal",
+                                     subsample=cfg.subsample,
                                      random_state=cfg.seed, copy=False)
         scaler.fit(x)
         x = scaler.transform(x).astype(np.float32, copy=False)
@@ -229,6 +234,9 @@ def processed_meta(
         "n_rows": n_rows,
         "target_stats": target_stats,
         "numerical_transform": cfg.numerical,
+        # what validate_processed judges the quantile-transformed training columns by (what the map can give)
+        **({"n_quantiles": n_quantiles(n_rows["train"], cfg), "quantile_subsample": cfg.subsample}
+           if cfg.numerical == "quantile" else {}),
         "target_transform": cfg.targets,
         "unknown_index": 0,
     }

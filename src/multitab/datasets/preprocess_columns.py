@@ -44,7 +44,7 @@ from sklearn.preprocessing import OrdinalEncoder, StandardScaler
 
 from multitab.config.data import PreprocessConfig
 from multitab.datasets.columnar import ColumnStore, ParquetColumns, column_store, write_parquet_columns
-from multitab.datasets.preprocess import processed_meta
+from multitab.datasets.preprocess import n_quantiles, processed_meta
 from multitab.datasets.quantile_map import NormalQuantileMap, fit_normal_quantiles
 from multitab.datasets.schema import DatasetSchema, Task
 from multitab.datasets.split import SPLITS
@@ -162,7 +162,7 @@ def _numerical(
             scale = np.float32(cfg.noise / np.maximum(train.std(), cfg.noise))
             train += scale * noise.get(f"noise/{name}")
             noise.drop(f"noise/{name}")  # its file: the disk holds the noise of the columns still to come
-        qt = fit_normal_quantiles(train, n_quantiles=max(min(len(train) // 30, cfg.max_quantiles), 10),
+        qt = fit_normal_quantiles(train, n_quantiles=n_quantiles(len(train), cfg),
                                   subsample=cfg.subsample, seed=cfg.seed)
         fn = NormalQuantileMap(qt)  # its tables built once, for every block of every split
     _transform_blocks(parked, "train", name, train, fn, rows)

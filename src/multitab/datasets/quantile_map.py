@@ -28,9 +28,10 @@ from sklearn.preprocessing._data import BOUNDS_THRESHOLD
 
 from multitab.datasets.quantile_locate import Knots
 
-# scikit-learn's clip of the normal output, so that the inverse transform stays consistent
-_CLIP_MIN = float(stats.norm.ppf(BOUNDS_THRESHOLD - np.spacing(1)))
-_CLIP_MAX = float(stats.norm.ppf(1 - (BOUNDS_THRESHOLD - np.spacing(1))))
+# scikit-learn's clip of the normal output, so that the inverse transform stays consistent: what the lowest and
+# the highest training values map to (about -5.2 and 5.2)
+CLIP_MIN = float(stats.norm.ppf(BOUNDS_THRESHOLD - np.spacing(1)))
+CLIP_MAX = float(stats.norm.ppf(1 - (BOUNDS_THRESHOLD - np.spacing(1))))
 
 
 def fit_normal_quantiles(
@@ -70,7 +71,7 @@ class NormalQuantileMap:
         with np.errstate(invalid="ignore", divide="ignore"):
             out = ndtri(x)
         out += np.float32(0.0)  # ppf's `+ loc`: a zero of either sign becomes +0.0
-        return np.clip(out.astype(np.float64), _CLIP_MIN, _CLIP_MAX).astype(np.float32)
+        return np.clip(out.astype(np.float64), CLIP_MIN, CLIP_MAX).astype(np.float32)
 
 
 def normal_quantiles(qt: QuantileTransformer, values: np.ndarray) -> np.ndarray:

@@ -91,4 +91,6 @@ def metrics_record(
         "n_rows": {k: len(v) for k, v in data.splits.items()},
         # Checks of estimates that the validation policy let pass (the report's banner shows them).
         "validation_warnings": list((meta.get("validation") or {}).get("warnings", [])),
+        # a declared dataset's columns left out (listed in the report)
+        **({"columns_left_out": meta["declared"].get("left_out", {})} if "declared" in meta else {}),
     }

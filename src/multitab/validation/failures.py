@@ -28,13 +28,17 @@ class Failure:
     # "error" fails the stage; "warn" is reported (verdict, Data Docs index, report banner) but passes:
     # the per-dataset policy of params.yaml (validation.policy) sets it per check group.
     level: str = "error"
+    # the params.yaml key that would change the outcome (said when the check fails the stage)
+    hint: str = ""
 
     def line(self) -> str:
         where = f"column '{self.column}'" if self.column else "table"
         text = f"[{self.split}] {where} · {self.expectation} ({self.check}): {self.observed}"
         if self.rows:
-            shown = ", ".join(f"{r} ({self.column}={_short(v)})" for r, v in self.rows)
+            shown = ", ".join(f"{r} ({self.column}={_short(v)})" if self.column else str(r) for r, v in self.rows)
             text += f"; offending rows: {shown}"
+        if self.hint and self.level != "warn":
+            text += f"; {self.hint}"
         return text
 
 

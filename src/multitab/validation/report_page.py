@@ -34,7 +34,9 @@ def _declared_section(report_dir: Path) -> str:
                 f"<td>{html.escape(', '.join(map(str, t.get('classes', []))))}</td></tr>" for t in r["tasks"]]
         rows += [f"<tr><td>{html.escape(f['name'])}</td><td>feature</td><td>{html.escape(f['kind'])}</td>"
                  f"<td>{html.escape(reasons.get(f['name'], ''))}</td></tr>" for f in r["features"]]
-        rows += [f"<tr><td>{html.escape(c)}</td><td>dropped</td><td></td><td>declared</td></tr>" for c in r["drop"]]
+        left_out = r.get("left_out") or dict.fromkeys(r["drop"], "declared")  # split@D's record says why
+        rows += [f"<tr><td>{html.escape(c)}</td><td>dropped</td><td></td><td>{html.escape(why)}</td></tr>"
+                 for c, why in left_out.items()]
         parts.append(f"<h3>{html.escape(r['dataset'])}</h3><table><thead><tr><th>column</th><th>role</th><th>kind</th>"
                      f"<th>why (classes, in code order)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
     if not parts:

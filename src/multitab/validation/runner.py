@@ -177,11 +177,13 @@ def run_suites(
     levels: Mapping[str, str] | None = None,
     policy: Mapping[str, str] | None = None,
     keep_runs: int | None = None,
+    hints: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Validate each split with its suite (whole, or batch by batch: columns.py), add the split's checks run
     outside Great Expectations' engine (`extra`: duplicates, overlap ...) to its suite and result, keep the
     results of the newest `keep_runs` runs of each suite (None: params' `validation.report.keep_runs`), then
-    update Data Docs once. `levels`: check id -> "warn" for checks the policy downgrades."""
+    update Data Docs once. `levels`: check id -> "warn" for checks the policy downgrades; `hints`: check id -> the
+    params.yaml key that would change its outcome (said on a failure)."""
     keep_runs = report.keep_runs if keep_runs is None else keep_runs
     if keep_runs < 1:
         raise ValueError(f"{keep_runs=} must be >= 1")
@@ -206,7 +208,7 @@ def run_suites(
         )  # fmt: skip
         # GX's failed results, then the failed checks of `own` (which _publish adds to the result)
         failures = tuple(
-            dataclasses.replace(f, level=(levels or {}).get(f.check, "error"))
+            dataclasses.replace(f, level=(levels or {}).get(f.check, "error"), hint=(hints or {}).get(f.check, ""))
             for f in (*gx_failures, *(c.failure for c in own if c.failure is not None))
         )
         keys[split] = _publish(context, suite, vr, own, asset_name(dataset, split))

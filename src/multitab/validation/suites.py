@@ -25,6 +25,7 @@ from multitab.datasets.schema import DatasetSchema, Feature, Task
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 RAW_DTYPES = {"numerical": "float32", "categorical": "int64"}
 TASK_DTYPES = {"binary": "int64", "multiclass": "int64", "regression": "float32"}
+NormalRange = tuple[tuple[float, float], tuple[float, float]]  # (mean range, standard deviation range)
 
 
 def _meta(check: str, column: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -120,6 +121,15 @@ def _labels(task: Task) -> list[gxe.Expectation]:
     ]
 
 
+def tolerated_share(rate: float, n_rows: int, z: float) -> float:
+    """The share of a split's `n_rows` rows that may hold a value unseen in train when train predicts `rate`: the
+    count a binomial sample of `n_rows` rows at that rate stays below but for `z` standard deviations (at most 1).
+    One unseen value in a 20-row split is what sampling gives (1 % of 20 rows is 0.2, plus 4 x 0.44)."""
+    if n_rows <= 0:
+        return rate
+    return min(1.0, (n_rows * rate + z * math.sqrt(n_rows * rate * (1.0 - rate))) / n_rows)
+
+
 def _raw_feature(
     f: Feature,
     split: str,
@@ -127,6 +137,7 @@ def _raw_feature(
     train_values: Sequence[int] | None,
     train_range: tuple[int, int] | None = None,
     unseen_id_rate: float | None = None,
+    n_rows: int = 0,
 ) -> list[gxe.Expectation]:
     out = _column_basics(f.name, RAW_DTYPES[f.kind], missing=f.imputed)
     if f.kind == "numerical":
@@ -143,9 +154,11 @@ def _raw_feature(
         return out
     # Categorical: the schema's known codes (or non-negative codes), at most its cardinality in train;
     # in val/test, values unseen in train up to the tolerated fraction of rows.
-    # Id-like columns (guessed cardinality) tolerate unseen ids up to the rate train predicts
-    # (`unseen_ids`, see validate.unseen_id_rates); columns with published codes `unseen_max_fraction`.
-    unseen = cfg.unseen_max_fraction if unseen_id_rate is None else unseen_id_rate
+    # Id-like columns (guessed cardinality) and a declared dataset's columns tolerate unseen values up to the rate
+    # train predicts (validate.unseen_rates); columns with published codes `unseen_max_fraction`; either plus what
+    # sampling adds on the split's rows (`tolerated_share`).
+    rate = cfg.unseen_max_fraction if unseen_id_rate is None else unseen_id_rate
+    unseen = tolerated_share(rate, n_rows, cfg.class_balance.z)
     if f.cardinality_is_estimate:
         # A guessed cardinality is no limit: codes are non-negative, val/test codes within train's range
         # (group unseen_ids); more distinct values in train than the guess is only a warning (estimates).
@@ -188,8 +201,9 @@ def _raw_feature(
                 value_set=list(train_values),
                 mostly=1.0 - unseen,
                 meta=_meta("unseen_id" if f.cardinality_is_estimate else "unseen", f.name),
-                notes=f"values never seen in train: at most {100 * unseen:.3g}% of rows"
-                + (" (ids: the rate train predicts)" if f.cardinality_is_estimate else ""),
+                notes=f"values never seen in train: at most {100 * unseen:.3g}% of rows ({100 * rate:.3g}%"
+                + (", the rate train predicts" if unseen_id_rate is not None else "")
+                + f", and sampling on {n_rows} rows)",
             )
         )
     return out
@@ -211,12 +225,13 @@ def raw_suite(
 
     rows: allowed row count range; n_rows: the split's actual rows (sets the class-balance tolerance);
     train_columns / train_values / train_ranges: train's column list, categorical values and code ranges
-    (for val and test); unseen_id_rates: the tolerated share of unseen ids per id-like column."""
+    (for val and test); unseen_id_rates: the rate of values unseen in train that train predicts, per id-like
+    column (every categorical column of a declared dataset)."""
     out = _table(schema.canonical_columns, rows, train_columns)
     for f in schema.features:
         out += _raw_feature(
             f, split, cfg, (train_values or {}).get(f.name), (train_ranges or {}).get(f.name),
-            (unseen_id_rates or {}).get(f.name),
+            (unseen_id_rates or {}).get(f.name), n_rows,
         )
     for t in schema.tasks:
         out += _column_basics(t.name, TASK_DTYPES[t.type])
@@ -241,18 +256,21 @@ def processed_suite(
     n_rows: int,
     train_columns: Sequence[str] | None = None,
     standard_targets: bool = True,
+    widened: Mapping[str, NormalRange] | None = None,
 ) -> list[gxe.Expectation]:
     """Expectations for a processed split (data/processed/<D>/<split>.parquet, schema from meta.json,
     whose categorical cardinalities include the reserved index 0 for values unseen in train).
     Regression targets are checked for mean 0 / std 1 on train only if standardised
-    (`standard_targets`: meta.json's target_transform; raw targets keep their own scale)."""
+    (`standard_targets`: meta.json's target_transform; raw targets keep their own scale). `widened`: a column's
+    (mean, standard deviation) ranges where they are wider than `cfg`'s (what the quantile map can give on train:
+    normal_bounds)."""
     out = _table(schema.canonical_columns, (n_rows, n_rows), train_columns)
     normal = split == "train"
     for f in schema.features:
         if f.kind == "numerical":
             out += _column_basics(f.name, "float32") + _finite(f.name)
             if normal:
-                out += _standard_normal(f.name, cfg)
+                out += _standard_normal(f.name, cfg, (widened or {}).get(f.name))
         else:
             if not f.cardinality:
                 raise ValueError(f"meta.json: categorical feature {f.name!r} has no cardinality")
@@ -264,16 +282,21 @@ def processed_suite(
     return out
 
 
-def _standard_normal(column: str, cfg: ProcessedConfig) -> list[gxe.Expectation]:
+def normal_ranges(cfg: ProcessedConfig) -> NormalRange:
+    """The configured (mean, standard deviation) ranges of a standard-normal training column."""
     tol = cfg.normal_mean_tolerance
+    return (-tol, tol), (cfg.normal_std_low, cfg.normal_std_high)
+
+
+def _standard_normal(column: str, cfg: ProcessedConfig, widened: NormalRange | None = None) -> list[gxe.Expectation]:
+    (mean_lo, mean_hi), (std_lo, std_hi) = widened or normal_ranges(cfg)
+    why = ("validation.processed's range widened to what the quantile map can give on train (its rows, quantiles "
+           "and ties)" if widened else None)
     return [
         gxe.ExpectColumnMeanToBeBetween(
-            column=column, min_value=-tol, max_value=tol, meta=_meta("normal_mean", column)
+            column=column, min_value=mean_lo, max_value=mean_hi, meta=_meta("normal_mean", column), notes=why
         ),
         gxe.ExpectColumnStdevToBeBetween(
-            column=column,
-            min_value=cfg.normal_std_low,
-            max_value=cfg.normal_std_high,
-            meta=_meta("normal_std", column),
+            column=column, min_value=std_lo, max_value=std_hi, meta=_meta("normal_std", column), notes=why
         ),
     ]

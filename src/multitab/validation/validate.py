@@ -12,11 +12,18 @@ import pandas as pd
 
 import multitab.validation.suites as suites
 from multitab.config.data import DatasetConfig
-from multitab.config.validation import RawConfig, ValidationConfig
+from multitab.config.validation import (
+    CHECK_GROUPS,
+    PROCESSED_CHECKS,
+    ProcessedConfig,
+    RawConfig,
+    ValidationConfig,
+)
 from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.files.io import read_json, sha256_file
 from multitab.validation.columns import BATCH_BYTES, WHOLE_BYTES, SplitData
 from multitab.validation.failures import Outcome
+from multitab.validation.normal_bounds import quantile_output_bounds
 from multitab.validation.own_checks import extra_checks
 from multitab.validation.runner import open_context, run_suites
 
@@ -117,18 +124,33 @@ def _train_ranges(
     return out
 
 
-def unseen_id_rates(schema: DatasetSchema, train: SplitData, raw: RawConfig) -> dict[str, float]:
-    """The share of val/test rows tolerated with an id unseen in train, per id-like column (the schema's
-    estimated cardinalities): `unseen_ids_factor` times the Good-Turing estimate of the chance that a new
-    row holds an unseen id (the share of train rows whose id occurs once in train), at least
-    `unseen_max_fraction`, at most 1."""
+def unseen_rates(schema: DatasetSchema, train: SplitData, raw: RawConfig, *, declared: bool = False
+                 ) -> dict[str, float]:
+    """The rate of val/test rows with a value unseen in train that train predicts, per id-like column (the schema's
+    estimated cardinalities) and, for a `declared` dataset (whose levels nobody published), per categorical column:
+    `unseen_ids_factor` times the Good-Turing estimate of the chance that a new row holds an unseen value (the share
+    of train rows whose value occurs once in train), at least `unseen_max_fraction`, at most 1. The suites add what
+    sampling gives on a split's rows (suites.tolerated_share)."""
     out = {}
     for f in schema.features:
-        if not f.cardinality_is_estimate or f.name not in train.columns or not train.n_rows:
+        judged = f.cardinality_is_estimate or (declared and f.kind == "categorical")
+        if not judged or f.name not in train.columns or not train.n_rows:
             continue
         counts = train.series(f.name).value_counts(dropna=True)
         once = float((counts == 1).sum()) / train.n_rows
         out[f.name] = min(1.0, max(raw.unseen_max_fraction, raw.unseen_ids_factor * once))
+    return out
+
+
+def raw_hints(dataset: str, declared: bool) -> dict[str, str]:
+    """Check id -> the params.yaml key that would change a failed check's outcome: a policy group's level, and for a
+    declared dataset its split (a split without a positive, a regression target with one value in a split)."""
+    out = {check: f"to let it pass: params.yaml validation.policy.{dataset}.{group}: warn"
+           for check, group in CHECK_GROUPS.items()}
+    if declared:
+        split = (f"to change it: params.yaml datasets.{dataset}.split (val_fraction, test_fraction: more rows per "
+                 "split; or another seed)")
+        out |= {"positives": split, "constant": split}
     return out
 
 
@@ -154,7 +176,7 @@ def validate_raw(
     train = splits["train"]
     values = _train_values(schema, train, cfg.raw.unseen_min_rows_per_value)
     ranges = _train_ranges(schema, train, cfg.raw.unseen_min_rows_per_value)
-    id_rates = unseen_id_rates(schema, train, cfg.raw)
+    id_rates = unseen_rates(schema, train, cfg.raw, declared=data.declared)
     built = {
         split: suites.raw_suite(
             schema,
@@ -185,6 +207,7 @@ def validate_raw(
             levels=policy.levels(),
             policy=policy.as_dict(),
             keep_runs=keep_runs,
+            hints=raw_hints(schema.name, data.declared),
         )
 
 
@@ -215,6 +238,7 @@ def validate_processed(
     splits, inputs = _read_splits(processed_dir, "validate_processed", batch_bytes, whole_bytes)
     inputs[meta_path.name] = sha256_file(meta_path)
     train_columns = splits["train"].columns
+    widened = widened_ranges(schema, meta, splits["train"], cfg.processed)
     built = {
         split: suites.processed_suite(
             schema,
@@ -223,9 +247,13 @@ def validate_processed(
             n_rows=int(n_rows[split]),
             train_columns=None if split == "train" else train_columns,
             standard_targets=meta.get("target_transform", "standard") == "standard",
+            widened=widened,
         )
         for split in splits
     }
+    level = cfg.processed.policy.get(schema.name)
+    relax = (f"to let it pass: params.yaml validation.processed.policy.{schema.name}: warn (or widen "
+             "validation.processed's normal_mean_tolerance / normal_std_low / normal_std_high)")
     with open_context(context_dir, report_dir) as context:
         return run_suites(
             context,
@@ -237,4 +265,36 @@ def validate_processed(
             report=cfg.report,
             inputs=inputs,
             keep_runs=keep_runs,
+            levels=dict.fromkeys(PROCESSED_CHECKS, level or "error"),
+            policy={"distributions": level} if level else None,
+            hints=dict.fromkeys(PROCESSED_CHECKS, relax),
         )
+
+
+def widened_ranges(schema: DatasetSchema, meta: Mapping[str, object], train: SplitData, cfg: ProcessedConfig
+                   ) -> dict[str, suites.NormalRange]:
+    """Quantile-transformed feature -> its (mean, standard deviation) ranges widened to what the map can give on the
+    training split (normal_bounds: its rows, meta.json's `n_quantiles`, its ties), for the columns outside the
+    configured ranges (within them the configured ranges stand: the same verdict, no sort)."""
+    q, subsample = meta.get("n_quantiles"), meta.get("quantile_subsample")
+    if meta.get("numerical_transform") != "quantile" or not isinstance(q, int):
+        return {}
+    if isinstance(subsample, int) and subsample < train.n_rows:  # quantiles of a subsample: no bound on train's rows
+        return {}
+    (mean_lo, mean_hi), (std_lo, std_hi) = suites.normal_ranges(cfg)
+    out = {}
+    for f in schema.features:
+        if f.kind != "numerical" or f.name not in train.columns:
+            continue
+        column = train.series(f.name)
+        if not pd.api.types.is_float_dtype(column) or len(column) < 2:
+            continue  # the dtype expectation reports it
+        y = column.to_numpy(dtype=np.float64)
+        if not np.isfinite(y).all():
+            continue  # `finite` reports it
+        mean, std = float(y.mean()), float(y.std(ddof=1))
+        if mean_lo <= mean <= mean_hi and std_lo <= std <= std_hi:
+            continue
+        (m_lo, m_hi), (s_lo, s_hi) = quantile_output_bounds(y, q)
+        out[f.name] = ((min(mean_lo, m_lo), max(mean_hi, m_hi)), (min(std_lo, s_lo), max(std_hi, s_hi)))
+    return out

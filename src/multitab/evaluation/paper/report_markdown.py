@@ -94,8 +94,22 @@ def what_ran_section(results: PaperResults, prov: Provenance, budgets: Sequence[
                      f"| {_span((r.extra.get('n_rows') or {}).get('train') for r in runs)} | {epochs} ({caps}) "
                      f"| {_span(_steps(r) for r in runs)} |")
     lines += ["", "Epochs and steps count the neural models (XGBoost's boosting rounds are not epochs).", "",
-              *_can_show(results, budgets), ""]
+              *_left_out(results), *_can_show(results, budgets), ""]
     return lines
+
+
+def _left_out(results: PaperResults) -> list[str]:
+    """Per declared dataset, the columns of its file that are neither feature nor task, and why (metrics.json's
+    `columns_left_out`: declared in features.drop, or one value in every training row)."""
+    out = []
+    for d in results.runs.datasets:
+        left: dict[str, str] = {}
+        for r in (r for m in results.runs.models(d) for r in results.runs.runs(d, m).values()):
+            left |= r.extra.get("columns_left_out") or {}
+        if left:
+            shown = "; ".join(f"{md_text(c)} ({md_text(why)})" for c, why in left.items())
+            out.append(f"- {md_text(d)}: columns of the file left out: {shown}.")
+    return out
 
 
 def _can_show(results: PaperResults, budgets: Sequence[GroupBudget]) -> list[str]:
