@@ -112,14 +112,14 @@ def test_verdict_is_three_valued_at_alpha_on_constructed_delta_m():
     assert verdict([2.0, 2.1, 1.9]) == ("holds", dict.fromkeys(rivals, "above (significant)"))
     got, status = verdict([-1.0, -1.1, -0.9])
     assert got == "does not hold" and set(status.values()) == {"below (significant)"}
-    # significantly below PLE after the Holm correction, level with the others: one significant loss decides
-    got, status = verdict([-0.1, 0.0, -0.2])
+    # significantly below PLE after the Holm correction, not the others: one significant loss decides
+    got, status = verdict([-0.25, -0.2, -0.3])
     assert got == "does not hold" and status == {"mmoe": "not significant", "ple": "below (significant)",
                                                   "stem": "not significant"}
-    # MMoE's own sample: below PLE at one-sided p 0.035 alone, 0.105 after Holm over three rivals
+    # MMoE's own sample: below PLE at one-sided p 0.033 alone (2 degrees of freedom), 0.1 after Holm over three;
+    # above STEM at p 0.067 (Welch's own degrees of freedom made that 0.035)
     got, status = verdict([0.0, 0.1, -0.1])
-    assert got == "inconclusive" and status == {"mmoe": "not significant", "ple": "not significant",
-                                                 "stem": "above (significant)"}
+    assert got == "inconclusive" and set(status.values()) == {"not significant"}
     got, status = verdict([0.5, -0.5, 0.1])  # overlapping every rival
     assert got == "inconclusive" and set(status.values()) == {"not significant"}
     # the 40-epoch record's p06_pd4_t3 shape: a mean far below the rivals' with a wide spread decides nothing

@@ -206,7 +206,7 @@ def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequenc
              "arm's last change belongs to (the first arm: the authors' code exactly). Verdict per arm: "
              "three-valued at α (docs/study.md). Gap: MultiTab-Net's mean Δm minus the best rival's, ± the SE of "
              "that difference; `not above`: where MultiTab-Net is significantly above some rivals only, the "
-             "others, with their one-sided Welch p; `Not converged`: runs of the compared models flagged by the "
+             "others, with their one-sided p; `Not converged`: runs of the compared models flagged by the "
              "convergence rule.", "",
              "### In plain words", "", paragraph(table, settings, names), "",
              "![Ladder](figures/ladder.png)", "", "### Ladder per configuration", "", ladder_markdown(table, settings)]

@@ -14,10 +14,9 @@ import numpy as np
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
-from multitab.evaluation.bench.verdict import holm, verdicts
+from multitab.evaluation.bench.verdict import holm, one_sided_tests, verdicts
 from multitab.evaluation.curves import read_curve
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
-from multitab.evaluation.significance import t_test_greater
 from multitab.registry import REGISTRY
 
 METRICS_COLUMNS = ["config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev", "val_ev",
@@ -225,14 +224,15 @@ VERDICTS = ("holds", "does not hold", "inconclusive", "missing")
 
 
 def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) -> pd.DataFrame:
-    """One row per (config, rival): the means, their difference and two one-sided Welch t-tests over the
-    seeds, `p_value` (H1: the claim's model above the rival) and `p_below` (H1: below), and `p_below_holm`
-    (`p_below` Holm-adjusted over the configuration's rivals). `status` per rival: `above (significant)`
-    (p_value < alpha), `below (significant)` (p_below_holm < alpha), `not significant`, `untested: one seed`
-    or `missing`. `verdict`, the configuration's (same on each of its rows; bench/verdict.py states the rule
-    and its error rates): `holds` (significantly above every rival), `does not hold` (significantly below at
-    least one after the Holm correction), `inconclusive` (otherwise: a difference of means alone decides
-    nothing); `missing` while a run set is absent."""
+    """One row per (config, rival): the means, their difference and two one-sided tests over the seeds
+    (Welch's statistic, min(n) − 1 degrees of freedom: bench/verdict.py `one_sided_tests`), `p_value` (H1: the
+    claim's model above the rival) and `p_below` (H1: below), and `p_below_holm` (`p_below` Holm-adjusted over
+    the configuration's rivals). `status` per rival: `above (significant)` (p_value < alpha), `below
+    (significant)` (p_below_holm < alpha), `not significant`, `untested: one seed` or `missing`. `verdict`, the
+    configuration's (same on each of its rows; bench/verdict.py states the rule and its error rates): `holds`
+    (significantly above every rival), `does not hold` (significantly below at least one after the Holm
+    correction), `inconclusive` (otherwise: a difference of means alone decides nothing); `missing` while a run
+    set is absent."""
     rows = []
     for conf in configs:
         part = dm[dm.config == conf]
@@ -249,9 +249,8 @@ def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) ->
                 row.update(mean_model=float(ours.mean()), mean_rival=float(theirs.mean()),
                            difference=float(ours.mean() - theirs.mean()), status="untested: one seed")
                 if ours.size >= 2 and theirs.size >= 2:
-                    above = t_test_greater(ours, theirs, equal_var=False)
-                    below = t_test_greater(theirs, ours, equal_var=False)
-                    row.update(t=above.statistic, p_value=above.pvalue, p_below=below.pvalue)
+                    t, above, below = one_sided_tests(ours, theirs)
+                    row.update(t=float(t), p_value=float(above), p_below=float(below))
             conf_rows.append(row)
         p_above = np.array([r["p_value"] for r in conf_rows])
         p_below = np.array([r["p_below"] for r in conf_rows])

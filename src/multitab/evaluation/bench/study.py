@@ -13,9 +13,9 @@ computed in bench/numbers.py, the Markdown and figures drawn in bench/render.py.
 
 Δm (Equation 5, in %) of a seed is taken against the STL seed mean (the paper's pairing). The claim of the
 paper's section "Experiments with MultiTab-Bench", per configuration: MultiTab-Net's Δm is above each of
-MMoE's, PLE's and STEM's. Checked by a one-sided Welch t-test over the per-seed Δm (H1: MultiTab-Net's
-mean is greater) and the mirror test (H1: it is smaller), at level `alpha`. Verdicts, three-valued
-(bench/verdict.py): `holds` (significantly above every rival), `does not hold` (significantly below at least
+MMoE's, PLE's and STEM's. Checked by a one-sided test over the per-seed Δm (Welch's statistic, min(n) − 1
+degrees of freedom; H1: MultiTab-Net's mean is greater) and the mirror test (H1: it is smaller), at level
+`alpha`. Verdicts, three-valued (bench/verdict.py): `holds` (significantly above every rival), `does not hold` (significantly below at least
 one after a Holm correction over the rivals), `inconclusive` (otherwise, or one seed: no test), and `missing`
 while runs are absent.
 """
