@@ -168,7 +168,7 @@ def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
     arms = pd.DataFrame({"arm": ["A0", "A1"], "source": ["authors_code", "ours"],
                          "changed": ["evaluation=training_rows, ...", "evaluation=held_out"]})
     settings = StudySettings()
-    table = ladder(metrics, curves, arms, settings)
+    table = ladder(metrics, arms, settings)
     assert table.verdict.tolist() == ["holds", "does not hold"] and table.best_rival.tolist() == ["stem", "mmoe"]
     assert table.gap.iloc[0] > 0 > table.gap.iloc[1] and (table.gap_se > 0).all()
     assert flips(table) == {"c1": [("A1", "holds", "does not hold")]}
@@ -196,7 +196,7 @@ def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
     assert "> Tiny." in header and "30 distinct runs for 30 arm-runs" in header
     assert (tmp_path / "rec" / "ladder.csv").read_bytes() == (record / "ladder.csv").read_bytes()
     # an arm without its runs reads missing and is skipped over by the flip
-    partial = ladder(metrics[metrics.arm == "A0"], curves, arms, settings)
+    partial = ladder(metrics[metrics.arm == "A0"], arms, settings)
     assert partial.verdict.tolist() == ["holds", "missing"] and flips(partial) == {"c1": []}
 
 

@@ -1,12 +1,13 @@
 """The attribution study's report (params.yaml `attribution`; multitab.config.attribution): per configuration,
 the paper's claim checked under each arm, from the authors' exact setup to this project's `paper` study.
 
-Everything is built from three CSV files, so a committed record regenerates its own figures and tables
-(`regenerate(folder)`, byte for byte):
+A record holds three CSV files, and everything else is built from the first and the last of them, so a
+committed record regenerates its own figures and tables (`regenerate(folder)`, byte for byte):
 
 - `metrics.csv`: the study's metrics rows (bench/numbers.py, METRICS_COLUMNS) after `arm` and `run` (the run's
   folder under the runs directory); a run that two arms share appears under both, with the same `run`;
-- `curves.csv`: the learning-curve rows, likewise with `arm`;
+- `curves.csv`: the learning-curve rows, likewise with `arm` (data: the convergence flags read the validation
+  metrics of `metrics.csv`);
 - `arms.csv`: the arms in order: `arm`, `source` (authors_code | paper | ours), `changed` (the factor the arm
   changes from the one before, `factor=value`; the first arm lists every factor).
 
@@ -41,7 +42,7 @@ from multitab.evaluation.bench.numbers import (
     short_of,
     summarise,
 )
-from multitab.evaluation.bench.render import ladder_figure, not_above, plus_minus
+from multitab.evaluation.bench.render import convergence_rule, ladder_figure, not_above, plus_minus
 
 LADDER_COLUMNS = ["config", "arm", "source", "changed", "model_mean", "model_se", "best_rival", "rival_mean",
                   "rival_se", "gap", "gap_se", "verdict", "short_of", "not_converged"]
@@ -94,7 +95,7 @@ def all_changes(metrics: pd.DataFrame, arms: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -> pd.DataFrame:
+def ladder(metrics: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -> pd.DataFrame:
     """One row per (configuration, arm) in the arms' order: MultiTab-Net's and the best rival's Δm (mean, SE),
     their gap and its SE, the verdict, the rivals it is not above when above others (`short_of`), and how many
     runs of the compared models are flagged not converged."""
@@ -120,8 +121,7 @@ def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, sett
                     row.update(model_mean=float(m["mean"]), model_se=float(m["se"]), best_rival=best,
                                rival_mean=float(r["mean"]), rival_se=float(r["se"]),
                                gap=float(m["mean"] - r["mean"]), gap_se=math.hypot(float(m["se"]), float(r["se"])))
-                arm_curves = curves[(curves.arm == arm.arm) & (curves.config == config)].drop(columns="arm")
-                conv = convergence(part, arm_curves, settings)
+                conv = convergence(part, settings)
                 row["not_converged"] = int(conv.loc[conv.model.isin([settings.model, *settings.rivals]),
                                                     "not_converged"].sum())
             rows.append(row)
@@ -207,22 +207,22 @@ def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequenc
              "three-valued at α (docs/study.md). Gap: MultiTab-Net's mean Δm minus the best rival's, ± the SE of "
              "that difference; `not above`: where MultiTab-Net is significantly above some rivals only, the "
              "others, with their one-sided p; `Not converged`: runs of the compared models flagged by the "
-             "convergence rule.", "",
+             f"convergence rule ({convergence_rule(settings)}; under the same arm).", "",
              "### In plain words", "", paragraph(table, settings, names), "",
              "![Ladder](figures/ladder.png)", "", "### Ladder per configuration", "", ladder_markdown(table, settings)]
     return "\n".join(lines)
 
 
-def write_attribution(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, out: str | Path,
+def write_attribution(metrics: pd.DataFrame, arms: pd.DataFrame, out: str | Path,
                       settings: StudySettings | None = None, *, header: Sequence[str] = ()) -> list[Path]:
-    """Write into `out`, from the three frames only: ladder.csv, ladder.md, figures/ladder.{png,svg},
+    """Write into `out`, from the two frames only: ladder.csv, ladder.md, figures/ladder.{png,svg},
     section.md. Returns the paths."""
     from multitab.evaluation import figures
     from multitab.evaluation.bench.study import write_csv, write_text
 
     settings = settings or StudySettings()
     out = Path(out)
-    table = ladder(metrics, curves, arms, settings)
+    table = ladder(metrics, arms, settings)
     written = [write_csv(table, out / "ladder.csv"),
                write_text(ladder_markdown(table, settings), out / "ladder.md")]
     written += figures.save_figure(ladder_figure(table, settings), out / "figures", "ladder", settings.dpi)
@@ -237,17 +237,15 @@ def write_attribution(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.Data
 
 
 def regenerate(folder: str | Path, settings: StudySettings | None = None) -> list[Path]:
-    """Re-write a record folder's ladder, figure and section from its metrics.csv, curves.csv and arms.csv
-    (its header.md, when present, heads section.md)."""
+    """Re-write a record folder's ladder, figure and section from its metrics.csv and arms.csv (its header.md,
+    when present, heads section.md; its curves.csv, the runs' learning curves, is kept as data)."""
     folder = Path(folder)
     metrics = read_metrics_csv(folder / "metrics.csv")
     if "arm" not in metrics.columns:
         raise StudyError(f"{folder / 'metrics.csv'}: no `arm` column; an attribution record's metrics have one")
-    curves_path = folder / "curves.csv"
-    curves = pd.read_csv(curves_path) if curves_path.is_file() else pd.DataFrame(columns=["arm", *CURVES_COLUMNS])
     header_path = folder / "header.md"
     header = header_path.read_text().splitlines() + [""] if header_path.is_file() else []
-    return write_attribution(metrics, curves, read_arms_csv(folder / "arms.csv"), folder, settings, header=header)
+    return write_attribution(metrics, read_arms_csv(folder / "arms.csv"), folder, settings, header=header)
 
 
 def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str,

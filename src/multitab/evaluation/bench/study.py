@@ -86,7 +86,7 @@ def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
     claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
-    conv = convergence(metrics, curves, settings)
+    conv = convergence(metrics, settings)
     written = [write_csv(dm, out / "delta_m_per_seed.csv"), write_csv(summary, out / "delta_m.csv"),
                write_csv(claim, out / "claims.csv"), write_csv(conv, out / "convergence.csv")]
     frame = figure_frame(summary, configs, plotted, settings)
@@ -125,7 +125,7 @@ def section_only(metrics: pd.DataFrame, settings: StudySettings, models: Sequenc
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
     claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
-    return render_section(metrics, claim, convergence(metrics, None, settings), delta_m_markdown(summary, configs, models, settings),
+    return render_section(metrics, claim, convergence(metrics, settings), delta_m_markdown(summary, configs, models, settings),
                           claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves,
                           convergence_file=convergence_file)
 

@@ -204,7 +204,7 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     conv = None
     convergence_csv = None
     if bench is not None:  # the flags the figures' notes and the report's Convergence paragraph count
-        conv = convergence(bench.metrics, None, bench.settings)
+        conv = convergence(bench.metrics, bench.settings)
         convergence_csv = out.tables / "convergence.csv"
         with atomic_path(convergence_csv) as tmp:
             conv.to_csv(tmp, index=False)
