@@ -42,10 +42,11 @@ from multitab.evaluation.bench.numbers import (
     short_of,
     summarise,
 )
+from multitab.evaluation.bench.power import seeds_needed
 from multitab.evaluation.bench.render import convergence_rule, ladder_figure, not_above, plus_minus
 
 LADDER_COLUMNS = ["config", "arm", "source", "changed", "model_mean", "model_se", "best_rival", "rival_mean",
-                  "rival_se", "gap", "gap_se", "verdict", "short_of", "not_converged"]
+                  "rival_se", "gap", "gap_se", "verdict", "short_of", "not_converged", "seeds_80", "power_now"]
 SOURCE_LABELS = {"authors_code": "the authors' code", "paper": "the paper's text", "ours": "ours"}
 
 
@@ -97,8 +98,10 @@ def all_changes(metrics: pd.DataFrame, arms: pd.DataFrame) -> dict[str, str]:
 
 def ladder(metrics: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -> pd.DataFrame:
     """One row per (configuration, arm) in the arms' order: MultiTab-Net's and the best rival's Δm (mean, SE),
-    their gap and its SE, the verdict, the rivals it is not above when above others (`short_of`), and how many
-    runs of the compared models are flagged not converged."""
+    their gap and its SE, the verdict, the rivals it is not above when above others (`short_of`), how many
+    runs of the compared models are flagged not converged, and for an inconclusive verdict the seeds that would
+    decide it at 80 % power (`seeds_80`, "7 (does not hold)" or "> 50") and the power at its own seeds
+    (`power_now`), simulated from the observed means and spreads under the same rule (bench/power.py)."""
     rows = []
     configs = list(dict.fromkeys(metrics["config"]))
     changes = all_changes(metrics, arms)
@@ -108,7 +111,8 @@ def ladder(metrics: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -
             row: dict[str, Any] = {"config": config, "arm": arm.arm, "source": arm.source, "changed": changes[arm.arm],
                                    "model_mean": math.nan, "model_se": math.nan, "best_rival": "",
                                    "rival_mean": math.nan, "rival_se": math.nan, "gap": math.nan,
-                                   "gap_se": math.nan, "verdict": "missing", "short_of": "", "not_converged": 0}
+                                   "gap_se": math.nan, "verdict": "missing", "short_of": "", "not_converged": 0,
+                                   "seeds_80": "", "power_now": math.nan}
             if not part.empty:
                 dm = delta_m_runs(part, settings.baseline)
                 summary = summarise(dm).set_index("model")
@@ -121,11 +125,22 @@ def ladder(metrics: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -
                     row.update(model_mean=float(m["mean"]), model_se=float(m["se"]), best_rival=best,
                                rival_mean=float(r["mean"]), rival_se=float(r["se"]),
                                gap=float(m["mean"] - r["mean"]), gap_se=math.hypot(float(m["se"]), float(r["se"])))
+                if row["verdict"] == "inconclusive":
+                    row.update(_power(dm, settings))
                 conv = convergence(part, settings)
                 row["not_converged"] = int(conv.loc[conv.model.isin([settings.model, *settings.rivals]),
                                                     "not_converged"].sum())
             rows.append(row)
     return pd.DataFrame.from_records(rows, columns=LADDER_COLUMNS)
+
+
+def _power(dm: pd.DataFrame, settings: StudySettings) -> dict[str, Any]:
+    """`seeds_80` and `power_now` of one configuration's per-seed Δm (bench/power.py); nothing to say without
+    two seeds of the model and of a rival."""
+    ours = dm.loc[dm.model == settings.model, "delta_m"].to_numpy(dtype=float)
+    rivals = [dm.loc[dm.model == r, "delta_m"].to_numpy(dtype=float) for r in settings.rivals]
+    needed = seeds_needed(ours, [r for r in rivals if r.size], settings.alpha)
+    return {} if needed is None else {"seeds_80": needed.text(), "power_now": needed.power_now}
 
 
 def flips(table: pd.DataFrame) -> dict[str, list[tuple[str, str, str]]]:
@@ -151,14 +166,21 @@ def ladder_markdown(table: pd.DataFrame, settings: StudySettings) -> str:
     for config, part in table.groupby("config", sort=False):
         lines += [f"#### {config}", "",
                   f"| Arm | Whose | Changes | {settings.label(settings.model)} Δm | Best rival Δm | Gap ± SE | "
-                  "Verdict | Not converged |", "|---|---|---|---|---|---|---|---|"]
+                  "Verdict | Not converged | Seeds for 80 % power |", "|---|---|---|---|---|---|---|---|---|"]
         for r in part.itertuples(index=False):
             rival = f"{settings.label(r.best_rival)} {plus_minus(r.rival_mean, r.rival_se)}" if r.best_rival else "missing"
             lines.append(f"| {r.arm} | {SOURCE_LABELS.get(r.source, r.source)} | {r.changed} | "
                          f"{plus_minus(r.model_mean, r.model_se)} | {rival} | {plus_minus(r.gap, r.gap_se)} | "
-                         f"**{r.verdict}**{not_above(r.short_of)} | {r.not_converged} |")
+                         f"**{r.verdict}**{not_above(r.short_of)} | {r.not_converged} | {_seeds_cell(r)} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _seeds_cell(r: Any) -> str:
+    """The ladder's last cell: for an inconclusive verdict the seeds that would decide it (and the power now)."""
+    if not isinstance(r.seeds_80, str) or not r.seeds_80:
+        return ""
+    return f"{r.seeds_80}; power now {r.power_now:.2f}"
 
 
 def _says(verdict: str) -> str:
