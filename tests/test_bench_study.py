@@ -146,7 +146,8 @@ def test_convergence_flags_runs_improving_at_the_end_and_validation_far_below_th
                             for m, s, b, e, st, v in runs for t, d in (("y1", 0.002), ("y2", -0.002))])
     conv = convergence(metrics, StudySettings(patience=5)).set_index("model")
     # mmoe seed 1 (best 4 epochs before the cap) and seed 2 (best at the cap); seed 0 stopped early
-    assert conv.loc["mmoe", ["best_at_cap", "improving_at_end", "val_outliers", "not_converged"]].tolist() == [1, 2, 0, 2]
+    flags = ["best_at_cap", "improving_at_end", "val_outliers", "not_converged"]
+    assert conv.loc["mmoe", flags].tolist() == [1, 2, 0, 2]
     assert conv.loc["ple", ["improving_at_end", "val_outliers", "not_converged"]].tolist() == [0, 1, 1]
     assert conv.loc["multitab_net", ["val_outliers", "not_converged"]].tolist() == [0, 0]
     assert val_outliers(metrics, 3.0) == {("c", "ple", 1): pytest.approx(100 * (0.9835 - 0.951) / 0.9835)}

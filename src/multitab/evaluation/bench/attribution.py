@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
+from multitab.evaluation.bench.continued import at_cap
 from multitab.evaluation.bench.layers import arm_layers, figure_answer, layer_figures
 from multitab.evaluation.bench.numbers import (
     CURVES_COLUMNS,
@@ -222,7 +223,8 @@ def paragraph(table: pd.DataFrame, settings: StudySettings, names: Mapping[str, 
 
 
 def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequence[str],
-                   names: Mapping[str, str] | None = None) -> str:
+                   names: Mapping[str, str] | None = None, notes: Sequence[str] = ()) -> str:
+    """section.md: `header`, the ladder's reading, `notes` (lines after it), the plain words and the ladder."""
     lines = ["## MultiTab-Bench attribution: which choice decides the paper's claim", "", *header,
              "Arms in order, each changing one factor from the arm before (`Changes`); `Whose`: whose setup the "
              "arm's last change belongs to (the first arm: the authors' code exactly). Verdict per arm: "
@@ -230,6 +232,7 @@ def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequenc
              "that difference; `not above`: where MultiTab-Net is significantly above some rivals only, the "
              "others, with their one-sided p; `Not converged`: runs of the compared models flagged by the "
              f"convergence rule ({convergence_rule(settings)}; under the same arm).", "",
+             *notes,
              "### In plain words", "", paragraph(table, settings, names), "",
              "![Ladder](figures/ladder.png)", "", "### Ladder per configuration", "", ladder_markdown(table, settings)]
     return "\n".join(lines)
@@ -252,7 +255,12 @@ def write_attribution(metrics: pd.DataFrame, arms: pd.DataFrame, out: str | Path
     links = [f"![{p.stem}](figures/{p.name})" for p in layers if p.suffix == ".png"]
     header = [*header, *figure_answer(table, metrics, settings)] if layers else header
     names = {a: f"{settings.label(settings.model)} with {x}" for a, x in arm_layers(table).items()} if layers else None
-    section = render_section(table, settings, header, names) + ("\n" + "\n\n".join(links) + "\n" if links else "")
+    capped, runs = at_cap(metrics), metrics["run"].nunique()
+    notes = [f"Runs that ended at their epoch cap, not by early stopping (the paper's rule has no cap that binds: zero "
+             f"is the goal; docs/study.md, \"Five seeds\"): {len(capped)} of {runs}"
+             + (f": {', '.join(capped)}." if 0 < len(capped) <= 12 else "."), ""]
+    section = render_section(table, settings, header, names, notes)
+    section += "\n" + "\n\n".join(links) + "\n" if links else ""
     written += layers
     written.append(write_text(section, out / "section.md"))
     return written
@@ -270,63 +278,28 @@ def regenerate(folder: str | Path, settings: StudySettings | None = None) -> lis
     return write_attribution(metrics, read_arms_csv(folder / "arms.csv"), folder, settings, header=header)
 
 
-def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str,
-                  flow_wall_seconds: float | None = None) -> list[str]:
-    """header.md lines of a committed attribution record: what ran, where, at which commit, and the training
-    time per model over the distinct runs (a run two arms share is counted once)."""
-    runs = metrics.drop_duplicates("run")
-    arm_runs = len(metrics.drop_duplicates(["arm", "run"]))
-    rows = sorted({int(x) for x in runs["n_train"].dropna()})
-    from multitab.evaluation.bench.generator import generator_line
-
-    lines = [f"> {note}", "", f"- Commit: `{commit}`; machine: {machine}.", generator_line(commit),
-             f"- Scale: arms {list(dict.fromkeys(metrics['arm']))}, configurations {list(dict.fromkeys(runs['config']))}, "
-             f"seeds {sorted(int(s) for s in runs['seed'].unique())}, {rows} training rows per run; {len(runs)} "
-             f"distinct runs for {arm_runs} arm-runs.",
-             "- Training time per model (train_seconds of the distinct runs, sum and per run):"]
-    for model, part in runs.groupby("model", sort=False):
-        lines.append(f"  - {model}: {part['train_seconds'].sum():.0f} s in {len(part)} runs "
-                     f"({part['train_seconds'].mean():.0f} s per run, median {part['epochs'].median():g} epochs)")
-    if flow_wall_seconds is not None:
-        lines.append(f"- Wall time of the whole `flows.pipeline` run: {flow_wall_seconds:.0f} s.")
-    return lines + [""]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m multitab.evaluation.bench.attribution record --from results/attribution_report --to
-    results/study/<name> --note "..." [--flow-wall-seconds S]`: copy the report's three CSVs into a record
-    folder, write its header.md and regenerate the rest; `regenerate FOLDER`: only the last step."""
+    results/study/<name> --note "..." [--flow-wall-seconds S] [--reuse FOLDER ... --configs C ... --seeds S ...]
+    [--continued FOLDER] [--progress INDEX]`: the report's CSVs (with reused and continued runs:
+    bench/attribution_record.py) into a record folder, its header.md, and the rest regenerated; `regenerate FOLDER`:
+    only the last step."""
     import argparse
     import sys
 
-    from multitab.evaluation.bench.reuse import reused_record
+    from multitab.evaluation.bench.attribution_record import add_record_options, assemble
     from multitab.evaluation.bench.study import add_record_commands, copy_into_record, write_csv, write_text
-    from multitab.runtime.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.attribution")
-    rec = add_record_commands(p.add_subparsers(dest="command", required=True))
-    rec.add_argument("--reuse", type=Path, action="append", default=[], help="an earlier attribution record whose "
-                     "runs of the configurations the report lacks are taken as they are (bench/reuse.py); "
-                     "repeatable, in order")
-    rec.add_argument("--configs", nargs="+", help="with --reuse: only these configurations of the report (those "
-                     "trained since the reused record); the others come from --reuse")
+    add_record_options(add_record_commands(p.add_subparsers(dest="command", required=True)))
     a = p.parse_args(argv)
     try:
         if a.command == "record":
-            if a.configs and not a.reuse:
-                raise StudyError("--configs takes part of the report; give the rest with --reuse FOLDER")
-            # everything is read and checked before anything is written
-            reused = reused_record(a.source, a.target, a.reuse, a.configs) if a.reuse else None
+            metrics, curves, header = assemble(a)  # everything read and checked before anything is written
             copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
-            if reused is not None:  # the merged rows, not the report's copy
-                metrics, curves, extra = reused
-                write_csv(metrics, a.target / "metrics.csv")
-                write_csv(curves, a.target / "curves.csv")
-            else:
-                metrics, extra = read_metrics_csv(a.target / "metrics.csv"), []
-            header = record_header(metrics, commit=git_commit(a.source), machine=machine(), note=a.note,
-                                   flow_wall_seconds=a.flow_wall_seconds)
-            write_text("\n".join(header[:-1] + extra + [""]) + "\n", a.target / "header.md")
+            write_csv(metrics, a.target / "metrics.csv")
+            write_csv(curves, a.target / "curves.csv")
+            write_text("\n".join(header) + "\n", a.target / "header.md")
         regenerate(a.target if a.command == "record" else a.folder)
     except (StudyError, OSError) as e:
         print(f"bench.attribution: {e}", file=sys.stderr)

@@ -196,7 +196,8 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         f"Runs: {n_runs} (seeds {seeds}; training rows per run {rows}). The paper's claim: "
         f"{settings.label(settings.model)}'s Δm is above each of {rivals} on every configuration. Per "
         f"configuration and rival, two one-sided tests over the seeds' Δm at α = {settings.alpha} (Welch's "
-        "statistic, min(n) − 1 degrees of freedom), the tests of \"below\" Holm-corrected over the rivals (docs/study.md, \"The verdict\").", "",
+        "statistic, min(n) − 1 degrees of freedom), the tests of \"below\" Holm-corrected over the rivals "
+        "(docs/study.md, \"The verdict\").", "",
         "**Claim per configuration: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".**", "",
         *_below_budget_note(metrics, settings),
         *_not_converged_warning(conv, settings),

@@ -15,9 +15,9 @@ computed in bench/numbers.py, the Markdown and figures drawn in bench/render.py.
 paper's section "Experiments with MultiTab-Bench", per configuration: MultiTab-Net's Δm is above each of
 MMoE's, PLE's and STEM's. Checked by a one-sided test over the per-seed Δm (Welch's statistic, min(n) − 1
 degrees of freedom; H1: MultiTab-Net's mean is greater) and the mirror test (H1: it is smaller), at level
-`alpha`. Verdicts, three-valued (bench/verdict.py): `holds` (significantly above every rival), `does not hold` (significantly below at least
-one after a Holm correction over the rivals), `inconclusive` (otherwise, or one seed: no test), and `missing`
-while runs are absent.
+`alpha`. Verdicts, three-valued (bench/verdict.py): `holds` (significantly above every rival), `does not hold`
+(significantly below at least one after a Holm correction over the rivals), `inconclusive` (otherwise, or one
+seed: no test), and `missing` while runs are absent.
 """
 
 from __future__ import annotations
@@ -125,8 +125,8 @@ def section_only(metrics: pd.DataFrame, settings: StudySettings, models: Sequenc
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
     claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
-    return render_section(metrics, claim, convergence(metrics, settings), delta_m_markdown(summary, configs, models, settings),
-                          claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves,
+    return render_section(metrics, claim, convergence(metrics, settings),
+                          delta_m_markdown(summary, configs, models, settings), claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves,
                           convergence_file=convergence_file)
 
 
