@@ -116,7 +116,8 @@ def test_a_records_capped_run_without_its_checkpoint_is_trained_again_and_taken_
     free = json.loads((uncapped / RUN / "metrics.json").read_text())
     assert set(merged["epochs"]) == {free["epochs"]} and at_cap(merged) == []
     assert len(merged_curves) == free["epochs"] and len(merged) == len(metrics)
-    assert lines[0].startswith("- Continued past their epoch cap until early stopping ended them (1 run(s)")
+    assert lines[0].startswith("- Continued past their epoch cap, until early stopping or the safety cap ended them "
+                               "(1 run(s)")
     assert f"{CAP} of {CAP} epochs" in lines[1] and "trained from scratch" in lines[1]
     assert f"ended by early stopping after {free['epochs']} epochs" in lines[1]
     # a continuation whose first epochs are not the capped run's is another run: refused

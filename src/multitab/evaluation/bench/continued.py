@@ -73,8 +73,8 @@ def continued_rows(metrics: pd.DataFrame, curves: pd.DataFrame, folder: Path
                      f"its first {first['epochs']} epochs repeat the capped run's curves ({first['precision']}; "
                      f"{original['source']}); {'' if result['stopped_early'] else 'NOT '}ended by early stopping "
                      f"after {result['epochs']} epochs, best {result['best_epoch']}.")
-    head = ([f"- Continued past their epoch cap until early stopping ended them ({len(lines)} run(s); "
-             f"{folder.as_posix()}, `python -m stages.continue_runs`):"] if lines else [])
+    head = ([f"- Continued past their epoch cap, until early stopping or the safety cap ended them ({len(lines)} "
+             f"run(s); {folder.as_posix()}, `python -m stages.continue_runs`):"] if lines else [])
     return metrics, curves, head + lines
 
 
