@@ -42,10 +42,7 @@ def reused_rows(metrics: pd.DataFrame, curves: pd.DataFrame, arms: list[str], fo
     other_curves = pd.read_csv(folder / "curves.csv", dtype={"config": str, "model": str})
     if by_seed:
         have = set(zip(metrics["config"], metrics["seed"].astype(int), strict=True))
-        def lacking(frame: pd.DataFrame) -> pd.Series:
-            pairs = zip(frame["config"], frame["seed"], strict=True)
-            return pd.Series([(c, int(s)) not in have for c, s in pairs], index=frame.index, dtype=bool)
-        keep, keep_curves = lacking(other), lacking(other_curves)
+        keep, keep_curves = _not_in(other, have), _not_in(other_curves, have)
     else:
         keep = ~other["config"].isin(set(metrics["config"]))
         keep_curves = ~other_curves["config"].isin(set(metrics["config"]))
@@ -62,6 +59,12 @@ def reused_rows(metrics: pd.DataFrame, curves: pd.DataFrame, arms: list[str], fo
     return (pd.concat([metrics, taken[metrics.columns]], ignore_index=True),
             pd.concat([curves, curves_taken[curves.columns]], ignore_index=True), configs,
             sorted({int(s) for s in taken["seed"]}))
+
+
+def _not_in(frame: pd.DataFrame, have: set[tuple[str, int]]) -> pd.Series:
+    """Whether each row's (config, seed) is not among `have`."""
+    pairs = zip(frame["config"], frame["seed"], strict=True)
+    return pd.Series([(c, int(s)) not in have for c, s in pairs], index=frame.index, dtype=bool)
 
 
 REUSED = "- Reused, not retrained: "
