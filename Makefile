@@ -30,7 +30,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # time is spent waiting on DVC, Prefect and Great Expectations subprocesses. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-.PHONY: help repro study study-interim attribution layers layers-save precision-pair sweep test lint ui benchmarks clean-venv assets postgres \
+.PHONY: help repro study study-interim attribution layers layers-save layers-continue precision-pair sweep test lint ui benchmarks clean-venv assets postgres \
 	compare icl-weights icl-benchmark
 
 # `make help`: every target with its line (the `## ` note on the target's own line).
@@ -140,17 +140,32 @@ attribution: $(STAMP) $(ASSETS) ## the attribution study, arm by arm -> results/
 # be recorded (results/study/README.md) before the next starts; resumable like every stage (checkpoints, the
 # DVC cache). LAYER_CONFIGS: the seven the eight-arm record did not run (its two are reused, not retrained).
 LAYER_CONFIGS ?= p06_pd234_t3 p02_pd3_t3 p10_pd3_t3 p06_pd4_t3 p06_pd5_t3 p06_pd3_t5 p06_pd3_t7
+# Which of each configuration's runs: a glob over the rest of the run key, `<model>-<point>-<seed>` (default all
+# of runs.attribution.seeds; seeds 3 and 4 of five: LAYER_RUNS='*-[34]'; docs/study.md, "Five seeds").
+LAYER_RUNS ?= *
 # The finished runs travel in git (flows/progress.py, results/study/progress/): loaded into DVC's cache first,
 # so DVC restores them where it would train them again, and saved after each configuration's flow, even a
-# failed one. After stopping it (Ctrl-C), `make layers-save` keeps what finished.
+# failed one. After stopping it (Ctrl-C), `make layers-save` keeps what finished. Then the runs that reached the
+# epoch cap still improving are continued until early stopping ends them (stages/continue_runs.py: the paper's
+# rule, no cap that binds), into results/study/continued/ (commit it with results/study/progress/).
 layers: $(STAMP) $(ASSETS) ## both MultiTab-Net layers on Figures 5-6's nine configurations, one configuration at a time
 	$(BIN)/python -m flows.progress load
 	@for c in $(LAYER_CONFIGS); do \
-	  $(BIN)/python -m flows.pipeline --groups attribution --targets "train@attribution-$${c}_ho_std_fixed-*"; \
-	  rc=$$?; $(BIN)/python -m flows.progress save || exit $$?; test $$rc -eq 0 || exit $$rc; done
+	  $(BIN)/python -m flows.pipeline --groups attribution \
+	    --targets "train@attribution-$${c}_ho_std_fixed-$(LAYER_RUNS)"; \
+	  rc=$$?; $(BIN)/python -m flows.progress save || exit $$?; test $$rc -eq 0 || exit $$rc; \
+	  $(BIN)/python -m stages.continue_runs run --runs "attribution-$${c}_ho_std_fixed-$(LAYER_RUNS)" || exit $$?; done
 
 layers-save: $(STAMP) ## keep the finished runs of an interrupted make layers (results/study/progress/)
 	$(BIN)/python -m flows.progress save
+
+# A committed record's runs that reached their epoch cap still improving, continued until early stopping ends
+# them (CONTINUE_RECORD, e.g. results/study/layers_n100k_3seeds_9of9: its 5 capped runs; their seeds must be in
+# runs.attribution.seeds). `make layers-continue CONTINUE_ACTION=list` only lists them.
+CONTINUE_RECORD ?=
+CONTINUE_ACTION ?= run
+layers-continue: $(STAMP)
+	$(BIN)/python -m stages.continue_runs $(CONTINUE_ACTION) $(if $(CONTINUE_RECORD),--record $(CONTINUE_RECORD))
 
 # The paired fp32/bf16 comparison (run group runs.study_bf16; docs/study.md, "bf16"): the study's runs of that
 # group's configurations in fp32 (run group study, results/study_runs, shared with `make study`) and in bf16

@@ -58,7 +58,7 @@ def aggregate_attribution(a: argparse.Namespace) -> None:
               f"models {list(group.models)}, "
               f"run group `runs.{attribution.group}` (train {group.train}) over `train`, protocol {params.protocol}; "
               f"runs read from {a.runs}.", ""]
-    write_attribution(metrics, curves, pd.read_csv(out / "arms.csv", dtype=str, keep_default_na=False), out,
+    write_attribution(metrics, pd.read_csv(out / "arms.csv", dtype=str, keep_default_na=False), out,
                       settings, header=header)
     write_text("# MultiTab-Bench attribution report\n\n" + (out / "section.md").read_text(), out / "report.md")
     log.info("aggregate_attribution: %d arm runs -> %s",

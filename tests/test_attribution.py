@@ -170,7 +170,7 @@ def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
     arms = pd.DataFrame({"arm": ["A0", "A1"], "source": ["authors_code", "ours"],
                          "changed": ["evaluation=training_rows, ...", "evaluation=held_out"]})
     settings = StudySettings()
-    table = ladder(metrics, curves, arms, settings)
+    table = ladder(metrics, arms, settings)
     assert table.verdict.tolist() == ["holds", "does not hold"] and table.best_rival.tolist() == ["stem", "mmoe"]
     assert table.gap.iloc[0] > 0 > table.gap.iloc[1] and (table.gap_se > 0).all()
     assert flips(table) == {"c1": [("A1", "holds", "does not hold")]}
@@ -198,7 +198,7 @@ def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
     assert "> Tiny." in header and "30 distinct runs for 30 arm-runs" in header
     assert (tmp_path / "rec" / "ladder.csv").read_bytes() == (record / "ladder.csv").read_bytes()
     # an arm without its runs reads missing and is skipped over by the flip
-    partial = ladder(metrics[metrics.arm == "A0"], curves, arms, settings)
+    partial = ladder(metrics[metrics.arm == "A0"], arms, settings)
     assert partial.verdict.tolist() == ["holds", "missing"] and flips(partial) == {"c1": []}
 
 
@@ -233,7 +233,7 @@ def test_a_record_reuses_an_earlier_records_runs_of_the_configurations_it_lacks(
     assert ("- Figure 5, MultiTab-Net with per_sample_mixing (A6_mask_t_t): **holds** on 1 of the 1 "
             "configuration(s) run (p06_pd3_t3 +1.07 ± 0.19).") in section
     assert ("- Figure 6, MultiTab-Net with rope_attention (A7_inter_sample): **inconclusive** on 1 of the 1 "
-            "configuration(s) run (p04_pdmix_t7 -2.98 ± 0.71).") in section
+            "configuration(s) run (p04_pdmix_t7 -2.98 ± 0.71 (80 % power: 5 seeds, does not hold)).") in section
     assert "The answer per figure" not in (earlier / "section.md").read_text()  # its arms change the rivals too
     # in plain words, the first arm is named by its layer, not by whose choice its last change was
     assert "- p06_pd3_t3: under A6_mask_t_t (MultiTab-Net with per_sample_mixing) the claim" in section
@@ -449,6 +449,6 @@ def test_a_positive_gap_that_is_inconclusive_names_the_rival_it_is_not_above():
     assert table.loc[("p06_pd3_t5", "A6_mask_t_t"), "short_of"] == "PLE p 0.071"
     assert table["short_of"].isna().sum() == len(table) - 1  # the one configuration and arm where it applies
     section = (record / "section.md").read_text()
-    assert "p06_pd3_t5 +1.24 ± 0.33 (not above PLE p 0.071)" in section
+    assert "p06_pd3_t5 +1.24 ± 0.33 (not above PLE p 0.071; 80 % power: 6 seeds, holds)" in section
     assert "(gap to the best rival +1.24 ± 0.33 points, not above PLE p 0.071)" in section
     assert "| **inconclusive**, not above PLE p 0.071 |" in section

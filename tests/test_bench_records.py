@@ -60,3 +60,20 @@ def test_study_readme_opens_with_the_answer_per_figure_and_layer():
     assert max(len(line) for line in head) <= 120
     for needed in ("Figure 5", "Figure 6", "per-sample mixing", "A6", "A7", "100,000", "1,000,000", "not run"):
         assert needed in text, needed
+
+
+def test_the_records_name_every_commit_their_runs_came_from_and_the_readme_what_data_was_compared():
+    """p06_pd5_t3's runs of the layers records came from two commits (flows.progress's index: 14 saved at 9d9ac7d,
+    4 at 5fd4623): the record that trained it and every record that reuses it say both; and results/study/README.md
+    does not say that no records were compared on their data while its table says two were."""
+    import json
+
+    index = json.loads((STUDY / "progress" / "index.json").read_text())
+    saved = sorted(v["commit"][:7] for k, v in index.items() if "-p06_pd5_t3_" in k)
+    assert saved == ["5fd4623"] * 4 + ["9d9ac7d"] * 14
+    for name in ("layers_n100k_3seeds_7of9", "layers_n100k_3seeds_8of9", "layers_n100k_3seeds_9of9"):
+        header = (STUDY / name / "header.md").read_text()
+        assert "p06_pd5_t3: 14 at 9d9ac7d (AMD EPYC), 4 at 5fd4623 (AMD EPYC)" in header, name
+    readme = (STUDY / "README.md").read_text()
+    assert "same data by SHA-256" in readme and "No two records here were compared" not in readme
+    assert "One pair of\nrecords was compared on its data" in readme

@@ -1,12 +1,13 @@
 """The attribution study's report (params.yaml `attribution`; multitab.config.attribution): per configuration,
 the paper's claim checked under each arm, from the authors' exact setup to this project's `paper` study.
 
-Everything is built from three CSV files, so a committed record regenerates its own figures and tables
-(`regenerate(folder)`, byte for byte):
+A record holds three CSV files, and everything else is built from the first and the last of them, so a
+committed record regenerates its own figures and tables (`regenerate(folder)`, byte for byte):
 
 - `metrics.csv`: the study's metrics rows (bench/numbers.py, METRICS_COLUMNS) after `arm` and `run` (the run's
   folder under the runs directory); a run that two arms share appears under both, with the same `run`;
-- `curves.csv`: the learning-curve rows, likewise with `arm`;
+- `curves.csv`: the learning-curve rows, likewise with `arm` (data: the convergence flags read the validation
+  metrics of `metrics.csv`);
 - `arms.csv`: the arms in order: `arm`, `source` (authors_code | paper | ours), `changed` (the factor the arm
   changes from the one before, `factor=value`; the first arm lists every factor).
 
@@ -26,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
+from multitab.evaluation.bench.continued import at_cap
 from multitab.evaluation.bench.layers import arm_layers, figure_answer, layer_figures
 from multitab.evaluation.bench.numbers import (
     CURVES_COLUMNS,
@@ -41,10 +43,11 @@ from multitab.evaluation.bench.numbers import (
     short_of,
     summarise,
 )
-from multitab.evaluation.bench.render import ladder_figure, not_above, plus_minus
+from multitab.evaluation.bench.power import seeds_needed
+from multitab.evaluation.bench.render import convergence_rule, ladder_figure, not_above, plus_minus
 
 LADDER_COLUMNS = ["config", "arm", "source", "changed", "model_mean", "model_se", "best_rival", "rival_mean",
-                  "rival_se", "gap", "gap_se", "verdict", "short_of", "not_converged"]
+                  "rival_se", "gap", "gap_se", "verdict", "short_of", "not_converged", "seeds_80", "power_now"]
 SOURCE_LABELS = {"authors_code": "the authors' code", "paper": "the paper's text", "ours": "ours"}
 
 
@@ -94,10 +97,12 @@ def all_changes(metrics: pd.DataFrame, arms: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -> pd.DataFrame:
+def ladder(metrics: pd.DataFrame, arms: pd.DataFrame, settings: StudySettings) -> pd.DataFrame:
     """One row per (configuration, arm) in the arms' order: MultiTab-Net's and the best rival's Δm (mean, SE),
-    their gap and its SE, the verdict, the rivals it is not above when above others (`short_of`), and how many
-    runs of the compared models are flagged not converged."""
+    their gap and its SE, the verdict, the rivals it is not above when above others (`short_of`), how many
+    runs of the compared models are flagged not converged, and for an inconclusive verdict the seeds that would
+    decide it at 80 % power (`seeds_80`, "7 (does not hold)" or "> 50") and the power at its own seeds
+    (`power_now`), simulated from the observed means and spreads under the same rule (bench/power.py)."""
     rows = []
     configs = list(dict.fromkeys(metrics["config"]))
     changes = all_changes(metrics, arms)
@@ -107,7 +112,8 @@ def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, sett
             row: dict[str, Any] = {"config": config, "arm": arm.arm, "source": arm.source, "changed": changes[arm.arm],
                                    "model_mean": math.nan, "model_se": math.nan, "best_rival": "",
                                    "rival_mean": math.nan, "rival_se": math.nan, "gap": math.nan,
-                                   "gap_se": math.nan, "verdict": "missing", "short_of": "", "not_converged": 0}
+                                   "gap_se": math.nan, "verdict": "missing", "short_of": "", "not_converged": 0,
+                                   "seeds_80": "", "power_now": math.nan}
             if not part.empty:
                 dm = delta_m_runs(part, settings.baseline)
                 summary = summarise(dm).set_index("model")
@@ -120,12 +126,22 @@ def ladder(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, sett
                     row.update(model_mean=float(m["mean"]), model_se=float(m["se"]), best_rival=best,
                                rival_mean=float(r["mean"]), rival_se=float(r["se"]),
                                gap=float(m["mean"] - r["mean"]), gap_se=math.hypot(float(m["se"]), float(r["se"])))
-                arm_curves = curves[(curves.arm == arm.arm) & (curves.config == config)].drop(columns="arm")
-                conv = convergence(part, arm_curves, settings)
+                if row["verdict"] == "inconclusive":
+                    row.update(_power(dm, settings))
+                conv = convergence(part, settings)
                 row["not_converged"] = int(conv.loc[conv.model.isin([settings.model, *settings.rivals]),
                                                     "not_converged"].sum())
             rows.append(row)
     return pd.DataFrame.from_records(rows, columns=LADDER_COLUMNS)
+
+
+def _power(dm: pd.DataFrame, settings: StudySettings) -> dict[str, Any]:
+    """`seeds_80` and `power_now` of one configuration's per-seed Δm (bench/power.py); nothing to say without
+    two seeds of the model and of a rival."""
+    ours = dm.loc[dm.model == settings.model, "delta_m"].to_numpy(dtype=float)
+    rivals = [dm.loc[dm.model == r, "delta_m"].to_numpy(dtype=float) for r in settings.rivals]
+    needed = seeds_needed(ours, [r for r in rivals if r.size], settings.alpha)
+    return {} if needed is None else {"seeds_80": needed.text(), "power_now": needed.power_now}
 
 
 def flips(table: pd.DataFrame) -> dict[str, list[tuple[str, str, str]]]:
@@ -151,15 +167,22 @@ def ladder_markdown(table: pd.DataFrame, settings: StudySettings) -> str:
     for config, part in table.groupby("config", sort=False):
         lines += [f"#### {config}", "",
                   f"| Arm | Whose | Changes | {settings.label(settings.model)} Δm | Best rival Δm | Gap ± SE | "
-                  "Verdict | Not converged |", "|---|---|---|---|---|---|---|---|"]
+                  "Verdict | Not converged | Seeds for 80 % power |", "|---|---|---|---|---|---|---|---|---|"]
         for r in part.itertuples(index=False):
             rival = (f"{settings.label(r.best_rival)} {plus_minus(r.rival_mean, r.rival_se)}" if r.best_rival
                      else "missing")
             lines.append(f"| {r.arm} | {SOURCE_LABELS.get(r.source, r.source)} | {r.changed} | "
                          f"{plus_minus(r.model_mean, r.model_se)} | {rival} | {plus_minus(r.gap, r.gap_se)} | "
-                         f"**{r.verdict}**{not_above(r.short_of)} | {r.not_converged} |")
+                         f"**{r.verdict}**{not_above(r.short_of)} | {r.not_converged} | {_seeds_cell(r)} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _seeds_cell(r: Any) -> str:
+    """The ladder's last cell: for an inconclusive verdict the seeds that would decide it (and the power now)."""
+    if not isinstance(r.seeds_80, str) or not r.seeds_80:
+        return ""
+    return f"{r.seeds_80}; power now {r.power_now:.2f}"
 
 
 def _says(verdict: str) -> str:
@@ -202,29 +225,31 @@ def paragraph(table: pd.DataFrame, settings: StudySettings, names: Mapping[str, 
 
 
 def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequence[str],
-                   names: Mapping[str, str] | None = None) -> str:
+                   names: Mapping[str, str] | None = None, notes: Sequence[str] = ()) -> str:
+    """section.md: `header`, the ladder's reading, `notes` (lines after it), the plain words and the ladder."""
     lines = ["## MultiTab-Bench attribution: which choice decides the paper's claim", "", *header,
              "Arms in order, each changing one factor from the arm before (`Changes`); `Whose`: whose setup the "
              "arm's last change belongs to (the first arm: the authors' code exactly). Verdict per arm: "
              "three-valued at α (docs/study.md). Gap: MultiTab-Net's mean Δm minus the best rival's, ± the SE of "
              "that difference; `not above`: where MultiTab-Net is significantly above some rivals only, the "
-             "others, with their one-sided Welch p; `Not converged`: runs of the compared models flagged by the "
-             "convergence rule.", "",
+             "others, with their one-sided p; `Not converged`: runs of the compared models flagged by the "
+             f"convergence rule ({convergence_rule(settings)}; under the same arm).", "",
+             *notes,
              "### In plain words", "", paragraph(table, settings, names), "",
              "![Ladder](figures/ladder.png)", "", "### Ladder per configuration", "", ladder_markdown(table, settings)]
     return "\n".join(lines)
 
 
-def write_attribution(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.DataFrame, out: str | Path,
+def write_attribution(metrics: pd.DataFrame, arms: pd.DataFrame, out: str | Path,
                       settings: StudySettings | None = None, *, header: Sequence[str] = ()) -> list[Path]:
-    """Write into `out`, from the three frames only: ladder.csv, ladder.md, figures/ladder.{png,svg},
+    """Write into `out`, from the two frames only: ladder.csv, ladder.md, figures/ladder.{png,svg},
     section.md. Returns the paths."""
     from multitab.evaluation import figures
     from multitab.evaluation.bench.study import write_csv, write_text
 
     settings = settings or StudySettings()
     out = Path(out)
-    table = ladder(metrics, curves, arms, settings)
+    table = ladder(metrics, arms, settings)
     written = [write_csv(table, out / "ladder.csv"),
                write_text(ladder_markdown(table, settings), out / "ladder.md")]
     written += figures.save_figure(ladder_figure(table, settings), out / "figures", "ladder", settings.dpi)
@@ -232,84 +257,51 @@ def write_attribution(metrics: pd.DataFrame, curves: pd.DataFrame, arms: pd.Data
     links = [f"![{p.stem}](figures/{p.name})" for p in layers if p.suffix == ".png"]
     header = [*header, *figure_answer(table, metrics, settings)] if layers else header
     names = {a: f"{settings.label(settings.model)} with {x}" for a, x in arm_layers(table).items()} if layers else None
-    section = render_section(table, settings, header, names) + ("\n" + "\n\n".join(links) + "\n" if links else "")
+    capped, runs = at_cap(metrics), metrics["run"].nunique()
+    notes = [f"Runs that ended at their epoch cap, not by early stopping (the paper's rule has no cap that binds: zero "
+             f"is the goal; docs/study.md, \"Five seeds\"): {len(capped)} of {runs}"
+             + (f": {', '.join(capped)}." if 0 < len(capped) <= 12 else "."), ""]
+    section = render_section(table, settings, header, names, notes)
+    section += "\n" + "\n\n".join(links) + "\n" if links else ""
     written += layers
     written.append(write_text(section, out / "section.md"))
     return written
 
 
 def regenerate(folder: str | Path, settings: StudySettings | None = None) -> list[Path]:
-    """Re-write a record folder's ladder, figure and section from its metrics.csv, curves.csv and arms.csv
-    (its header.md, when present, heads section.md)."""
+    """Re-write a record folder's ladder, figure and section from its metrics.csv and arms.csv (its header.md,
+    when present, heads section.md; its curves.csv, the runs' learning curves, is kept as data)."""
     folder = Path(folder)
     metrics = read_metrics_csv(folder / "metrics.csv")
     if "arm" not in metrics.columns:
         raise StudyError(f"{folder / 'metrics.csv'}: no `arm` column; an attribution record's metrics have one")
-    curves_path = folder / "curves.csv"
-    curves = pd.read_csv(curves_path) if curves_path.is_file() else pd.DataFrame(columns=["arm", *CURVES_COLUMNS])
     header_path = folder / "header.md"
     header = header_path.read_text().splitlines() + [""] if header_path.is_file() else []
-    return write_attribution(metrics, curves, read_arms_csv(folder / "arms.csv"), folder, settings, header=header)
-
-
-def record_header(metrics: pd.DataFrame, *, commit: str, machine: str, note: str,
-                  flow_wall_seconds: float | None = None) -> list[str]:
-    """header.md lines of a committed attribution record: what ran, where, at which commit, and the training
-    time per model over the distinct runs (a run two arms share is counted once)."""
-    runs = metrics.drop_duplicates("run")
-    arm_runs = len(metrics.drop_duplicates(["arm", "run"]))
-    rows = sorted({int(x) for x in runs["n_train"].dropna()})
-    from multitab.evaluation.bench.generator import generator_line
-
-    lines = [f"> {note}", "", f"- Commit: `{commit}`; machine: {machine}.", generator_line(commit),
-             f"- Scale: arms {list(dict.fromkeys(metrics['arm']))}, "
-             f"configurations {list(dict.fromkeys(runs['config']))}, "
-             f"seeds {sorted(int(s) for s in runs['seed'].unique())}, {rows} training rows per run; {len(runs)} "
-             f"distinct runs for {arm_runs} arm-runs.",
-             "- Training time per model (train_seconds of the distinct runs, sum and per run):"]
-    for model, part in runs.groupby("model", sort=False):
-        lines.append(f"  - {model}: {part['train_seconds'].sum():.0f} s in {len(part)} runs "
-                     f"({part['train_seconds'].mean():.0f} s per run, median {part['epochs'].median():g} epochs)")
-    if flow_wall_seconds is not None:
-        lines.append(f"- Wall time of the whole `flows.pipeline` run: {flow_wall_seconds:.0f} s.")
-    return lines + [""]
+    return write_attribution(metrics, read_arms_csv(folder / "arms.csv"), folder, settings, header=header)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m multitab.evaluation.bench.attribution record --from results/attribution_report --to
-    results/study/<name> --note "..." [--flow-wall-seconds S]`: copy the report's three CSVs into a record
-    folder, write its header.md and regenerate the rest; `regenerate FOLDER`: only the last step."""
+    results/study/<name> --note "..." [--flow-wall-seconds S] [--reuse FOLDER ... --configs C ... --seeds S ...]
+    [--continued FOLDER] [--progress INDEX]`: the report's CSVs (with reused and continued runs:
+    bench/attribution_record.py) into a record folder, its header.md, and the rest regenerated; `regenerate FOLDER`:
+    only the last step."""
     import argparse
     import sys
 
-    from multitab.evaluation.bench.reuse import reused_record
+    from multitab.evaluation.bench.attribution_record import add_record_options, assemble
     from multitab.evaluation.bench.study import add_record_commands, copy_into_record, write_csv, write_text
-    from multitab.runtime.provenance import git_commit, machine
 
     p = argparse.ArgumentParser(prog="python -m multitab.evaluation.bench.attribution")
-    rec = add_record_commands(p.add_subparsers(dest="command", required=True))
-    rec.add_argument("--reuse", type=Path, action="append", default=[], help="an earlier attribution record whose "
-                     "runs of the configurations the report lacks are taken as they are (bench/reuse.py); "
-                     "repeatable, in order")
-    rec.add_argument("--configs", nargs="+", help="with --reuse: only these configurations of the report (those "
-                     "trained since the reused record); the others come from --reuse")
+    add_record_options(add_record_commands(p.add_subparsers(dest="command", required=True)))
     a = p.parse_args(argv)
     try:
         if a.command == "record":
-            if a.configs and not a.reuse:
-                raise StudyError("--configs takes part of the report; give the rest with --reuse FOLDER")
-            # everything is read and checked before anything is written
-            reused = reused_record(a.source, a.target, a.reuse, a.configs) if a.reuse else None
+            metrics, curves, header = assemble(a)  # everything read and checked before anything is written
             copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
-            if reused is not None:  # the merged rows, not the report's copy
-                metrics, curves, extra = reused
-                write_csv(metrics, a.target / "metrics.csv")
-                write_csv(curves, a.target / "curves.csv")
-            else:
-                metrics, extra = read_metrics_csv(a.target / "metrics.csv"), []
-            header = record_header(metrics, commit=git_commit(a.source), machine=machine(), note=a.note,
-                                   flow_wall_seconds=a.flow_wall_seconds)
-            write_text("\n".join(header[:-1] + extra + [""]) + "\n", a.target / "header.md")
+            write_csv(metrics, a.target / "metrics.csv")
+            write_csv(curves, a.target / "curves.csv")
+            write_text("\n".join(header) + "\n", a.target / "header.md")
         regenerate(a.target if a.command == "record" else a.folder)
     except (StudyError, OSError) as e:
         print(f"bench.attribution: {e}", file=sys.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -88,16 +89,34 @@ def arm_layers(table: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+def _notes(r: Any) -> str:
+    """" (not above PLE p 0.071; 80 % power: 6 seeds, holds)": a cell's short_of and, when inconclusive, the seeds
+    that would decide it (the ladder's `seeds_80`); "" when neither."""
+    seeds = r.seeds_80 if isinstance(getattr(r, "seeds_80", ""), str) else ""
+    parts = [not_above(r.short_of, "", ""), *([f"80 % power: {_seeds_words(seeds)}"] if seeds else [])]
+    parts = [p for p in parts if p]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _seeds_words(seeds: str) -> str:
+    """"6 (holds)" -> "6 seeds, holds"; "> 50" -> "> 50 seeds"."""
+    count, _, verdict = seeds.partition(" (")
+    return f"{count} seeds" + (f", {verdict.rstrip(')')}" if verdict else "")
+
+
 def figure_answer(table: pd.DataFrame, metrics: pd.DataFrame, settings: StudySettings) -> list[str]:
     """section.md lines answering the paper's claim per figure and per MultiTab-Net layer: the verdicts over the
-    configurations of that figure this record holds, each with its gap to the best rival (± SE) and, where it is
-    above some rivals only, the others with their p, in the paper's order (its x-axes, group by group)."""
+    configurations of that figure this record holds, each with its gap to the best rival (± SE), where it is
+    above some rivals only, the others with their p, and where it is inconclusive, the seeds that would decide it
+    at 80 % power (bench/power.py), in the paper's order (its x-axes, group by group)."""
     configs = configs_from_metrics(metrics)
     figure_of = {c.name: figure_number(c) for c in configs.values()}
     model, rivals = settings.label(settings.model), ", ".join(settings.label(r) for r in settings.rivals)
     lines = ["### The answer per figure and layer", "",
              f"The claim: {model}'s Δm significantly above every rival's ({rivals}) at α {settings.alpha:g}; gap to "
-             "the best rival ± SE, in points, over the configurations this record holds.", ""]
+             "the best rival ± SE, in points, over the configurations this record holds; for an inconclusive one, "
+             "the seeds per model that would decide it at 80 % power, simulated from its observed means and spreads "
+             "under the same rule (a planning estimate; docs/study.md, \"Power\").", ""]
     paper_order = list(dict.fromkeys(c.name for _, c in ordered(configs, (*FIGURE5_GROUPS, *FIGURE6_GROUPS))))
     for figure in ("5", "6"):
         names = [c for c in paper_order if figure_of.get(c) == figure]
@@ -109,8 +128,7 @@ def figure_answer(table: pd.DataFrame, metrics: pd.DataFrame, settings: StudySet
             counts = rows["verdict"].value_counts()
             says = ", ".join(f"**{v}** on {counts[v]}" for v in ("holds", "inconclusive", "does not hold")
                              if v in counts)
-            each = ", ".join(f"{r.config} {plus_minus(r.gap, r.gap_se)}{not_above(r.short_of, ' (', ')')}"
-                             for r in rows.itertuples())
+            each = ", ".join(f"{r.config} {plus_minus(r.gap, r.gap_se)}{_notes(r)}" for r in rows.itertuples())
             lines.append(f"- Figure {figure}, {model} with {layer} ({arm}): {says} of the {len(rows)} "
                          f"configuration(s) run ({each}).")
     return lines + [""]

@@ -14,10 +14,9 @@ import numpy as np
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
-from multitab.evaluation.bench.verdict import holm, verdicts
+from multitab.evaluation.bench.verdict import holm, one_sided_tests, verdicts
 from multitab.evaluation.curves import read_curve
 from multitab.evaluation.delta_m import UndefinedDeltaM, delta_m_per_seed
-from multitab.evaluation.significance import t_test_greater
 from multitab.registry import REGISTRY
 
 METRICS_COLUMNS = ["config", "groups", "correlation", "degrees", "model", "seed", "task", "test_ev", "val_ev",
@@ -74,7 +73,7 @@ class StudySettings:
     dpi: int = 150
     budget: Budget | None = None  # None: every verdict stands (a study's own report, a committed record)
     patience: int = 5  # early stopping's patience (params train.patience.default): the convergence rule
-    loss_factor: float = 3.0  # a run's last training loss above this x its best same-model seed's: flagged
+    val_drop: float = 3.0  # a run's validation mean more than this % below its siblings' median: flagged
 
     def label(self, model: str) -> str:
         """A registered model's label (multitab.registry); any other name as it is."""
@@ -225,14 +224,15 @@ VERDICTS = ("holds", "does not hold", "inconclusive", "missing")
 
 
 def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) -> pd.DataFrame:
-    """One row per (config, rival): the means, their difference and two one-sided Welch t-tests over the
-    seeds, `p_value` (H1: the claim's model above the rival) and `p_below` (H1: below), and `p_below_holm`
-    (`p_below` Holm-adjusted over the configuration's rivals). `status` per rival: `above (significant)`
-    (p_value < alpha), `below (significant)` (p_below_holm < alpha), `not significant`, `untested: one seed`
-    or `missing`. `verdict`, the configuration's (same on each of its rows; bench/verdict.py states the rule
-    and its error rates): `holds` (significantly above every rival), `does not hold` (significantly below at
-    least one after the Holm correction), `inconclusive` (otherwise: a difference of means alone decides
-    nothing); `missing` while a run set is absent."""
+    """One row per (config, rival): the means, their difference and two one-sided tests over the seeds
+    (Welch's statistic, min(n) − 1 degrees of freedom: bench/verdict.py `one_sided_tests`), `p_value` (H1: the
+    claim's model above the rival) and `p_below` (H1: below), and `p_below_holm` (`p_below` Holm-adjusted over
+    the configuration's rivals). `status` per rival: `above (significant)` (p_value < alpha), `below
+    (significant)` (p_below_holm < alpha), `not significant`, `untested: one seed` or `missing`. `verdict`, the
+    configuration's (same on each of its rows; bench/verdict.py states the rule and its error rates): `holds`
+    (significantly above every rival), `does not hold` (significantly below at least one after the Holm
+    correction), `inconclusive` (otherwise: a difference of means alone decides nothing); `missing` while a run
+    set is absent."""
     rows = []
     for conf in configs:
         part = dm[dm.config == conf]
@@ -249,9 +249,8 @@ def claims(dm: pd.DataFrame, configs: Sequence[str], settings: StudySettings) ->
                 row.update(mean_model=float(ours.mean()), mean_rival=float(theirs.mean()),
                            difference=float(ours.mean() - theirs.mean()), status="untested: one seed")
                 if ours.size >= 2 and theirs.size >= 2:
-                    above = t_test_greater(ours, theirs, equal_var=False)
-                    below = t_test_greater(theirs, ours, equal_var=False)
-                    row.update(t=above.statistic, p_value=above.pvalue, p_below=below.pvalue)
+                    t, above, below = one_sided_tests(ours, theirs)
+                    row.update(t=float(t), p_value=float(above), p_below=float(below))
             conf_rows.append(row)
         p_above = np.array([r["p_value"] for r in conf_rows])
         p_below = np.array([r["p_below"] for r in conf_rows])
@@ -296,46 +295,52 @@ def apply_budget(claim: pd.DataFrame, metrics: pd.DataFrame, budget: Budget | No
     return claim
 
 
-def convergence(metrics: pd.DataFrame, curves: pd.DataFrame | None = None,
-                settings: StudySettings | None = None) -> pd.DataFrame:
+def convergence(metrics: pd.DataFrame, settings: StudySettings | None = None) -> pd.DataFrame:
     """Per (config, model): runs, runs ended by early stopping, runs whose best epoch was their last at the
     epoch cap, and the runs flagged as not converged (`not_converged`), by either rule:
     - `improving_at_end`: not ended by early stopping and its best epoch within its last `patience` epochs
       (epochs - best_epoch < patience): it was still improving when the cap ended it;
-    - `loss_outliers` (needs `curves`): its training loss at its last epoch is above `loss_factor` times the
-      lowest last-epoch training loss of the same model's other seeds on the configuration (a seed stuck
-      where its siblings went on: early stopping ended it on a noisy validation curve).
+    - `val_outliers`: its validation mean (the mean over tasks of `val_ev`, the tested epoch's validation
+      metric) is more than `val_drop` % below the median of its siblings' (the same model's other seeds on the
+      configuration, at least two of them), whatever its training loss: a seed left far behind the others
+      (early stopping ended it on a noisy validation curve, or it never left a plateau). `val_drop` % of the
+      validation metric is about as many points of Δm on validation.
     And the median epochs and mean training seconds."""
     settings = settings or StudySettings()
+    outliers = val_outliers(metrics, settings.val_drop)
     runs = metrics.drop_duplicates(["config", "model", "seed"])
-    outliers = _loss_outliers(curves, settings.loss_factor) if curves is not None and len(curves) else set()
     rows = []
     for (conf, model), part in runs.groupby(["config", "model"], sort=False):
         stopped = part["stopped_early"].astype(str).str.lower().eq("true")
         capped = (~stopped) & (part["best_epoch"] == part["epochs"])
         improving = (~stopped) & ((part["epochs"] - part["best_epoch"]) < settings.patience)
-        stuck = part["seed"].map(lambda s, c=conf, m=model: (c, m, int(s)) in outliers)
+        behind = part["seed"].map(lambda s, c=conf, m=model: (c, m, int(s)) in outliers)
         rows.append({"config": conf, "model": model, "runs": len(part), "stopped_early": int(stopped.sum()),
                      "best_at_cap": int(capped.sum()), "improving_at_end": int(improving.sum()),
-                     "loss_outliers": int(stuck.sum()), "not_converged": int((improving | stuck).sum()),
+                     "val_outliers": int(behind.sum()), "not_converged": int((improving | behind).sum()),
                      "median_epochs": float(part["epochs"].median()),
                      "train_seconds_mean": float(part["train_seconds"].mean())})
     return pd.DataFrame.from_records(rows, columns=["config", "model", "runs", "stopped_early", "best_at_cap",
-                                                    "improving_at_end", "loss_outliers", "not_converged",
+                                                    "improving_at_end", "val_outliers", "not_converged",
                                                     "median_epochs", "train_seconds_mean"])
 
 
-def _loss_outliers(curves: pd.DataFrame, factor: float) -> set[tuple[str, str, int]]:
-    """(config, model, seed) of the runs whose last-epoch training loss is above `factor` x the lowest of
-    the same (config, model)'s other seeds (at least two seeds with a logged loss)."""
-    last = (curves.dropna(subset=["train_loss"]).sort_values("epoch")
-            .groupby(["config", "model", "seed"], sort=False)["train_loss"].last())
-    out = set()
-    for (conf, model), part in last.groupby(level=[0, 1], sort=False):
-        if len(part) < 2:
-            continue
-        for (_, _, seed), loss in part.items():
-            others = part.drop(index=(conf, model, seed))
-            if loss > factor * float(others.min()):
-                out.add((str(conf), str(model), int(seed)))
+def val_outliers(metrics: pd.DataFrame, drop: float) -> dict[tuple[str, str, int], float]:
+    """(config, model, seed) -> how far (in % of the siblings' median) the run's validation mean lies below its
+    siblings' median, for the runs where that exceeds `drop` (the same (config, model)'s other seeds, at least
+    two with a validation mean; runs without `val_ev` are never flagged)."""
+    if "val_ev" not in metrics.columns or metrics.empty:
+        return {}
+    val = (metrics.assign(val_ev=pd.to_numeric(metrics["val_ev"], errors="coerce"))
+           .groupby(["config", "model", "seed"], sort=False)["val_ev"].mean().dropna())
+    out: dict[tuple[str, str, int], float] = {}
+    for (conf, model), part in val.groupby(level=[0, 1], sort=False):
+        for (_, _, seed), value in part.items():
+            others = part.drop(index=(conf, model, seed)).to_numpy(dtype=float)
+            if others.size < 2:
+                continue
+            median = float(np.median(others))
+            below = 100.0 * (median - float(value)) / abs(median) if median else math.nan
+            if below > drop:
+                out[(str(conf), str(model), int(seed))] = below
     return out

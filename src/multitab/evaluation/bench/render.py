@@ -154,8 +154,8 @@ def _below_budget_note(metrics: pd.DataFrame, settings: StudySettings) -> list[s
 
 def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[str]:
     """A warning ahead of the verdicts when runs of the compared models are flagged not converged (still
-    improving within their last `patience` epochs at the cap, or a training loss far above the same model's
-    other seeds: numbers.convergence): a verdict on such a configuration compares under-trained models, not
+    improving within their last `patience` epochs at the cap, or a validation mean far below the same model's
+    other seeds': numbers.convergence): a verdict on such a configuration compares under-trained models, not
     the models the paper compares. It names those configurations; the verdicts of the others stand."""
     compared = conv[conv["model"].isin([settings.model, *settings.rivals]) & (conv["not_converged"] > 0)]
     if compared.empty:
@@ -168,14 +168,16 @@ def _not_converged_warning(conv: pd.DataFrame, settings: StudySettings) -> list[
              f"under-trained models and {'say' if many else 'says'} nothing yet about the paper's claim there")
     rest = "; the other configurations' verdicts stand" if set(conv["config"]) - set(configs) else ""
     return [f"> **NOT CONVERGED**: {int(compared['not_converged'].sum())} run(s) of the compared models "
-            f"({_rule(settings)}: {where}): {scope}{rest}. Train longer or with more seeds before reading "
+            f"({convergence_rule(settings)}: {where}): {scope}{rest}. Train longer or with more seeds before reading "
             "them: raising `runs.study.train.max_epochs` continues the runs at the cap from their checkpoints "
             "(docs/study.md).", ""]
 
 
-def _rule(settings: StudySettings) -> str:
-    return (f"still improving within their last {settings.patience} epochs at the epoch cap, or ending with a "
-            f"training loss above {settings.loss_factor:g}x the same model's best seed's")
+def convergence_rule(settings: StudySettings) -> str:
+    """The convergence rule (numbers.convergence) and its thresholds, in words."""
+    return (f"still improving within their last {settings.patience} epochs at the epoch cap, or a validation mean "
+            f"more than {settings.val_drop:g} % below the median of the same model's other seeds (at least two) on "
+            "the configuration, whatever its training loss")
 
 
 def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFrame, dm_md: str, claims_md: str,
@@ -196,8 +198,9 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
     lines += [
         f"Runs: {n_runs} (seeds {seeds}; training rows per run {rows}). The paper's claim: "
         f"{settings.label(settings.model)}'s Δm is above each of {rivals} on every configuration. Per "
-        f"configuration and rival, two one-sided Welch t-tests over the seeds' Δm at α = {settings.alpha}, "
-        "the tests of \"below\" Holm-corrected over the rivals (docs/study.md, \"The verdict\").", "",
+        f"configuration and rival, two one-sided tests over the seeds' Δm at α = {settings.alpha} (Welch's "
+        "statistic, min(n) − 1 degrees of freedom), the tests of \"below\" Holm-corrected over the rivals "
+        "(docs/study.md, \"The verdict\").", "",
         "**Claim per configuration: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".**", "",
         *_below_budget_note(metrics, settings),
         *_not_converged_warning(conv, settings),
@@ -214,7 +217,7 @@ def render_section(metrics: pd.DataFrame, claim: pd.DataFrame, conv: pd.DataFram
         "### Convergence", "",
         *([f"![Learning curves]({figure_prefix}learning_curves.png)", ""] if curves else []),
         f"{stopped} of {n_runs} runs were ended by early stopping; {capped} reached their epoch cap with the best "
-        "validation EV at the last epoch; " + f"{flagged} flagged not converged ({_rule(settings)})"
+        "validation EV at the last epoch; " + f"{flagged} flagged not converged ({convergence_rule(settings)})"
         + (f" — listed in {convergence_file}." if flagged and convergence_file else "."), "",
     ]
     return "\n".join(lines)

@@ -13,11 +13,11 @@ computed in bench/numbers.py, the Markdown and figures drawn in bench/render.py.
 
 Δm (Equation 5, in %) of a seed is taken against the STL seed mean (the paper's pairing). The claim of the
 paper's section "Experiments with MultiTab-Bench", per configuration: MultiTab-Net's Δm is above each of
-MMoE's, PLE's and STEM's. Checked by a one-sided Welch t-test over the per-seed Δm (H1: MultiTab-Net's
-mean is greater) and the mirror test (H1: it is smaller), at level `alpha`. Verdicts, three-valued
-(bench/verdict.py): `holds` (significantly above every rival), `does not hold` (significantly below at least
-one after a Holm correction over the rivals), `inconclusive` (otherwise, or one seed: no test), and `missing`
-while runs are absent.
+MMoE's, PLE's and STEM's. Checked by a one-sided test over the per-seed Δm (Welch's statistic, min(n) − 1
+degrees of freedom; H1: MultiTab-Net's mean is greater) and the mirror test (H1: it is smaller), at level
+`alpha`. Verdicts, three-valued (bench/verdict.py): `holds` (significantly above every rival), `does not hold`
+(significantly below at least one after a Holm correction over the rivals), `inconclusive` (otherwise, or one
+seed: no test), and `missing` while runs are absent.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def write_study(metrics: pd.DataFrame, curves: pd.DataFrame, out: str | Path,
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
     claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
-    conv = convergence(metrics, curves, settings)
+    conv = convergence(metrics, settings)
     written = [write_csv(dm, out / "delta_m_per_seed.csv"), write_csv(summary, out / "delta_m.csv"),
                write_csv(claim, out / "claims.csv"), write_csv(conv, out / "convergence.csv")]
     frame = figure_frame(summary, configs, plotted, settings)
@@ -124,7 +124,7 @@ def section_only(metrics: pd.DataFrame, settings: StudySettings, models: Sequenc
     dm = delta_m_runs(metrics, settings.baseline)
     summary = summarise(dm)
     claim = apply_budget(claims(dm, list(configs), settings), metrics, settings.budget)
-    return render_section(metrics, claim, convergence(metrics, None, settings),
+    return render_section(metrics, claim, convergence(metrics, settings),
                           delta_m_markdown(summary, configs, models, settings),
                           claims_markdown(claim, settings), settings, header, figure_prefix, curves=curves,
                           convergence_file=convergence_file)

@@ -203,7 +203,7 @@ def build_results(runs: RunSet, config: AggregateConfig, published: Published,
     conv = None
     convergence_csv = None
     if bench is not None:  # the flags the figures' notes and the report's Convergence paragraph count
-        conv = convergence(bench.metrics, None, bench.settings)
+        conv = convergence(bench.metrics, bench.settings)
         convergence_csv = out.tables / "convergence.csv"
         write_csv(convergence_csv, conv)
         written.append(convergence_csv)

@@ -1,0 +1,132 @@
+"""Runs that reached their epoch cap still improving, continued until early stopping ends them
+(stages/continue_runs.py): on a tiny model, the continuation equals the run trained under the large budget from
+the start (same process, same CPU), from the capped run's checkpoint or from scratch; a record takes the
+continuations in place of the capped runs (multitab.evaluation.bench.continued), and refuses one that is not
+a continuation of its run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from tests._training_tiny import register_tiny, write_tiny_processed, write_tiny_project
+
+from multitab.config.aggregate import SyntheticConfig
+from multitab.evaluation.bench.continued import at_cap, continued_rows
+from multitab.evaluation.bench.numbers import StudyError, run_rows
+from multitab.evaluation.bench.same_results import run_files, tsv_curve
+from stages import continue_runs
+from stages import train as train_stage
+
+torch.set_num_threads(1)
+KEY = "real-tiny-tiny-0"
+RUN = Path("results/runs/tiny/tiny/seed0")
+CHECKPOINT = Path("results/checkpoints/tiny/tiny/seed0")
+CONTINUED = Path("results/study/continued/tiny/tiny/seed0")
+FIELDS = ("test", "val", "test_mse", "best_epoch", "epochs", "stopped_early")
+CAP, SAFETY = 3, 60
+
+
+@pytest.fixture(autouse=True)
+def _tiny_in_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    register_tiny(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("processed") / "tiny"
+    write_tiny_processed(path)
+    return path
+
+
+def _project(root: Path, tiny: Path, max_epochs: int) -> Path:
+    params = write_tiny_project(root, data=tiny, train={"max_epochs": max_epochs, "patience": {"default": 2},
+                                                        "batch_size": 128})
+    assert train_stage.main(["--run", KEY, "--params", str(params)]) == 0
+    return params
+
+
+def _curves(run_dir: Path) -> dict[str, dict[int, float]]:
+    files = run_files(run_dir)
+    return {c: tsv_curve(files[f"dvclive/{c}.tsv"]) for c in ("val_mean", "train_loss", "val_click")}
+
+
+def test_a_capped_run_continued_equals_the_run_without_a_binding_cap(tiny: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    uncapped = _project(tmp_path / "uncapped", tiny, SAFETY).parent  # the paper's rule: the cap never binds
+    free = json.loads((uncapped / RUN / "metrics.json").read_text())
+    assert free["stopped_early"] and CAP < free["epochs"] < SAFETY  # patience ends it, well past the small cap
+    root = _project(tmp_path / "capped", tiny, CAP).parent
+    params = str(root / "params.yaml")
+    capped = json.loads((root / RUN / "metrics.json").read_text())
+    assert capped["epochs"] == CAP and not capped["stopped_early"]
+    own_checkpoint = (root / CHECKPOINT / "last.pt").read_bytes()
+    assert continue_runs.main(["list", "--runs", "real-*", "--params", params]) == 0
+    assert f"{KEY}: {CAP} of {CAP} epochs" in capsys.readouterr().out
+    assert continue_runs.main(["run", "--runs", "real-*", "--safety-cap", str(SAFETY), "--params", params]) == 0
+    continued = json.loads((root / CONTINUED / "metrics.json").read_text())
+    assert {f: continued[f] for f in FIELDS} == {f: free[f] for f in FIELDS}
+    assert _curves(root / CONTINUED) == _curves(uncapped / RUN)
+    info = json.loads((root / CONTINUED / "continuation.json").read_text())
+    assert info["start"] == "resumed from the capped run's own checkpoint" and continued["resumed_from_epoch"] == CAP
+    assert info["first_epochs"] == {"epochs": CAP, "curves": ["val_mean", "train_loss"], "precision": "exact",
+                                    "identical": True, "first_difference": None}
+    assert info["original"]["epochs"] == CAP and info["safety_cap"] == SAFETY and info["result"]["stopped_early"]
+    assert (root / CHECKPOINT / "last.pt").read_bytes() == own_checkpoint  # the capped run's stays its own
+    # continued once: a second call trains nothing
+    before = (root / CONTINUED / "metrics.json").read_bytes()
+    capsys.readouterr()
+    assert continue_runs.main(["run", "--runs", "real-*", "--safety-cap", str(SAFETY), "--params", params]) == 0
+    assert (root / CONTINUED / "metrics.json").read_bytes() == before and "first_epochs" not in capsys.readouterr().out
+
+
+def _record(root: Path, folder: Path) -> Path:
+    """A one-arm record of the tiny project's run (its metrics and curves rows, as an attribution record holds
+    them, the run folder relative to the group's runs folder)."""
+    conf = SyntheticConfig("tiny", ("count",), 0.6, (3, 3, 3))
+    rows = run_rows(root / RUN, conf, "tiny", "tiny", 0)
+    assert rows is not None
+    folder.mkdir()
+    pd.DataFrame([{"arm": "A", "run": "tiny/tiny/seed0", **r} for r in rows[0]]).to_csv(
+        folder / "metrics.csv", index=False, float_format="%.6g")
+    pd.DataFrame([{"arm": "A", **r} for r in rows[1]]).to_csv(folder / "curves.csv", index=False, float_format="%.6g")
+    return folder
+
+
+def test_a_records_capped_run_without_its_checkpoint_is_trained_again_and_taken_in_its_place(
+        tiny: Path, tmp_path: Path) -> None:
+    uncapped = _project(tmp_path / "uncapped", tiny, SAFETY).parent
+    root = _project(tmp_path / "capped", tiny, CAP).parent
+    record = _record(root, tmp_path / "record")
+    shutil.rmtree(root / CHECKPOINT)  # a later session: the checkpoints stayed on another machine
+    metrics, curves = pd.read_csv(record / "metrics.csv"), pd.read_csv(record / "curves.csv")
+    assert at_cap(metrics) == ["tiny/tiny/seed0"]
+    assert continue_runs.main(["run", "--record", str(record), "--safety-cap", str(SAFETY), "--params",
+                               str(root / "params.yaml")]) == 0
+    info = json.loads((root / CONTINUED / "continuation.json").read_text())
+    assert info["start"] == "trained from scratch (no usable checkpoint of the capped run)"
+    assert info["first_epochs"]["precision"] == "6 significant digits" and info["first_epochs"]["identical"]
+    assert _curves(root / CONTINUED) == _curves(uncapped / RUN)
+    # the record takes the continuation in place of the capped run, and says so
+    merged, merged_curves, lines = continued_rows(metrics, curves, root / "results/study/continued")
+    free = json.loads((uncapped / RUN / "metrics.json").read_text())
+    assert set(merged["epochs"]) == {free["epochs"]} and at_cap(merged) == []
+    assert len(merged_curves) == free["epochs"] and len(merged) == len(metrics)
+    assert lines[0].startswith("- Continued past their epoch cap, until early stopping or the safety cap ended them "
+                               "(1 run(s)")
+    assert f"{CAP} of {CAP} epochs" in lines[1] and "trained from scratch" in lines[1]
+    assert f"ended by early stopping after {free['epochs']} epochs" in lines[1]
+    # a continuation whose first epochs are not the capped run's is another run: refused
+    info["first_epochs"] |= {"identical": False, "first_difference": {"epoch": 2}}
+    (root / CONTINUED / "continuation.json").write_text(json.dumps(info))
+    with pytest.raises(StudyError, match="another run, not its continuation"):
+        continued_rows(metrics, curves, root / "results/study/continued")
+    info["first_epochs"]["identical"] = True
+    info["original"]["epochs"] = CAP + 1
+    (root / CONTINUED / "continuation.json").write_text(json.dumps(info))
+    with pytest.raises(StudyError, match="continues a run of 4 epochs"):
+        continued_rows(metrics, curves, root / "results/study/continued")
