@@ -22,7 +22,7 @@ as that class documents) instead of ``forward``.
 Adding a model: a class with this constructor, its entry in the registry (multitab.registry.REGISTRY),
 its hyperparameter files (hparams/<selection>/<dataset>/<model>.yaml, multitab.hparams), and, for any submodule that holds
 parameters directly (not through nn.Linear / nn.LayerNorm / nn.Embedding ... children), a method
-``flops(inputs, output) -> MACs`` so that ``multitab.evaluation.paper.complexity`` can count it (it raises
+``flops(inputs, output) -> MACs`` so that ``multitab.models.counting`` can count it (it raises
 otherwise). Reusable pieces: tokenizer.FeatureTokenizer / TaskTokens, blocks.TaskHeads (batched
 per-task MLP heads), blocks.FeedForward, blocks.TransformerLayer, blocks.SelfAttention.
 

@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
+from multitab.evaluation.bench.claim import CLAIM_FILE, read_claim
 from multitab.evaluation.bench.layers import arm_layers, figure_answer, layer_figures
 from multitab.evaluation.bench.numbers import (
     CURVES_COLUMNS,
@@ -201,11 +202,13 @@ def paragraph(table: pd.DataFrame, settings: StudySettings, names: Mapping[str, 
 
 def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequence[str],
                    names: Mapping[str, str] | None = None) -> str:
-    lines = ["## MultiTab-Bench attribution: which choice decides the paper's claim", "", *header,
+    model = settings.label(settings.model)
+    claim = "the paper's claim" if settings.model == StudySettings.model else f"the claim on {model}"
+    lines = [f"## MultiTab-Bench attribution: which choice decides {claim}", "", *header,
              "Arms in order, each changing one factor from the arm before (`Changes`); `Whose`: whose setup the "
              "arm's last change belongs to (the first arm: the authors' code exactly). Verdict per arm: "
-             "three-valued at α (docs/study.md). Gap: MultiTab-Net's mean Δm minus the best rival's, ± the SE of "
-             "that difference; `not above`: where MultiTab-Net is significantly above some rivals only, the "
+             f"three-valued at α (docs/study.md). Gap: {model}'s mean Δm minus the best rival's, ± the SE of "
+             f"that difference; `not above`: where {model} is significantly above some rivals only, the "
              "others, with their one-sided Welch p; `Not converged`: runs of the compared models flagged by the "
              "convergence rule.", "",
              "### In plain words", "", paragraph(table, settings, names), "",
@@ -240,6 +243,7 @@ def regenerate(folder: str | Path, settings: StudySettings | None = None) -> lis
     """Re-write a record folder's ladder, figure and section from its metrics.csv, curves.csv and arms.csv
     (its header.md, when present, heads section.md)."""
     folder = Path(folder)
+    settings = read_claim(folder, settings)  # the model it tested and the labels, when the record keeps them
     metrics = read_metrics_csv(folder / "metrics.csv")
     if "arm" not in metrics.columns:
         raise StudyError(f"{folder / 'metrics.csv'}: no `arm` column; an attribution record's metrics have one")
@@ -298,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # everything is read and checked before anything is written
             reused = reused_record(a.source, a.target, a.reuse, a.configs) if a.reuse else None
             copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
+            if (a.source / CLAIM_FILE).is_file():  # the claim it tested (bench/claim.py)
+                copy_into_record(a.source, a.target, (CLAIM_FILE,), "make attribution")
             if reused is not None:  # the merged rows, not the report's copy
                 metrics, curves, extra = reused
                 write_csv(metrics, a.target / "metrics.csv")
