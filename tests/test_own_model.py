@@ -264,3 +264,22 @@ def test_the_estimator_takes_an_import_path() -> None:
     assert est.hparams_["file"] == "own_model.nets:TwoExpertMMoE (constructor defaults)"
     with pytest.raises(ValueError, match="model.d_embedding: missing"):
         MultiTaskEstimator("own_model.nets:TwoExpertMMoE", max_epochs=1).fit(frame, targets)
+
+
+def test_the_committed_toy_record_names_the_example_as_the_model_under_test() -> None:
+    """results/study/own_model_toy_1cfg_3seeds: the attribution ladder with the example as its claim's model (1
+    configuration x 3 seeds, toy scale); test_bench_study.py regenerates it byte for byte from its CSVs and claim."""
+    record = ROOT / "results" / "study" / "own_model_toy_1cfg_3seeds"
+    claim = json.loads((record / "claim.json").read_text())
+    assert claim["model"] == "two_expert" and claim["labels"]["two_expert"] == "Two-expert MMoE (user)"
+    ladder = pd.read_csv(record / "ladder.csv")
+    assert sorted(set(ladder.config)) == ["p06_pd3_t3"] and len(ladder) == 2
+    assert set(ladder.verdict) <= {"holds", "does not hold", "inconclusive"}
+    metrics = pd.read_csv(record / "metrics.csv")
+    assert sorted(metrics.seed.unique()) == [0, 1, 2] and "two_expert" in set(metrics.model)
+    section = (record / "section.md").read_text()
+    assert "## MultiTab-Bench attribution: which choice decides the claim on Two-expert MMoE (user)" in section
+    assert "(Two-expert MMoE (user) significantly above every rival at α 0.05)" in section
+    assert "| Arm | Whose | Changes | Two-expert MMoE (user) Δm |" in (record / "ladder.md").read_text()
+    header = (record / "header.md").read_text()
+    assert "- Commit: `" in header and " CPUs, Linux." in header and "wall time" in header
