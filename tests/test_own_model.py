@@ -64,6 +64,19 @@ def test_check_refuses_a_broken_model_in_one_line(cls: str, says: str, tmp_path:
     assert err.count("\n") == 1 and err.startswith(f"broken_nets.nets:{cls}: {says}"), err
 
 
+def test_a_model_that_trains_itself_is_checked_by_fit_and_predict_and_epochs_must_say_which() -> None:
+    from broken_nets.nets import Fine, SelfTrained
+
+    from multitab.models.contract import check_class
+
+    failures, facts = check_class(SelfTrained, {"shrink": 0.5}, epochs=False)
+    assert failures == [] and not facts["torch"] and facts["params"] is None
+    assert check_class(Fine, {"width": 4}, quick=True, epochs=False)[0] == [
+        "epochs: declared false, but Fine is a torch module, which the pipeline trains in epochs: declare "
+        "`epochs: true`"]
+    assert check_class(SelfTrained, {"shrink": 0.5}, epochs=True)[0][0].startswith("epochs: declared true, but ")
+
+
 def test_the_command_line_exits_3_with_one_line_and_no_traceback(own_packages: Path, tmp_path: Path) -> None:
     (tmp_path / "h.yaml").write_text(f"model: {{{HPARAMS_FILE}}}\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(own_packages), str(ROOT / "src")])}
