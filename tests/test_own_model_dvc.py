@@ -106,6 +106,7 @@ def small_project(root: Path) -> None:
     for folder in ("stages", "src/multitab", "hparams", "gx", "local"):  # local/: the paper datasets' (empty) folders
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__", "uncommitted"))
     shutil.copy(ROOT / "icl.lock", root / "icl.lock")
+    shutil.copy(ROOT / ".gitignore", root / ".gitignore")  # the stages' outputs stay out of git, as in the repository
     shutil.copytree(EXAMPLE, root / "examples" / "own_model", ignore=shutil.ignore_patterns("__pycache__"))
     p = yaml.safe_load((ROOT / "params.yaml").read_text())
     for section in ("study", "attribution"):

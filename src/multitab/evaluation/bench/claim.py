@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from multitab.evaluation.bench.numbers import StudyError, StudySettings
+from multitab.files.io import write_text
 
 CLAIM_FILE = "claim.json"
 
@@ -21,7 +22,7 @@ def write_claim(settings: StudySettings, folder: str | Path) -> Path:
             "baseline": settings.baseline, "labels": {m: settings.label(m) for m in models}}
     path = Path(folder) / CLAIM_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")  # atomic: whole or the one before
     return path
 
 
