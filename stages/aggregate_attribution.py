@@ -21,6 +21,7 @@ from multitab.config import Params, load_params
 from multitab.config.aggregate import synthetic_configs
 from multitab.config.attribution import arm_runs
 from multitab.evaluation.bench.attribution import collect_arms, write_attribution
+from multitab.evaluation.bench.claim import write_claim
 from multitab.evaluation.bench.numbers import ARMS_COLUMNS, StudySettings
 from multitab.evaluation.bench.study import write_csv, write_text
 from multitab.runs.profiles import group_train, profiled
@@ -53,6 +54,7 @@ def aggregate_attribution(a: argparse.Namespace) -> None:
     write_csv(metrics, out / "metrics.csv")
     write_csv(curves, out / "curves.csv")
     write_csv(arms_frame(params), out / "arms.csv")
+    write_claim(settings, out)  # the model under test and the labels, for the record (bench/claim.py)
     n_samples = profiled(params, "attribution").bench.data.n_samples
     header = [f"Scale: {n_samples:,} samples per configuration, seeds {list(group.seeds)}, "
               f"models {list(group.models)}, "

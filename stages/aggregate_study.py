@@ -20,6 +20,7 @@ from multitab.config import Params, load_params
 from multitab.config.aggregate import SyntheticConfig, synthetic_configs
 from multitab.config.attribution import study_runs, study_settings
 from multitab.evaluation.bench.attribution import collect_arms
+from multitab.evaluation.bench.claim import write_claim
 from multitab.evaluation.bench.numbers import StudySettings, collect
 from multitab.evaluation.bench.study import write_csv, write_study, write_text
 from multitab.runs.profiles import group_train, profiled
@@ -76,6 +77,7 @@ def aggregate_study(a: argparse.Namespace) -> None:
     out = Path(a.out)
     write_csv(metrics, out / "metrics.csv")
     write_csv(curves, out / "curves.csv")
+    write_claim(settings, out)  # the model under test and the labels, for the record (bench/claim.py)
     n_samples = profiled(params, "study").bench.data.n_samples
     header = [f"Scale: {n_samples:,} samples per configuration ({data_settings(params)}), seeds {list(group.seeds)}, "
               f"training settings `runs.{study.group}.train` {group.train} over `train` "

@@ -1,5 +1,6 @@
-"""complexity: parameters and forward FLOPs per sample of every registered model on every dataset
-(params: complexity, protocol, datasets). Schemas come from the processed datasets' meta.json files (cardinalities with
+"""complexity: parameters and forward FLOPs per sample of every registered model, and of every model params.yaml
+declares (`models:`, with its declaration's hyperparameters), on every dataset (params: complexity, protocol,
+datasets, models). Schemas come from the processed datasets' meta.json files (cardinalities with
 the reserved index, i.e. the models as trained), not from the schema registry.
 Writes <out>.csv and <out>.md (FLOPs = 2 x MACs, ptflops-style, see multitab.evaluation.paper.complexity)."""
 
@@ -15,10 +16,11 @@ from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.evaluation.paper.complexity import complexity_rows
 from multitab.evaluation.tables import Cell, Table, Value
 from multitab.files.io import atomic_path, write_csv
-from multitab.hparams import Hparams, apply_protocol, load, protocol_overlay, selection_file
+from multitab.hparams import Hparams, apply_protocol, declared, load, protocol_overlay, selection_file
 from multitab.hparams.recipe import recipe
 from multitab.models import MODELS, build_model
 from multitab.protocol import DEFAULT
+from multitab.registry import is_user_model, user_models
 from stages._common import parser, run
 
 _DECIMALS = {"params": 0, "flops": 0, "params_millions": 3, "flops_millions": 3, "paper_params_millions": 2,
@@ -37,7 +39,10 @@ def complexity_table(df: pd.DataFrame, standin: list[str], note: str) -> Table:
 
 def _hparams(schema: DatasetSchema, model: str, protocol: str, root: Path) -> Hparams:
     """The authors' file of `model` on the dataset with `protocol`'s overlay; for a dataset they did not tune (one
-    declared in params.yaml), the model's recipe for its number of features, as its runs train it."""
+    declared in params.yaml), the model's recipe for its number of features, as its runs train it; a user's model's
+    own (its declaration's file or inline values) on every dataset."""
+    if is_user_model(model):
+        return apply_protocol(declared(model, root), model, protocol_overlay(root, protocol))
     if (root / selection_file("authors", schema.name, model)).is_file():
         return load(schema.name, model, protocol=protocol, root=root)
     return apply_protocol(recipe(model, len(schema.features), root=root)[0], model, protocol_overlay(root, protocol))
@@ -57,7 +62,8 @@ def write_tables(meta_paths: list[Path], out: Path, cfg: ComplexityConfig, proto
         schema = schema_from_meta(meta)
         schemas[schema.name] = schema
         standin[schema.name] = bool(meta.get("standin", False))
-    models = {name: (lambda s, n=name: build_model(n, s, _hparams(s, n, protocol, root).model)) for name in MODELS}
+    models = {name: (lambda s, n=name: build_model(n, s, _hparams(s, n, protocol, root).model))
+              for name in [*MODELS, *user_models()]}
     df = pd.DataFrame(complexity_rows(schemas, models, batch_size=cfg.batch_size, standin=standin))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(out.with_suffix(".csv"), df)

@@ -62,8 +62,9 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
     """A registered model trained on a multitask table (module docstring).
 
     Parameters: `model` (a registry name: multitab_net, mmoe, ple, stem, stl_mlp, mtl_shared_bottom,
-    tab_transformer, ft_transformer, saint, maya, xgboost); `hparams` (a hyperparameter file's path; None: the
-    recipe); `model_params` (constructor keywords laid over them); `protocol` (the overlay of
+    tab_transformer, ft_transformer, saint, maya, xgboost; or your own class, `package.module:Class`: its
+    hyperparameters multitab.hparams.keywords.own_class_hparams); `hparams` (a hyperparameter file's path; None:
+    the recipe); `model_params` (constructor keywords laid over them); `protocol` (the overlay of
     hparams/protocol/<protocol>.yaml); `max_epochs`, `lr`, `batch_size` (None: the file's / recipe's);
     `patience` (epochs without improvement on the validation rows); `validation_fraction`, `random_state`
     (the validation rows and the training seed); `task_types` ({task: binary | multiclass | regression}, None:
@@ -79,7 +80,7 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
     # What each argument may be, checked when `fit` starts (scikit-learn's parameter validation): a value out of
     # range is refused naming the argument and its range, before anything trains.
     _parameter_constraints: dict[str, list[Any]] = {
-        "model": [StrOptions(set(MODEL_NAMES))],
+        "model": [str],  # a registered model, or `package.module:Class` (checked when the hyperparameters resolve)
         "hparams": [str, os.PathLike, None],
         "model_params": [Mapping, None],
         "protocol": [StrOptions(set(PROTOCOLS))],
@@ -128,11 +129,19 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         """The hyperparameters (the file or the recipe, the protocol's overlay, `model_params`, `lr`,
         `max_epochs`) and the batch size."""
         from multitab.hparams import Hparams, apply_protocol, protocol_overlay, read, tuples
-        from multitab.hparams.keywords import problems
+        from multitab.hparams.keywords import own_class_hparams, problems
         from multitab.hparams.recipe import project_root, recipe
+        from multitab.registry import REGISTRY
+
+        own = ":" in self.model  # a class of the user's own package, `package.module:Class`
+        if self.model not in REGISTRY and not own:
+            raise ValueError(f"model={self.model!r} is not a registered model; the registry: {list(REGISTRY)} (or a "
+                             "class of your own, as `package.module:Class`)")
         root = project_root()
         batch_size: int | None = None
-        if self.hparams is None:
+        if self.hparams is None and own:
+            h = own_class_hparams(self.model)
+        elif self.hparams is None:
             h, batch_size = recipe(self.model, n_features, root=root)
         else:
             h = read(Path(self.hparams))

@@ -13,6 +13,11 @@ colour.
 The dataset registry: the names of the datasets with a schema (multitab.datasets.schema.SCHEMAS, in its
 order), here so that the config package, below the datasets package, can check params.yaml against them. A task's
 name in a file name: `file_key` (a declared dataset's tasks are its file's column names).
+
+A user's model: params.yaml's `models:` declares a model of the user's own package by import path
+(multitab.config.models); loading params.yaml enters each as an entry here (`declare`), after the registry's own,
+labelled as the user's (`USER_MARK`), so that it goes wherever a model of the registry goes (the run matrix, the
+tables, the complexity table, the study). The entries of one params file replace those of the one loaded before.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ class ModelEntry:
     # that is no torch module (XGBoost: its own test file)
     tiny: Mapping[str, Any] | None = field(default=None, compare=False)
     epochs: bool = True  # trains in epochs (a learning curve); False: boosting rounds
+    # a user's model (params.yaml `models:`): its hyperparameters, a file's path (relative to the project) or the
+    # inline mapping {model: ..., optim: ...}, and its key in params.yaml (`models.<name>`)
+    user: bool = field(default=False, compare=False)
+    hparams: str | Mapping[str, Any] | None = field(default=None, compare=False)
+    where: str = field(default="", compare=False)
 
 
 _TRANSFORMER = {"d_embedding": 8, "n_blocks": 1, "n_heads": 2, "ffn_d_hidden": 16, "head_d_hidden": (16,)}
@@ -57,6 +67,31 @@ PAPER_ROWS = ("STL", "MTL", "MMoE", "PLE", "TabT", "FT-T", "SAINT", "XGB", "STEM
 
 MODEL_CLASSES: dict[str, str] = {name: entry.cls for name, entry in REGISTRY.items()}
 MODEL_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+USER_MARK = " (user)"  # after a user's model's label in the tables and figures
+
+
+def declare(entries: Mapping[str, ModelEntry]) -> None:
+    """Make `entries` (name -> a user's model, `user=True`) the user's models of the registry, in their order after
+    the registry's own, in place of those declared before (params.yaml's `models:`, multitab.config)."""
+    clash = sorted(n for n in entries if n in REGISTRY and not REGISTRY[n].user)
+    if clash:
+        raise ValueError(f"{clash}: a model of the registry has that name")
+    for name in [n for n, e in REGISTRY.items() if e.user]:
+        del REGISTRY[name]
+    REGISTRY.update(entries)
+
+
+def user_models() -> dict[str, ModelEntry]:
+    """The user's models declared now (name -> entry), in their order."""
+    return {name: entry for name, entry in REGISTRY.items() if entry.user}
+
+
+def is_user_model(model: str) -> bool:
+    """Whether a run name's model (`<model>` or `<model>@<variant>`) is a user's model declared now."""
+    entry = REGISTRY.get(model.partition("@")[0])
+    return entry is not None and entry.user
 
 
 def table_order(names: Mapping[str, ModelEntry] | None = None) -> tuple[str, ...]:

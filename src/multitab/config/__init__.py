@@ -4,7 +4,8 @@
     params.train.batch_size, params.datasets["higgs"].split, params.validation.raw.range_margin, ...
 
 One dataclass per section (`datasets`, `validation`, `bench`, `study`, `train`, `runs`, `complexity`,
-`aggregate`, `orchestration`; the top-level `protocol`), in this package's modules. Unknown keys, missing
+`aggregate`, `orchestration`; the top-level `protocol`; `models`, a user's own models, which loading enters into
+the model registry: multitab.config.models), in this package's modules. Unknown keys, missing
 keys and wrong types fail at load with the file and the key path (`params.yaml: train.patinece: unknown
 key; known: [...]`). A section a project leaves out (the tests' small DVC projects hold only
 `orchestration`) fails only when it is asked for. Run profiles (`bench`, `study`) are a function of this
@@ -25,6 +26,7 @@ from multitab.config.aggregate import AggregateConfig
 from multitab.config.bench import AttributionConfig, BenchConfig, BenchDataConfig, StudyConfig
 from multitab.config.data import DatasetConfig
 from multitab.config.icl import IclConfig
+from multitab.config.models import ModelDeclaration, build_models, entries
 from multitab.config.names import check_dataset_names, check_names
 from multitab.config.orchestration import OrchestrationConfig
 from multitab.config.runs import RunGroup
@@ -32,6 +34,7 @@ from multitab.config.train import TrainConfig
 from multitab.config.validation import ValidationConfig
 from multitab.files.yaml_data import load_yaml, short_repr, yaml_error_line
 from multitab.protocol import DEFAULT, PROTOCOLS, Protocol
+from multitab.registry import declare
 
 T = TypeVar("T")
 
@@ -131,6 +134,11 @@ class Params:
         """`icl`: the pretrained in-context baselines (multitab.config.icl)."""
         return self._get("icl", IclConfig)
 
+    @property
+    def models(self) -> dict[str, ModelDeclaration]:
+        """`models.<name>`: the user's own models (multitab.config.models); none when the section is left out."""
+        return self.sections.get("models", {})  # type: ignore[no-any-return]
+
     def replace(self, **sections: Any) -> Params:
         """A copy with some sections replaced (multitab.runs.profiles)."""
         return dataclasses.replace(self, sections={**self.sections, **sections})
@@ -166,7 +174,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
     """The typed root config of an already read params mapping."""
-    known = ["protocol", *_SECTIONS]
+    known = ["protocol", "models", *_SECTIONS]
     for key in raw:
         if key not in known:
             raise ConfigError(f"{source}: {key}: unknown key; known: {known}")
@@ -180,6 +188,9 @@ def parse_params(raw: dict[str, Any], source: str = "params.yaml") -> Params:
         check_dataset_names([n for n, e in raw["datasets"].items() if not (isinstance(e, dict) and "tasks" in e)],
                             source)
     sections: dict[str, Any] = {}
+    if "models" in raw:  # first: the run groups' checks know the user's models (a sweep group may name one)
+        sections["models"] = build_models(raw["models"], source)
+    declare(entries(sections.get("models", {}), source))  # in place of the models an earlier params file declared
     for name, cls in _SECTIONS.items():
         if name in raw:
             try:

@@ -4,7 +4,8 @@ per-model or per-dataset map (`train.optim: {stl_mpl: ...}`, `train.patience: {a
 `validation.policy`) or a list (`runs.<group>.data.datasets`, `icl.datasets`) would otherwise be ignored
 without a word, or fail later as a missing file; here it fails at load, naming the key and the names it could be.
 
-A name that goes into a DVC stage name (a run group, a dataset, a MultiTab-Bench configuration, a train variant)
+A name that goes into a DVC stage name (a run group, a dataset, a MultiTab-Bench configuration, a train variant, a
+user's model)
 is letters, digits and `_` (STAGE_NAME_PART): DVC refuses other punctuation in a stage name (and `@` separates a
 foreach stage from its key), `.` makes a params path of `runs.<group>.train`, `-` joins a run key's parts
 (`<group>-<dataset>-<model>-<seed>`, multitab.runs: a `-` in a name would let two runs spell one key), `+` spells
@@ -52,6 +53,7 @@ def _unsafe(source: str, key: str, names: Iterable[str]) -> None:
 def check_stage_names(sections: dict[str, Any], source: str) -> None:
     """Raise ConfigError at the first name that goes into a stage name and cannot (STAGE_NAME_PART)."""
     _unsafe(source, "datasets", sections.get("datasets", {}))
+    _unsafe(source, "models", sections.get("models", {}))
     if "bench" in sections:
         _unsafe(source, "bench.configs", sections["bench"].configs)
     if "train" in sections:

@@ -27,6 +27,7 @@ from typing import Any
 
 from multitab.config._build import ValueProblem, bounded, optional
 from multitab.files.yaml_data import short_repr
+from multitab.registry import is_user_model
 
 # Where each kind of data lives: (processed folder, validation verdict) per name.
 DATA_KINDS: dict[str, tuple[str, str]] = {
@@ -100,7 +101,8 @@ class RunGroup:
             empty = [a for a, values in self.grid.items() if not values]
             if empty:
                 raise ValueProblem(f"grid.{empty[0]}: expected a non-empty list")
-            wrong = [m for m in self.models if m not in FAMILY_MODELS[self.sweep]]
+            # a user's model may be swept in any family whose axes are keywords it takes (checked at expansion)
+            wrong = [m for m in self.models if m not in FAMILY_MODELS[self.sweep] and not is_user_model(m)]
             if wrong:
                 raise ValueProblem(f"models: {wrong} cannot be swept in family {self.sweep}; "
                                   f"it sweeps {list(FAMILY_MODELS[self.sweep])}")

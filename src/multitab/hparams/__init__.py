@@ -38,6 +38,7 @@ from typing import Any
 from multitab.config.train import TrainConfig
 from multitab.files.yaml_data import read_yaml_file, short_repr
 from multitab.protocol import DEFAULT, check_protocol
+from multitab.registry import REGISTRY
 
 HPARAMS = "hparams"  # the folder, relative to the project root (the folder of params.yaml)
 BENCH = "multitab_bench"  # the authors' selection's folder for every MultiTab-Bench configuration
@@ -141,7 +142,12 @@ def read(path: Path, shown: str | None = None) -> Hparams:
             f"{name}: hyperparameter file not found; write it (the keys of the model's constructor under `model:`, "
             f"the optimiser under `optim:`; docs/extending.md), or regenerate the authors' with "
             f"`python -m multitab.hparams.authors`")
-    data = read_yaml_file(path)
+    return parse(read_yaml_file(path), name)
+
+
+def parse(data: Any, name: str) -> Hparams:
+    """The hyperparameters of a file's content (or of a user's model's inline `hparams:`), checked as `read` checks
+    a file; `name` names them in errors."""
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise HparamsError(f"{name}: expected a mapping with `model:` (constructor keywords) and `optim:`")
     extra = sorted(set(data) - set(_FILE_KEYS))
@@ -165,6 +171,16 @@ def read(path: Path, shown: str | None = None) -> Hparams:
     about = data.get("source")
     return Hparams(model=tuples(data["model"]), optim=optim, file=name,
                    about=about if isinstance(about, dict) else {})
+
+
+def declared(model: str, root: Path) -> Hparams:
+    """The hyperparameters of a user's model (params.yaml `models.<name>.hparams`, multitab.registry): its file under
+    the project `root`, or the inline mapping."""
+    entry = REGISTRY[model.partition("@")[0]]
+    if isinstance(entry.hparams, str):
+        return read(root / entry.hparams, entry.hparams)
+    # named alike whatever path params.yaml was read from: the name is part of every run's record (runs.yaml)
+    return parse(copy.deepcopy(dict(entry.hparams or {})), f"params.yaml: {entry.where}.hparams")
 
 
 def protocol_overlay(root: Path, protocol: str) -> dict[str, Any]:

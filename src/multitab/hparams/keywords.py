@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from multitab.files.yaml_data import short_repr
+from multitab.hparams import Hparams
 
 _WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -82,3 +83,23 @@ def problems(model: str, values: Mapping[str, Any], *, complete: bool = True) ->
     out += [(k, f"not a keyword of {model} (it takes {list(wanted)})") for k in values if k not in wanted]
     order = {k: i for i, k in enumerate(wanted)}
     return sorted(out, key=lambda p: order.get(p[0], len(order)))
+
+
+# A class of the user's own without a hyperparameter file: the paper's shared optimiser (hparams/recipe/*.yaml)
+OWN_CLASS_OPTIM = {"optimizer": "adam", "lr": 0.001, "weight_decay": 1e-05, "max_epochs": 100}
+
+
+def own_class_hparams(path: str) -> Hparams:
+    """The hyperparameters of `MultiTaskEstimator("package.module:Class")` without `hparams`: the constructor's
+    defaults (`model_params` gives or replaces keywords; one with neither is refused, naming it) and
+    OWN_CLASS_OPTIM for a torch module. Importing the class runs its package's code."""
+    import torch
+
+    from multitab.models import RUN_KEYWORDS, model_class
+
+    cls = model_class(path)  # multitab.models.ModelImportError (an ImportError) naming the path
+    skip = ("self", "schema", *(() if issubclass(cls, torch.nn.Module) else RUN_KEYWORDS))
+    given = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+             if k not in skip and p.default is not p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    optim = dict(OWN_CLASS_OPTIM) if issubclass(cls, torch.nn.Module) else None
+    return Hparams(given, optim, f"{path} (constructor defaults)", None)

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from multitab.files.yaml_data import read_yaml_file, short_repr
-from multitab.hparams import HPARAMS, OPTIM_KEYS, OPTIMIZERS, Hparams, HparamsError, read, tuples
+from multitab.hparams import HPARAMS, OPTIM_KEYS, OPTIMIZERS, Hparams, HparamsError, declared, read, tuples
 from multitab.hparams.keywords import problems
+from multitab.registry import is_user_model
 
 RECIPE = "recipe"  # the folder under hparams/, and the selection metrics.json records
 _KEYS = ("model", "optim", "batch_size", "shape", "source")
@@ -90,7 +91,11 @@ def is_recipe(file: str) -> bool:
 
 def read_run_file(root: Path, file: str, model: str, n_features: Callable[[], int]) -> Hparams:
     """The hyperparameters of a run's file: a recipe resolved for the run's data (`n_features()`: its number of
-    features; the pipeline's batch is train.batch_size), any other file as multitab.hparams.read reads it."""
+    features; the pipeline's batch is train.batch_size); a user's model's own (outside hparams/: its declaration's
+    file, or its package when they are inline in params.yaml; multitab.hparams.declared); any other file as
+    multitab.hparams.read reads it."""
+    if is_user_model(model) and not file.startswith(f"{HPARAMS}/"):
+        return declared(model, root)
     if is_recipe(file):
         return recipe(model.partition("@")[0], n_features(), root=root)[0]
     return read(root / file, file)

@@ -8,7 +8,10 @@ every one of them (no constructor default is used: the pipeline's come from one 
 multitab.hparams, checked complete when the run matrix is expanded; in a notebook,
 ``multitab.hparams.load(dataset, name).model`` gives the authors' selection under the default protocol).
 The registry is multitab.registry.REGISTRY: multitab_net, stl_mlp, mtl_shared_bottom, mmoe, ple, stem,
-tab_transformer, ft_transformer, saint, maya, xgboost.
+tab_transformer, ft_transformer, saint, maya, xgboost; and the user's models params.yaml declares (`models:`,
+multitab.config.models). Wherever a name is asked for, an import path `package.module:Class` names a class of the
+user's own package too (`model_class("own_model.nets:TwoExpertMMoE")`): importing it runs that package's code.
+`python -m multitab.models check package.module:Class` checks a class against the contract (multitab.models.contract).
 """
 
 from __future__ import annotations
@@ -22,9 +25,35 @@ from multitab.datasets.schema import DatasetSchema, schema_from_meta
 from multitab.registry import MODEL_CLASSES, REGISTRY
 
 
+class ModelImportError(ImportError):
+    """A model's class cannot be imported; the message names the import path and what to do."""
+
+
 def _import(path: str) -> type[Any]:
     module, _, name = path.partition(":")
     cls: type[Any] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def import_class(path: str) -> type[Any]:
+    """The class an import path `package.module:Class` names, imported (its package's code runs); ModelImportError
+    naming the path when the module is not on the Python path, fails to import, or has no such class."""
+    module, colon, name = path.partition(":")
+    if not colon or not module or not name:
+        raise ModelImportError(f"{path!r}: not an import path `package.module:Class`")
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (module + ".").startswith(e.name + "."):  # the module or a parent
+            raise ModelImportError(f"{path}: module {e.name!r} not found on the Python path; put the folder that "
+                                   "holds its package on PYTHONPATH (or pip install it)") from None
+        raise ModelImportError(f"{path}: importing {module} failed: {type(e).__name__}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the user's code failed while importing: say where, no traceback
+        raise ModelImportError(f"{path}: importing {module} failed: {type(e).__name__}: {e}") from None
+    cls = getattr(found, name, None)
+    if not isinstance(cls, type):
+        what = "has no" if cls is None else f"holds a {type(cls).__name__}, not a"
+        raise ModelImportError(f"{path}: module {module} ({getattr(found, '__file__', '?')}) {what} class {name!r}")
     return cls
 
 
@@ -63,11 +92,13 @@ def file_keywords(name: str) -> list[str]:
 
 def model_class(name: str) -> type[Any]:
     """The class of a registered model: `MODELS`'s, or the registry entry's (one added since this module was
-    imported)."""
+    imported: a user's model, imported on first use); of an import path `package.module:Class`, that class."""
     if name in MODELS:
         return MODELS[name]
     if name in REGISTRY:
-        return _import(REGISTRY[name].cls)
+        return import_class(REGISTRY[name].cls)
+    if ":" in name:
+        return import_class(name)
     raise KeyError(f"unknown model {name!r}; registered: {sorted({*MODELS, *REGISTRY})}")
 
 

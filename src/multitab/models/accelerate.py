@@ -11,7 +11,7 @@ CPU bf16 autocast (train.precision bf16, opt-in) the feed-forward runs the refer
 attention over feature tokens runs in float32 through the kernel (faster than bf16 flash attention with
 tiny heads; benchmarks/model_throughput.py --bench-shapes); float32 training is unaffected.
 
-Training calls it when the device is the CPU (training/loop.py); FLOP counting (evaluation/paper/complexity.py)
+Training calls it when the device is the CPU (training/loop.py); FLOP counting (models/counting.py)
 does not, so its per-module hooks see every Linear layer called.
 """
 

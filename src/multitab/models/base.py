@@ -20,10 +20,13 @@ Non-torch models (XGBoost) expose ``fit(x_num, x_cat, targets, x_num_val=..., ..
 ``predict(x_num, x_cat) -> dict[str, numpy array]`` (same shapes as above, probabilities or logits
 as that class documents) instead of ``forward``.
 
-Adding a model: a class with this constructor, its entry in the registry (multitab.registry.REGISTRY),
-its hyperparameter files (hparams/<selection>/<dataset>/<model>.yaml, multitab.hparams), and, for any submodule
-that holds parameters directly (not through nn.Linear / nn.LayerNorm / nn.Embedding ... children), a method
-``flops(inputs, output) -> MACs`` so that ``multitab.evaluation.paper.complexity`` can count it (it raises
+A model of your own package keeps the same contract and is declared in params.yaml (`models:`, by import path;
+docs/extending.md): `python -m multitab.models check package.module:Class` checks it (multitab.models.contract).
+Adding a model to this package: a class with this constructor, its entry in the registry
+(multitab.registry.REGISTRY), its hyperparameter files (hparams/<selection>/<dataset>/<model>.yaml,
+multitab.hparams), and, for any submodule that holds parameters directly (not through nn.Linear / nn.LayerNorm /
+nn.Embedding ... children), a method ``flops(inputs, output) -> MACs`` so that ``multitab.models.counting`` can count
+it (it raises
 otherwise). Reusable pieces: tokenizer.FeatureTokenizer / TaskTokens, blocks.TaskHeads (batched
 per-task MLP heads), blocks.FeedForward, blocks.TransformerLayer, blocks.SelfAttention.
 

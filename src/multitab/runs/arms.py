@@ -9,12 +9,13 @@ Such a run is keyed `<group>-<data>-<model>-<point>-<seed>` by the settings it t
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from multitab.config import Params
 from multitab.config.attribution import arm_runs, study_runs
 from multitab.config.runs import DATA_KINDS
-from multitab.runs.locate import hparams_file
+from multitab.runs.locate import hparams_file, model_code
 from multitab.runs.profiles import group_train
 from multitab.runs.types import Run, point_id
 
@@ -42,6 +43,7 @@ def point_runs(params: Params, name: str, kind: str, members: Iterable[tuple[str
     """The runs of group `name` from `members` (config, model, seed, data name, point: an arm's settings), their
     data of kind `kind` (DATA_KINDS) and each its configuration's hyperparameter file of `selection`."""
     group = params.runs[name]
+    root = Path(params.source).parent
     data_pattern, verdict_pattern = DATA_KINDS[kind]
     runs = []
     for config, model, seed, data, point in members:
@@ -49,5 +51,6 @@ def point_runs(params: Params, name: str, kind: str, members: Iterable[tuple[str
         runs.append(Run(group=name, dataset=data, model=model, seed=seed, point=point,
                         data=data_pattern.format(data), verdict=verdict_pattern.format(data),
                         out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
-                        opt_in=group.opt_in, hparams_file=hparams_file(selection, "study", config, model)))
+                        opt_in=group.opt_in, hparams_file=hparams_file(selection, "study", config, model, root),
+                        model_code=model_code(params, model)))
     return runs

@@ -13,6 +13,9 @@ Each refusal is one ConfigError line naming the run, the file or the params key,
   `optim:` exactly when the model has an optimiser; the keywords a run trains with (file and overlays) again.
   A swept file (hparams/swept/) is written by the sweep_select stage after this, from a checked authors' file
   and a grid point: it is not read here.
+- A user's model (params.yaml `models:`): its class imports (its package's code runs), its hyperparameters are
+  complete and typed, and it keeps the model contract on a small schema (multitab.models.contract, quick: no
+  overfitting or determinism run; `python -m multitab.models check <name>` runs every check).
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from typing import Any
 
 from multitab.config import ConfigError, Params
 from multitab.files.yaml_data import short_repr
-from multitab.hparams import HPARAMS, POINT_KEYS, Hparams, protocol_overlay, resolve
+from multitab.hparams import HPARAMS, POINT_KEYS, Hparams, declared, protocol_overlay, resolve
 from multitab.hparams.keywords import expected, fits, keyword_types, problems
 from multitab.hparams.recipe import is_recipe, n_features, read_run_file
+from multitab.registry import user_models
 from multitab.runs.expand import expand, stacked
 from multitab.runs.profiles import group_train, run_train
+from multitab.runs.resolve import read_key
 from multitab.runs.types import Run, Stack
 
 STAGE_KEY = re.compile(r"[A-Za-z0-9_+-]+")
@@ -49,6 +54,7 @@ def check(params: Params, groups: Sequence[str], root: Path) -> None:
 
 
 def _check(params: Params, groups: Sequence[str], root: Path) -> None:
+    _check_user_models(params, root)
     alone, stacks = stacked(params, expand(params, groups))
     _check_keys(params, [*alone.values(), *stacks.values()])
     _check_size(params, len(alone) + len(stacks))
@@ -155,9 +161,7 @@ def _check_point_value(params: Params, where: str, axis: str, model: str, value:
 
 def _check_files(params: Params, runs: Iterable[Run], root: Path) -> None:
     """Each run's file, then what it trains with; once per group, dataset, model and point (not per seed)."""
-    import torch
 
-    from multitab.models import model_class
 
     files: dict[str, Hparams] = {}
     overlay = protocol_overlay(root, params.protocol)
@@ -170,16 +174,52 @@ def _check_files(params: Params, runs: Iterable[Run], root: Path) -> None:
         config, point = run_train(params, run.group, run.model, run.point)
         base, _ = config.resolve(run.model)
         file, tail = run.hparams_file, f"(run {run.key} reads it; docs/extending.md, \"A model\")"
-        if file not in files or is_recipe(file):
+        key = read_key(file, run)
+        if key not in files or is_recipe(file):
             try:
-                files[file] = read_run_file(root, file, run.model, functools.partial(n_features, run.dataset, params))
+                files[key] = read_run_file(root, file, run.model, functools.partial(n_features, run.dataset, params))
             except (OSError, ValueError) as e:
                 raise ConfigError(f"{e} {tail}") from None
-            _refuse(f"{file}: model", problems(base, files[file].model), tail)
-            if issubclass(model_class(base), torch.nn.Module) == (files[file].optim is None):
-                what = (f"missing: {base} trains with an optimiser (optimizer, lr, weight_decay, max_epochs)"
-                        if files[file].optim is None else f"given, but {base} trains itself: remove it")
-                raise ConfigError(f"{file}: optim: {what} {tail}")
-        h = resolve(files[file], overlay, model=run.model, dataset=run.dataset, point=point, config=config)
-        _refuse(f"{file} with its grid point, {HPARAMS}/protocol/{params.protocol}.yaml and {params.source} "
+            _refuse(f"{files[key].file}: model", problems(base, files[key].model), tail)
+            _check_optim(base, files[key], tail)
+        h = resolve(files[key], overlay, model=run.model, dataset=run.dataset, point=point, config=config)
+        _refuse(f"{files[key].file} with its grid point, {HPARAMS}/protocol/{params.protocol}.yaml and "
+                f"{params.source} "
                 f"runs.{run.group}'s train laid over it: model", problems(base, h.model), tail)
+
+
+def _check_optim(model: str, h: Hparams, tail: str = "") -> None:
+    """`optim:` given exactly when `model` is a torch module (one that trains itself has no optimiser)."""
+    import torch
+
+    from multitab.models import model_class
+
+    if issubclass(model_class(model), torch.nn.Module) == (h.optim is None):
+        what = (f"missing: {model} trains with an optimiser (optimizer, lr, weight_decay, max_epochs)"
+                if h.optim is None else f"given, but {model} trains itself: remove it")
+        raise ConfigError(f"{h.file}: optim: {what} {tail}".rstrip())
+
+
+def _check_user_models(params: Params, root: Path) -> None:
+    """Every model params.yaml declares (`models:`): it imports, its hyperparameters are complete and typed, and it
+    keeps the model contract (quick); the first failure is the error, naming the model's key."""
+    from multitab.models import ModelImportError, import_class
+    from multitab.models.contract import check_class
+
+    for name, entry in user_models().items():
+        where = f"{params.source}: models.{name}"
+        try:
+            cls = import_class(entry.cls)
+        except ModelImportError as e:
+            raise ConfigError(f"{where}.class: {e}") from None
+        try:
+            h = declared(name, root)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{where}.hparams: {e}") from None
+        _refuse(f"{h.file}: model", problems(name, h.model), f"({where})")
+        _check_optim(name, h, f"({where})")
+        failures, _ = check_class(cls, h.model, quick=True, epochs=entry.epochs)
+        if failures:
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            raise ConfigError(f"{where} ({entry.cls}) breaks the model contract: {failures[0]}{more}; `python -m "
+                              f"multitab.models check {name}` runs every check")

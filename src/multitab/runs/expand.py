@@ -13,7 +13,7 @@ from typing import Any
 from multitab.config import ConfigError, Params
 from multitab.config.runs import DATA_KINDS
 from multitab.runs.arms import settings_group_runs
-from multitab.runs.locate import data_names, grid_points, hparams_file
+from multitab.runs.locate import data_names, grid_points, hparams_file, model_code
 from multitab.runs.profiles import group_train
 from multitab.runs.types import Run, Stack, point_id
 
@@ -33,13 +33,14 @@ def stacked(params: Params, runs: Mapping[str, Run]) -> tuple[dict[str, Run], di
         r = members[0]
         parent = lambda path: path.rsplit("/", 1)[0]  # noqa: E731 - <...>/seed<S> -> <...>
         out[key] = Stack(r.group, r.dataset, r.model, r.point, tuple(m.seed for m in members), r.data, r.verdict,
-                         parent(r.out), parent(r.checkpoints), r.opt_in, r.hparams_file)
+                         parent(r.out), parent(r.checkpoints), r.opt_in, r.hparams_file, r.model_code)
     return alone, out
 
 
 def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run]:
     """key -> Run of every run of `groups` (default: every group), in params.yaml's order."""
     kinds = data_names(params)
+    root = Path(params.source).parent
     out: dict[str, Run] = {}
     for name, group in params.runs.items():
         if groups is not None and name not in groups:
@@ -60,7 +61,8 @@ def expand(params: Params, groups: Sequence[str] | None = None) -> dict[str, Run
             run = Run(group=name, dataset=dataset, model=model, seed=seed, point=point, data=data,
                       verdict=verdict, out=f"{group.out}/{folder}", checkpoints=f"{group.checkpoints}/{folder}",
                       opt_in=group.opt_in,
-                      hparams_file=hparams_file(selection, kind, dataset, model, Path(params.source).parent))
+                      hparams_file=hparams_file(selection, kind, dataset, model, root),
+                      model_code=model_code(params, model))
             if run.key in out:
                 raise ConfigError(f"{params.source}: runs.{name}: run {run.key} is declared twice")
             out[run.key] = run

@@ -33,6 +33,7 @@ from multitab.config.attribution import trains_arm
 from multitab.config.train import TrainConfig
 from multitab.hparams import HPARAMS, Hparams, protocol_overlay, read, resolve
 from multitab.hparams.recipe import is_recipe, n_features, read_run_file
+from multitab.registry import is_user_model
 from multitab.runs.locate import data_names
 from multitab.runs.profiles import plain, run_params, run_train
 from multitab.runs.record import RunConfig, TrainSettings
@@ -110,12 +111,22 @@ class Files:
         self._read: dict[str, Hparams] = {}
 
     def read(self, file: str, run: Any = None) -> Hparams:
-        """`file` read (a recipe: resolved for `run`'s dataset)."""
-        key = f"{file}@{run.dataset}" if run is not None and is_recipe(file) else file
+        """`file` read (a recipe: resolved for `run`'s dataset; a user's model's: its declaration's)."""
+        key = read_key(file, run)
         if key not in self._read:
             self._read[key] = (read_run_file(self.root, file, run.model, lambda: n_features(run.dataset, self.params))
                                if run is not None else read(self.root / file, file))
         return self._read[key]
+
+
+def read_key(file: str, run: Any) -> str:
+    """What a run's hyperparameters are read once per: its file; a recipe's per dataset; a user's model's per model
+    (two models of one package with their hyperparameters inline in params.yaml name the package as their file)."""
+    if run is not None and is_recipe(file):
+        return f"{file}@{run.dataset}"
+    if run is not None and is_user_model(run.model):
+        return f"{file}#{run.model.partition('@')[0]}"
+    return file
 
 
 def resolve_run(params: Params, run: Any, files: Files, sources: dict[str, str] | None = None) -> dict[str, Any]:

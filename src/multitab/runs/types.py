@@ -32,6 +32,9 @@ class Run:
     checkpoints: str
     opt_in: bool
     hparams_file: str  # its one hyperparameter file (multitab.hparams; hparams_file() chooses it)
+    # the model's source (a DVC dependency of its stage: a change re-trains it): a user's model's package folder (or
+    # module file), src/multitab/models for the registry's (multitab.runs.locate.model_code)
+    model_code: str
 
     @property
     def key(self) -> str:
@@ -59,6 +62,7 @@ class Stack:
     checkpoints: str  # likewise
     opt_in: bool
     hparams_file: str
+    model_code: str
 
     @property
     def key(self) -> str:
@@ -67,12 +71,13 @@ class Stack:
 
     def run_key(self, seed: int) -> str:
         return Run(self.group, self.dataset, self.model, seed, self.point, self.data, self.verdict, self.out,
-                   self.checkpoints, self.opt_in, self.hparams_file).key
+                   self.checkpoints, self.opt_in, self.hparams_file, self.model_code).key
 
     def members(self) -> list[Run]:
         """The runs it trains, one per seed, each writing <out>/seed<S> and <checkpoints>/seed<S>."""
         return [Run(self.group, self.dataset, self.model, seed, self.point, self.data, self.verdict,
-                    f"{self.out}/seed{seed}", f"{self.checkpoints}/seed{seed}", self.opt_in, self.hparams_file)
+                    f"{self.out}/seed{seed}", f"{self.checkpoints}/seed{seed}", self.opt_in, self.hparams_file,
+                    self.model_code)
                 for seed in self.seeds]
 
 

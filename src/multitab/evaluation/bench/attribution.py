@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.config.aggregate import SyntheticConfig
+from multitab.evaluation.bench.claim import CLAIM_FILE, read_claim
 from multitab.evaluation.bench.continued import at_cap
 from multitab.evaluation.bench.layers import arm_layers, figure_answer, layer_figures
 from multitab.evaluation.bench.numbers import (
@@ -227,11 +228,13 @@ def paragraph(table: pd.DataFrame, settings: StudySettings, names: Mapping[str, 
 def render_section(table: pd.DataFrame, settings: StudySettings, header: Sequence[str],
                    names: Mapping[str, str] | None = None, notes: Sequence[str] = ()) -> str:
     """section.md: `header`, the ladder's reading, `notes` (lines after it), the plain words and the ladder."""
-    lines = ["## MultiTab-Bench attribution: which choice decides the paper's claim", "", *header,
+    model = settings.label(settings.model)
+    claim = "the paper's claim" if settings.model == StudySettings.model else f"the claim on {model}"
+    lines = [f"## MultiTab-Bench attribution: which choice decides {claim}", "", *header,
              "Arms in order, each changing one factor from the arm before (`Changes`); `Whose`: whose setup the "
              "arm's last change belongs to (the first arm: the authors' code exactly). Verdict per arm: "
-             "three-valued at α (docs/study.md). Gap: MultiTab-Net's mean Δm minus the best rival's, ± the SE of "
-             "that difference; `not above`: where MultiTab-Net is significantly above some rivals only, the "
+             f"three-valued at α (docs/study.md). Gap: {model}'s mean Δm minus the best rival's, ± the SE of "
+             f"that difference; `not above`: where {model} is significantly above some rivals only, the "
              "others, with their one-sided p; `Not converged`: runs of the compared models flagged by the "
              f"convergence rule ({convergence_rule(settings)}; under the same arm).", "",
              *notes,
@@ -272,6 +275,7 @@ def regenerate(folder: str | Path, settings: StudySettings | None = None) -> lis
     """Re-write a record folder's ladder, figure and section from its metrics.csv and arms.csv (its header.md,
     when present, heads section.md; its curves.csv, the runs' learning curves, is kept as data)."""
     folder = Path(folder)
+    settings = read_claim(folder, settings)  # the model it tested and the labels, when the record keeps them
     metrics = read_metrics_csv(folder / "metrics.csv")
     if "arm" not in metrics.columns:
         raise StudyError(f"{folder / 'metrics.csv'}: no `arm` column; an attribution record's metrics have one")
@@ -299,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.command == "record":
             metrics, curves, header = assemble(a)  # everything read and checked before anything is written
             copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv", "arms.csv"), "make attribution")
+            if (a.source / CLAIM_FILE).is_file():  # the claim it tested (bench/claim.py)
+                copy_into_record(a.source, a.target, (CLAIM_FILE,), "make attribution")
             write_csv(metrics, a.target / "metrics.csv")
             write_csv(curves, a.target / "curves.csv")
             write_text("\n".join(header) + "\n", a.target / "header.md")

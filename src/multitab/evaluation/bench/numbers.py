@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +74,12 @@ class StudySettings:
     budget: Budget | None = None  # None: every verdict stands (a study's own report, a committed record)
     patience: int = 5  # early stopping's patience (params train.patience.default): the convergence rule
     val_drop: float = 3.0  # a run's validation mean more than this % below its siblings' median: flagged
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)  # a record's own (bench/claim.py)
 
     def label(self, model: str) -> str:
-        """A registered model's label (multitab.registry); any other name as it is."""
+        """A record's label of `model`, else a registered model's (multitab.registry); any other name as it is."""
+        if model in self.labels:
+            return self.labels[model]
         return REGISTRY[model].label if model in REGISTRY else model
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.evaluation import figures
+from multitab.evaluation.bench.claim import CLAIM_FILE, read_claim
 from multitab.evaluation.bench.generator import generator_line
 from multitab.evaluation.bench.numbers import (
     CURVES_COLUMNS,
@@ -134,6 +135,7 @@ def regenerate(folder: str | Path, settings: StudySettings | None = None) -> lis
     """Re-write a record folder's figures and tables from its own metrics.csv and curves.csv (the
     record's header.md, when present, heads its section.md)."""
     folder = Path(folder)
+    settings = read_claim(folder, settings)  # the model it tested and the labels, when the record keeps them
     metrics = read_metrics_csv(folder / "metrics.csv")
     curves_path = folder / "curves.csv"
     curves = pd.read_csv(curves_path) if curves_path.is_file() else pd.DataFrame(columns=CURVES_COLUMNS)
@@ -204,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             regenerate(a.folder)
             return 0
         copy_into_record(a.source, a.target, ("metrics.csv", "curves.csv"), "make study")
+        if (a.source / CLAIM_FILE).is_file():  # the claim it tested (bench/claim.py)
+            copy_into_record(a.source, a.target, (CLAIM_FILE,), "make study")
         header = record_header(read_metrics_csv(a.target / "metrics.csv"), commit=git_commit(a.source),
                                machine=machine(), note=a.note, flow_wall_seconds=a.flow_wall_seconds)
         write_text("\n".join(header) + "\n", a.target / "header.md")
