@@ -53,7 +53,6 @@ from multitab.input_table import (
     warn_unseen,
 )
 from multitab.protocol import PROTOCOLS
-from multitab.registry import MODEL_NAMES
 
 _INFO = {"source": "local", "standin": False}
 
