@@ -164,7 +164,7 @@ layers-save: $(STAMP) ## keep the finished runs of an interrupted make layers (r
 # runs.attribution.seeds). `make layers-continue CONTINUE_ACTION=list` only lists them.
 CONTINUE_RECORD ?=
 CONTINUE_ACTION ?= run
-layers-continue: $(STAMP)
+layers-continue: $(STAMP) ## a record's runs that reached their epoch cap still improving, continued until early stopping
 	$(BIN)/python -m stages.continue_runs $(CONTINUE_ACTION) $(if $(CONTINUE_RECORD),--record $(CONTINUE_RECORD))
 
 # The paired fp32/bf16 comparison (run group runs.study_bf16; docs/study.md, "bf16"): the study's runs of that

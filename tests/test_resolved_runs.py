@@ -186,7 +186,7 @@ def test_the_loops_settings_have_no_defaults_and_a_record_lacking_a_key_is_refus
 RUNS_DAMAGE = {  # runs.yaml as it may be found: (its text, from the repository's, or None: absent; the message)
     "missing": (lambda text: None, r"no such file, so there is nothing to compare with: write it \(`python -m multi"),
     "empty": (lambda text: "", r"not readable as runs\.yaml \(not YAML, or cut short\); restore it"),
-    "cut between lines": (lambda text: "".join(text.splitlines(keepends=True)[:3000]),
+    "cut between lines": (lambda text: text[: text.index("\ntrain_stacks:") + 1],  # after train_runs' last line
                           r"cut short or edited \(no train_stacks, .*sweep_selections\); restore it \(`git checkout"),
     "cut inside a line": (lambda text: text[: len(text) // 3 + 7], r"(not readable as runs\.yaml|cut short or edited)"),
     "cut in its last section": (lambda text: text.rstrip().rsplit("\n", 1)[0] + "\nsweep_selections:\n",

@@ -148,7 +148,9 @@ class MultiTaskEstimator(BaseEstimator):  # type: ignore[misc]
         values = {**h.model, **{k: tuples(v) for k, v in (self.model_params or {}).items()}}
         wrong = problems(self.model, values)
         if wrong:
-            raise ValueError(f"{h.file}: model.{wrong[0][0]}: {wrong[0][1]}")
+            key, why = wrong[0]
+            where = f"model_params[{key!r}]" if key in (self.model_params or {}) else f"{h.file}: model.{key}"
+            raise ValueError(f"{where}: {why}")
         given = {"lr": self.lr, "max_epochs": self.max_epochs}  # None: the file's
         optim = None if h.optim is None else {**h.optim, **{k: v for k, v in given.items() if v is not None}}
         # a hyperparameter file holds no batch size: the paper's 2048 (params.yaml's train.batch_size) then

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from multitab.config._build import ConfigError, build
+from multitab.config._build import ConfigError, build, optional
 from multitab.registry import REGISTRY, USER_MARK, ModelEntry
 
 IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
@@ -39,7 +39,8 @@ class ModelDeclaration:
     cls: str  # `package.module:Class`
     label: str
     hparams: str | dict[str, Any]  # a file's path (relative to the project), or {model: ..., optim: ...}
-    epochs: bool = True
+    # whether it trains in epochs (a learning curve); left out: true, a torch model's way
+    epochs: bool = field(default=True, metadata=optional("true: it trains in epochs"))
 
 
 def build_models(raw: Any, source: str) -> dict[str, ModelDeclaration]:

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from multitab.evaluation.bench.generator import generator_line
 from multitab.evaluation.bench.numbers import StudyError
+from multitab.files.yaml_data import YAMLError, load_yaml
 
 PROGRESS = Path("results/study/progress")
 COLUMNS = ["run", "field", "saved", "new", "equal"]
@@ -64,8 +64,8 @@ def saved_run(progress: Path, key: str) -> dict[str, Path]:
         raise StudyError(f"{progress / 'index.json'}: no saved run {key}; `make layers-save` saves finished runs")
     entry_path = progress / str(index[key]["entry"])
     try:
-        entry = yaml.safe_load(entry_path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        entry = load_yaml(entry_path.read_text())
+    except (OSError, YAMLError) as e:
         raise StudyError(f"{entry_path}: the run-cache entry of {key} is not readable ({e})") from None
     files: dict[str, Path] = {}
     for out in entry.get("outs") or []:
