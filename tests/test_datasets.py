@@ -85,7 +85,8 @@ def test_params_name_the_missing_dataset_the_missing_section_and_an_unknown_key(
     with pytest.raises(ConfigError, match=r"params.yaml: no `train:` section"):
         _ = load_params(p).train
     p.write_text("datasets: {}\ntrian: {}\n")
-    with pytest.raises(ConfigError, match=r"params.yaml: trian: unknown key; known: \['protocol', 'models', 'datasets'"):
+    known = r"params.yaml: trian: unknown key; known: \['protocol', 'models', 'datasets'"
+    with pytest.raises(ConfigError, match=known):
         load_params(p)
 
 
