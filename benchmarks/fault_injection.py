@@ -129,14 +129,10 @@ def read_lock(root: Path) -> dict[str, Any]:
 
 
 def dvc_status(root: Path) -> dict[str, Any]:
-    """`dvc status` of the stages a default flow run runs: opt-in stages (`meta: {opt_in: true}`, the
-    study profile) are never run by it and would always read as changed."""
-    from flows.pipeline import read_stage_graph, select
-
-    plan = read_stage_graph(root)
-    targets = list(select(plan, None).order) if plan.opt_in else []
+    """`dvc status` of the stages a default flow run runs (the opt-in run groups are in dvc.yaml's DAG only while
+    runs.yaml holds them, and a default run writes runs.yaml without them: multitab.runs)."""
     out = subprocess.run(
-        [sys.executable, "-m", "dvc", "status", "--json", *targets],
+        [sys.executable, "-m", "dvc", "status", "--json"],
         cwd=root,
         capture_output=True,
         text=True,
