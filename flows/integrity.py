@@ -13,10 +13,12 @@ check are hashed (the verified state, .dvc/tmp/multitab-verified.json), so a sec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from flows.dag import StagePlan
-from multitab.files.integrity import Tally, verify_outputs
+from multitab.files.integrity import Tally, VerifiedState, check_out, verify_outputs
 
 
 def preflight(root: str | Path, plan: StagePlan) -> Tally:
@@ -26,7 +28,16 @@ def preflight(root: str | Path, plan: StagePlan) -> Tally:
     return verify_outputs(root, [s for s in plan.order if s not in changed])
 
 
-def check_restored(root: str | Path, stage: str) -> Tally:
+def check_restored(root: str | Path, stage: str, entry: Mapping[str, Any] | None = None) -> Tally:
     """The outputs of `stage` that DVC has just restored from its run cache (copied from cache objects it
-    does not hash); raises IntegrityError as `preflight`."""
-    return verify_outputs(root, [stage])
+    does not hash), as dvc.lock records them, or as `entry` does (its dvc.lock entry while it waits for the
+    flow's next merge: multitab.files.lock_writes); raises IntegrityError as `preflight`."""
+    if entry is None:
+        return verify_outputs(root, [stage])
+    state = VerifiedState(Path(root))
+    try:
+        for out in entry.get("outs") or []:
+            check_out(Path(root), stage, out, state)
+    finally:
+        state.save()
+    return state.tally

@@ -56,6 +56,7 @@ from flows.dag import (
     sync_runs_file,
 )
 from flows.integrity import preflight
+from multitab.files import lock_writes
 from multitab.files.io import os_error_line
 from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.runtime.process import raise_deferred_ctrl_c
@@ -158,6 +159,11 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg = load_config(args.root, args.params)
         check_local_paths(args.root, args.params)  # before DVC hashes them (a named pipe would hang it)
         sync_runs_file(args.root, args.params, args.groups)
+        lock_writes.batched()  # a bad MULTITAB_LOCK_WRITES: one line
+        merged, _ = lock_writes.recover(args.root)  # what a killed run completed, before DVC reads dvc.lock
+        if merged:
+            print(f"flows.pipeline: dvc.lock: wrote {len(merged)} stage(s) an earlier run completed but had not "
+                  "recorded")
         plan = select(read_stage_graph(args.root, changed=True), args.targets)
         preflight(args.root, plan)  # no corrupted output passes as up to date (flows/integrity.py)
     except UnknownTarget as e:
