@@ -15,7 +15,9 @@ batched; the order alternates between repeats), from the same starting state eac
   share of the flow's dvc.lock merges;
 - `dvc_before_command_seconds`: DVC's process start to the command's start (import, dvc.yaml and dvc.lock,
   the lock, hashing); `dvc_after_command_seconds`: the command's exit to DVC's (hashing the outputs, the run
-  cache, dvc.lock when the stage writes it); `flow_seconds`: the rest (Prefect, starting the process).
+  cache, dvc.lock when the stage writes it); `flow_seconds`: the rest (Prefect, starting the process);
+  `dvc_cpu_seconds`: the CPU time of the stage's DVC process itself (not its command's), which depends less
+  on what else the machine runs than the wall-clock times do.
 
 The modes must leave the same results: dvc.lock equal but for the hashes of the train stages' outputs (a
 run's metrics.json and dvclive log record its own seconds), each run's metrics.json equal but for its
@@ -52,15 +54,16 @@ SITECUSTOMIZE = '''
 import atexit, json, os, sys, time
 _OUT = os.environ.get("STAGE_OVERHEAD_PROCS")
 if _OUT:
-    def _started():
+    def _record():
+        end = time.time()
         with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+            fields = f.read().rsplit(")", 1)[1].split()
         with open("/proc/stat") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    def _record():
+        hz = os.sysconf("SC_CLK_TCK")
+        cpu = (int(fields[11]) + int(fields[12])) / hz  # this process's own user + system time, not its children's
         with open(os.path.join(_OUT, f"{os.getpid()}.json"), "w") as f:
-            json.dump({"argv": sys.orig_argv, "start": _started(), "end": time.time()}, f)
+            json.dump({"argv": sys.orig_argv, "start": boot + int(fields[19]) / hz, "end": end, "cpu": cpu}, f)
     atexit.register(_record)
 '''
 TIMING_KEYS = ("seconds", "per_second")
@@ -136,13 +139,14 @@ def measure(root: Path, mode: str, stages: list[str], workers: int, env: dict[st
             "dvc_before_command_seconds": round(cmd["start"] - dvc["start"], 2),
             "dvc_after_command_seconds": round(dvc["end"] - cmd["end"], 2),
             "flow_seconds": round(in_flow - (dvc["end"] - dvc["start"]), 2),
+            "dvc_cpu_seconds": round(dvc["cpu"], 2),
         }
 
     def mean(key: str) -> float:
         return round(statistics.fmean(r[key] for r in rows.values()), 2)
 
     keys = ["outside_command_seconds", "dvc_before_command_seconds", "dvc_after_command_seconds", "flow_seconds",
-            "command_seconds", "stage_seconds"]
+            "dvc_cpu_seconds", "command_seconds", "stage_seconds"]
     return {"mode": mode, "flow_wall_seconds": round(wall, 2), "lock_merges": summary.get("lock_writes"),
             "mean": {k: mean(k) for k in keys}, "stages": rows}
 

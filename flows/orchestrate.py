@@ -33,6 +33,7 @@ from flows.dag import load_config, read_stage_graph, select, sync_runs_file
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slots_of
 from flows.integrity import preflight
 from flows.provenance import WORKER_ROOT_ENV, label_run, run_name, run_provenance
+from flows.run_record import record_process
 from flows.stage_task import pop_failures, run_stage
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
 from multitab.files import lock_writes
@@ -116,6 +117,7 @@ def pipeline(
         log.info("running this worker's checkout %s (the run named %s)", worker_root, root)
         root = worker_root
     root = str(check_root(root))
+    record_process(root, log)  # and the runs of this checkout left Running by a killed process: Crashed
     deferred = lock_writes.batched()  # a bad MULTITAB_LOCK_WRITES stops here, before any stage
     cfg = load_config(root, params)
     sync_runs_file(root, params, groups or ())

@@ -179,22 +179,17 @@ def _main(argv: Sequence[str] | None) -> int:
     if not plan.to_run() and not args.record:
         _nothing_to_do(Path(args.root), plan, Path(args.root) / cfg.summary, time.monotonic() - t0)
         return 0
+    from flows.deploy import run_under_deployment
     from flows.orchestrate import PipelineFailed, exit_status, pipeline
 
     stop_everything_on_signals()
     raise_deferred_ctrl_c()  # one that came before the line above; nothing has started
-    with temporary_server_that_dies_with_us():
-        state = pipeline(
-            root=args.root,
-            targets=args.targets,
-            groups=args.groups,
-            workers=args.workers,
-            retries=args.retries,
-            retry_delay=args.retry_delay,
-            gpu_concurrency=args.gpu_concurrency,
-            params=args.params,
-            return_state=True,
-        )
+    parameters = {"root": str(Path(args.root).resolve()), "targets": args.targets, "groups": args.groups,
+                  "workers": args.workers, "retries": args.retries, "retry_delay": args.retry_delay,
+                  "gpu_concurrency": args.gpu_concurrency, "params": args.params}
+    with temporary_server_that_dies_with_us() as own_server:
+        # listed under the deployment `make ui` serves (registered first on the checkout's own server)
+        state = run_under_deployment(pipeline, parameters, register=own_server)
     if state.is_completed():
         return 0
     if isinstance(state.data, PipelineFailed) and state.data.exit_code is not None:  # no stage ran
@@ -240,11 +235,12 @@ def stop_everything_on_signals() -> None:
 
 
 @contextlib.contextmanager
-def temporary_server_that_dies_with_us() -> Iterator[None]:
+def temporary_server_that_dies_with_us() -> Iterator[bool]:
     """Without PREFECT_API_URL, Prefect starts a temporary server for the run by itself; start it here
     instead, the same way (its SubprocessASGIServer), but asking the kernel to stop it when this process
     dies, even by SIGKILL (which no handler sees), so that no server is left listening. With
-    PREFECT_API_URL set (a real server, `make ui`, the tests' harness) nothing changes."""
+    PREFECT_API_URL set (a real server, `make ui`, the tests' harness) nothing changes. Yields whether it
+    started one (its database is the checkout's own, in PREFECT_HOME)."""
     import functools
     import subprocess
     from unittest import mock
@@ -252,7 +248,7 @@ def temporary_server_that_dies_with_us() -> Iterator[None]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     if PREFECT_API_URL.value():
-        yield
+        yield False
         return
     from prefect.server.api.server import SubprocessASGIServer
 
@@ -265,7 +261,7 @@ def temporary_server_that_dies_with_us() -> Iterator[None]:
     # Stopped at exit (SubprocessASGIServer.start registers it with atexit), after Prefect's log and event
     # workers have sent what they hold: stopping it here would leave them retrying against a closed port.
     with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-        yield
+        yield True
 
 
 def project_error(e: BaseException) -> str | None:

@@ -1,10 +1,9 @@
-"""dvc.lock rewritten once for many stages, and a parameters file parsed once per DVC process.
+"""dvc.lock rewritten once for many stages, and the project's large YAML files parsed once.
 
 Most of a train stage's time outside its command went to DVC's bookkeeping of a large project (dvc.lock:
 500 kB; runs.yaml: 200 kB), measured by benchmarks/stage_overhead.py: `dvc repro --single-item STAGE` ends by
 rewriting dvc.lock with a round-trip YAML parser (several seconds, holding the repository lock, so the other
-stages wait), and it parses runs.yaml again each time it hashes the stage's params dependency (six times per
-train stage). The flow (flows/stage_task.py) therefore runs a stage's DVC as `python -m
+stages wait), and it parses runs.yaml seven times and dvc.lock once. The flow (flows/stage_task.py) therefore runs a stage's DVC as `python -m
 multitab.files.lock_writes DVC-ARGS`: `python -m multitab.runtime.process DVC-ARGS` (DVC in this process,
 stopped with its commands) with two changes in that process only:
 
@@ -15,7 +14,8 @@ stopped with its commands) with two changes in that process only:
   stage has a pending entry starts (a stage checks its inputs against dvc.lock: multitab.files.integrity),
   every MERGE_EVERY_SECONDS and when it ends; `recover`, at the start of a run, merges what a killed run
   left whose outputs are still in the workspace as recorded (and drops the others: DVC decides again).
-- `parse_params_once`: a parameters file is parsed once per process while its size, times and inode stay.
+- multitab.files.parsed_once: runs.yaml and dvc.lock parsed once while their bytes stay the same, not once
+  per read, also across the stages' processes (a JSON copy of the parse in .dvc/tmp).
 
 The stages' outputs, run-cache entries and dvc.lock's final content are DVC's own; what changes is when
 dvc.lock is written. MULTITAB_LOCK_WRITES=each in the flow's environment: plain DVC (every stage rewrites
@@ -25,10 +25,8 @@ dvc.lock itself), e.g. to compare (benchmarks/stage_overhead.py).
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
-import math
 import os
 import sys
 import time
@@ -38,6 +36,8 @@ from typing import Any
 
 from multitab.files.integrity import IntegrityError, VerifiedState, check_out
 from multitab.files.io import write_json
+from multitab.files.parsed_once import install as install_parsed_once
+from multitab.files.parsed_once import plain
 
 PENDING_DIR = Path(".dvc") / "tmp" / "multitab-lock-pending"
 MODE_ENV = "MULTITAB_LOCK_WRITES"
@@ -50,19 +50,6 @@ def batched(environ: dict[str, str] | None = None) -> bool:
     if mode not in ("batched", "each"):
         raise ValueError(f"{MODE_ENV}={mode!r}: expected `batched` (the default) or `each`")
     return mode == "batched"
-
-
-def _plain(value: Any) -> bool:
-    """Whether `value` comes back from JSON as it is (what dvc.lock entries hold: text, numbers, lists, maps)."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        return all(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
-    return False
 
 
 def _entry_file(root: Path, stage: str) -> Path:
@@ -81,7 +68,7 @@ def defer_lock_writes() -> None:
         root = Path(self.repo.root_dir)
         for stage in stages:
             entry = serialize.to_lockfile(stage, **kwargs)[stage.name]
-            if not _plain(entry):
+            if not plain(entry):
                 dump_stages(self, [stage], **kwargs)
                 continue
             write_json(_entry_file(root, stage.name), {
@@ -92,29 +79,6 @@ def defer_lock_writes() -> None:
             })
 
     Lockfile.dump_stages = pending_dump_stages
-
-
-def parse_params_once() -> None:
-    """In this (DVC) process, a local parameters file is parsed once while its size, times and inode stay the
-    same (DVC parses it each time it hashes a params dependency); each reader gets its own copy."""
-    import dvc.dependency.param as param
-
-    load_path = param.load_path
-    parsed: dict[tuple[str, int, int, int, int], Any] = {}
-
-    def load_once(fs_path: str, fs: Any, **kwargs: Any) -> Any:
-        if kwargs or getattr(fs, "protocol", None) != "local":
-            return load_path(fs_path, fs, **kwargs)
-        try:
-            st = os.stat(fs_path)
-        except OSError:
-            return load_path(fs_path, fs)
-        key = (str(fs_path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        if key not in parsed:
-            parsed[key] = load_path(fs_path, fs)
-        return copy.deepcopy(parsed[key])
-
-    param.load_path = load_once
 
 
 def pending(root: str | Path) -> dict[str, dict[str, Any]]:
@@ -219,5 +183,5 @@ if __name__ == "__main__":
     from multitab.runtime.process import run_dvc
 
     defer_lock_writes()
-    parse_params_once()
+    install_parsed_once(Path.cwd())  # DVC runs in the project (the flow starts it there)
     sys.exit(run_dvc(sys.argv[1:]))
