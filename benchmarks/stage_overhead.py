@@ -11,11 +11,12 @@ timed through `python -m flows.pipeline --targets ...` once per mode (MULTITAB_L
 batched; the order alternates between repeats), from the same starting state each time. Per stage:
 
 - `outside_command_seconds`: the stage's time in the flow (submitted to done, results/pipeline_summary.json)
-  less its command's own life (process start to exit, recorded by a sitecustomize.py on PYTHONPATH), plus its
-  share of the flow's dvc.lock merges;
+  less its command's time from its process's start to its result (its atexit: recorded by a sitecustomize.py
+  on PYTHONPATH), plus its share of the flow's dvc.lock merges;
 - `dvc_before_command_seconds`: DVC's process start to the command's start (import, dvc.yaml and dvc.lock,
-  the lock, hashing); `dvc_after_command_seconds`: the command's exit to DVC's (hashing the outputs, the run
-  cache, dvc.lock when the stage writes it); `flow_seconds`: the rest (Prefect, starting the process);
+  the lock, hashing); `command_teardown_seconds`: the command's result to its exit as DVC sees it (its
+  interpreter shutting down); `dvc_after_command_seconds`: from there to DVC's end (hashing the outputs, the
+  run cache, dvc.lock when the stage writes it); `flow_seconds`: the rest (Prefect, starting the process);
   `dvc_cpu_seconds`: the CPU time of the stage's DVC process itself (not its command's), which depends less
   on what else the machine runs than the wall-clock times do.
 
@@ -51,9 +52,17 @@ from multitab.runtime.provenance import cpu_model, git_commit  # noqa: E402
 # Written into the copy's PYTHONPATH: every Python process the flow starts (DVC, the stage's command) records
 # when it started and when it ended, by pid.
 SITECUSTOMIZE = '''
-import atexit, json, os, sys, time
+import atexit, json, os, subprocess, sys, time
 _OUT = os.environ.get("STAGE_OVERHEAD_PROCS")
 if _OUT:
+    _EXITS = []  # when a child this process waited for had exited (DVC: its stage's command)
+    _communicate = subprocess.Popen.communicate
+    def _timed_communicate(self, *args, **kwargs):
+        try:
+            return _communicate(self, *args, **kwargs)
+        finally:
+            _EXITS.append(time.time())
+    subprocess.Popen.communicate = _timed_communicate
     def _record():
         end = time.time()
         with open("/proc/self/stat") as f:
@@ -63,7 +72,8 @@ if _OUT:
         hz = os.sysconf("SC_CLK_TCK")
         cpu = (int(fields[11]) + int(fields[12])) / hz  # this process's own user + system time, not its children's
         with open(os.path.join(_OUT, f"{os.getpid()}.json"), "w") as f:
-            json.dump({"argv": sys.orig_argv, "start": boot + int(fields[19]) / hz, "end": end, "cpu": cpu}, f)
+            json.dump({"argv": sys.orig_argv, "start": boot + int(fields[19]) / hz, "end": end, "cpu": cpu,
+                       "child_exits": _EXITS}, f)
     atexit.register(_record)
 '''
 TIMING_KEYS = ("seconds", "per_second")
@@ -131,13 +141,17 @@ def measure(root: Path, mode: str, stages: list[str], workers: int, env: dict[st
         dvc = _process(records, "repro", stage)
         cmd = _process(records, "stages.train", stage.split("@", 1)[1])
         in_flow = summary["stages"][stage]["seconds"]
+        # the command runs until its result is printed (its atexit record: the issue's measure); DVC sees it end
+        # when its interpreter has shut down (`command_teardown_seconds` later)
+        cmd_exit = min((t for t in dvc["child_exits"] if t >= cmd["end"]), default=cmd["end"])
         command = cmd["end"] - cmd["start"]
         rows[stage] = {
             "stage_seconds": round(in_flow, 2),
             "command_seconds": round(command, 2),
             "outside_command_seconds": round(in_flow - command + merges / len(stages), 2),
             "dvc_before_command_seconds": round(cmd["start"] - dvc["start"], 2),
-            "dvc_after_command_seconds": round(dvc["end"] - cmd["end"], 2),
+            "command_teardown_seconds": round(cmd_exit - cmd["end"], 2),
+            "dvc_after_command_seconds": round(dvc["end"] - cmd_exit, 2),
             "flow_seconds": round(in_flow - (dvc["end"] - dvc["start"]), 2),
             "dvc_cpu_seconds": round(dvc["cpu"], 2),
         }
@@ -145,8 +159,8 @@ def measure(root: Path, mode: str, stages: list[str], workers: int, env: dict[st
     def mean(key: str) -> float:
         return round(statistics.fmean(r[key] for r in rows.values()), 2)
 
-    keys = ["outside_command_seconds", "dvc_before_command_seconds", "dvc_after_command_seconds", "flow_seconds",
-            "dvc_cpu_seconds", "command_seconds", "stage_seconds"]
+    keys = ["outside_command_seconds", "dvc_before_command_seconds", "command_teardown_seconds",
+            "dvc_after_command_seconds", "flow_seconds", "dvc_cpu_seconds", "command_seconds", "stage_seconds"]
     return {"mode": mode, "flow_wall_seconds": round(wall, 2), "lock_merges": summary.get("lock_writes"),
             "mean": {k: mean(k) for k in keys}, "stages": rows}
 
