@@ -47,6 +47,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
+from multitab.config import read_yaml  # noqa: E402
 from multitab.runtime.provenance import cpu_model, git_commit  # noqa: E402
 
 # Written into the copy's PYTHONPATH: every Python process the flow starts (DVC, the stage's command) records
@@ -97,7 +98,7 @@ def copy_project(source: Path, dest: Path, epochs: int, env: dict[str, str]) -> 
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel, follow_symlinks=False)
-    params = yaml.safe_load((dest / "params.yaml").read_text())
+    params = read_yaml(dest / "params.yaml")
     params["runs"]["bench"]["train"]["max_epochs"] = epochs
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-c", "commit.gpgsign=false"]

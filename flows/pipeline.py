@@ -9,13 +9,15 @@ dvc.yaml stays the only DAG. The flow asks DVC once, with the project open, for 
 (`Stage.changed()`, what `dvc status` reports). The changed stages and everything downstream of them run
 as Prefect tasks, `dvc --wait-for-lock repro --single-item <stage>`, in graph order as soon as their
 upstream stages have completed; DVC still decides for each (a downstream stage whose inputs came out the
-same is "Up to date"; one its run cache knows is "Restored") and records what ran in dvc.lock. Every other
+same is "Up to date"; one its run cache knows is "Restored") and computes what dvc.lock records, which the
+flow writes in merges (multitab.files.lock_writes: one rewrite of dvc.lock for many stages). Every other
 stage is up to date and costs no subprocess. With nothing to do, the command answers without starting
 Prefect at all (about the time of `dvc status`; `--record` starts a flow run anyway).
 
 Why this is safe to run in parallel on one repository: `dvc repro` releases the repository lock while a
-stage's command runs and takes it again to hash the outputs and rewrite dvc.lock, so dvc.lock is only
-ever rewritten by one process at a time (`--wait-for-lock` makes the others wait instead of failing).
+stage's command runs and takes it again to hash the outputs and record them, and the flow's merges into
+dvc.lock take it too, so dvc.lock is only ever rewritten by one process at a time (`--wait-for-lock` makes
+the others wait instead of failing).
 What can still fail under contention is DVC's short lock around its rwlock file (three seconds, no wait
 option): such failures are recognised by their message and retried here without spending a retry.
 
