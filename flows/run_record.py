@@ -86,7 +86,8 @@ def _mark_crashed(client: Any, root: Path, log: Any) -> list[str]:
 
     running = client.read_flow_runs(
         flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW_NAME])),
-        flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))),
+        flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))),
         # Prefect 3.8.8's sync client sends nulls for these otherwise, which its server rejects (422)
         sort=FlowRunSort.START_TIME_ASC,
         limit=200,
@@ -101,7 +102,8 @@ def _mark_crashed(client: Any, root: Path, log: Any) -> list[str]:
         client.set_flow_run_state(run.id, Crashed(message=why), force=True)
         tasks = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])),
-            task_run_filter=TaskRunFilter(state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.RUNNING]))),
+            task_run_filter=TaskRunFilter(
+                state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.RUNNING]))),
             sort=TaskRunSort.EXPECTED_START_TIME_ASC,
             limit=200,
         )

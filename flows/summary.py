@@ -200,7 +200,8 @@ def headline_markdown(root: Path) -> list[str]:
                 out.append(f"| {md_text(m)} | " + " | ".join(cells) + " |")
             out.append("")
         if any(standin.get(d) for d in datasets):
-            out += ["\\* stand-in data: generated, not the real dataset; its numbers check the pipeline, not the paper."]
+            out += ["\\* stand-in data: generated, not the real dataset; its numbers check the pipeline, not the "
+                    "paper."]
         if large:
             out += ["", f"† |Δm| ≥ {LARGE_DELTA_M:.0f} %: Δm divides by the single-task baseline's metric, which "
                     "is near zero there (e.g. an explained variance after a few epochs): the ratio is large whatever "

@@ -3,17 +3,19 @@
 Most of a train stage's time outside its command went to DVC's bookkeeping of a large project (dvc.lock:
 500 kB; runs.yaml: 200 kB), measured by benchmarks/stage_overhead.py: `dvc repro --single-item STAGE` ends by
 rewriting dvc.lock with a round-trip YAML parser (several seconds, holding the repository lock, so the other
-stages wait), and it parses runs.yaml seven times and dvc.lock once. The flow (flows/stage_task.py) therefore runs a stage's DVC as `python -m
-multitab.files.lock_writes DVC-ARGS`: `python -m multitab.runtime.process DVC-ARGS` (DVC in this process,
-stopped with its commands) with two changes in that process only:
+stages wait), and it parses runs.yaml seven times and dvc.lock once. The flow (flows/stage_task.py)
+therefore runs a stage's DVC as `python -m multitab.files.lock_writes DVC-ARGS`: `python -m
+multitab.runtime.process DVC-ARGS` (DVC in this process, stopped with its commands) with two changes in that
+process only:
 
 - `defer_lock_writes`: the stage's dvc.lock entry, as DVC computes it (`dvc.stage.serialize.to_lockfile`),
   goes to PENDING_DIR (one JSON file per stage, written atomically while DVC holds the repository lock)
   instead of into dvc.lock. `merge` writes every pending entry into its dvc.lock in one rewrite, as DVC's
-  `Lockfile.dump_stages` does, under the repository lock. The flow merges before a stage whose upstream
-  stage has a pending entry starts (a stage checks its inputs against dvc.lock: multitab.files.integrity),
-  every MERGE_EVERY_SECONDS and when it ends; `recover`, at the start of a run, merges what a killed run
-  left whose outputs are still in the workspace as recorded (and drops the others: DVC decides again).
+  `Lockfile.dump_stages` does, under the repository lock, and atomically (DVC writes it in place). The flow
+  merges before a stage whose upstream stage has a pending entry starts (a stage checks its inputs against
+  dvc.lock: multitab.files.integrity), every MERGE_EVERY_SECONDS and when it ends; `recover`, at the start
+  of a run, merges what a killed run left whose outputs are still in the workspace as recorded (and drops
+  the others: DVC decides again).
 - multitab.files.parsed_once: runs.yaml and dvc.lock parsed once while their bytes stay the same, not once
   per read, also across the stages' processes (a JSON copy of the parse in .dvc/tmp).
 
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from multitab.files.integrity import IntegrityError, VerifiedState, check_out
-from multitab.files.io import write_json
+from multitab.files.io import write_json, write_text
 from multitab.files.parsed_once import install as install_parsed_once
 from multitab.files.parsed_once import plain
 
@@ -121,18 +123,23 @@ def merge(root: str | Path, tries: int = 120) -> list[str]:
 
 
 def _merge_locked(root: Path, records: dict[str, dict[str, Any]]) -> list[str]:
-    from dvc.utils.serialize import modify_yaml
+    """DVC's `modify_yaml` of each dvc.lock (its round-trip parse and its dump), written atomically: a run
+    stopped meanwhile leaves the old dvc.lock or the new one (DVC itself writes it in place). The entries'
+    files go once their dvc.lock is written (a stop in between merges them again next time: the same)."""
+    from dvc.utils.serialize import dumps_yaml, parse_yaml_for_update
 
     by_file: dict[str, list[dict[str, Any]]] = {}
     for record in records.values():
         by_file.setdefault(str(record["lockfile"]), []).append(record)
     for lockfile, entries in by_file.items():
-        with modify_yaml(str(root / lockfile)) as data:
-            if not data:
-                data.update({"schema": "2.0"})
-            data["stages"] = data.get("stages", {})
-            for record in entries:
-                data["stages"].update({record["stage"]: record["entry"]})
+        path = root / lockfile
+        data = parse_yaml_for_update(path.read_text(encoding="utf-8"), str(path)) if path.exists() else {}
+        if not data:
+            data.update({"schema": "2.0"})
+        data["stages"] = data.get("stages", {})
+        for record in entries:
+            data["stages"].update({record["stage"]: record["entry"]})
+        write_text(path, dumps_yaml(data))
     for record in records.values():
         Path(record["file"]).unlink(missing_ok=True)
     return list(records)
