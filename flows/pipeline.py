@@ -184,7 +184,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from flows.deploy import run_under_deployment
     from flows.orchestrate import PipelineFailed, exit_status, pipeline
 
-    stop_everything_on_signals()
+    stop_everything_on_signals(args.root)
     raise_deferred_ctrl_c()  # one that came before the line above; nothing has started
     parameters = {"root": str(Path(args.root).resolve()), "targets": args.targets, "groups": args.groups,
                   "workers": args.workers, "retries": args.retries, "retry_delay": args.retry_delay,
@@ -206,12 +206,14 @@ def _main(argv: Sequence[str] | None) -> int:
     return exit_status(summary) if summary.get("failed") else 1
 
 
-def stop_everything_on_signals() -> None:
+def stop_everything_on_signals(root: str = ".") -> None:
     """Ctrl-C (SIGINT) or SIGTERM stop the whole run at once: every process this one started (the running
-    stages' `dvc repro` and their commands, Prefect's temporary server) is terminated, one line says how
-    to continue, and the exit status is 128 + the signal. Nothing is retried and nothing half-written
-    stays: stages write their outputs atomically, DVC records a stage in dvc.lock only once it completed,
-    and training resumes from its last checkpoint, so the same command continues the run."""
+    stages' `dvc repro` and their commands, Prefect's temporary server) is terminated, the dvc.lock entries
+    of the stages that completed are merged (multitab.files.lock_writes; what a busy lock keeps waiting is
+    merged by the next run), one line says how to continue, and the exit status is 128 + the signal.
+    Nothing is retried and nothing half-written stays: stages write their outputs atomically, a stage is
+    recorded only once it completed, dvc.lock is replaced whole, and training resumes from its last
+    checkpoint, so the same command continues the run."""
 
     def stop(signum: int, frame: Any) -> None:
         from flows.stage_task import STOPPING, wait_for_attempts
@@ -223,6 +225,8 @@ def stop_everything_on_signals() -> None:
 
         terminate_descendants()
         wait_for_attempts(5.0)  # each stopped stage logs that it was interrupted (and why) before we exit
+        with contextlib.suppress(Exception):  # the lock held (by a merge this stop interrupted): the next run
+            lock_writes.merge(root, tries=5)
         name = signal.Signals(signum).name
         line = (f"flows.pipeline: stopped by {name}; the stages that completed are recorded in dvc.lock: run "
                 "the same command again to continue\n")

@@ -174,3 +174,33 @@ def test_the_flow_merges_dvc_lock_before_the_stages_that_read_and_at_the_end(tmp
         summary["lock_writes"]["seconds"])}
     assert (root / "dvc.lock").read_bytes() == (plain / "dvc.lock").read_bytes()
     assert lock_writes.pending(root) == {} and dvc_status(root) == {}
+
+
+def test_ctrl_c_merges_what_completed_before_the_run_ends(tmp_path, prefect_server):
+    """A run stopped by Ctrl-C (SIGINT) while a stage runs writes the entries of the stages that completed
+    into dvc.lock before it exits: `dvc status` afterwards lists only what did not complete."""
+    import signal
+    import time
+
+    from prefect.settings import PREFECT_API_URL
+
+    slow = write_stage("slow", extra="""
+        import os, time
+        pathlib.Path(os.environ["TOY_STARTED"]).touch()
+        time.sleep(300)""")
+    root = make_project(tmp_path / "p", {"fast": write_stage("fast"), "slow": slow})
+    started = tmp_path / "started"
+    env = {**_env(), "PYTHONPATH": os.pathsep.join(sys.path), "PREFECT_API_URL": PREFECT_API_URL.value(),
+           "TOY_STARTED": str(started)}
+    proc = subprocess.Popen([PY, "-m", "flows.pipeline", "--root", str(root)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not (started.exists() and "fast" in lock_writes.pending(root)) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+    assert "fast" not in yaml.safe_load((root / "dvc.lock").read_text() if (root / "dvc.lock").exists() else "{}")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "fast" in yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+    assert lock_writes.pending(root) == {} and set(dvc_status(root)) == {"slow"}
