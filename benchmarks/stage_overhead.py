@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         if seen["each"] != seen["batched"]:
             raise SystemExit("the modes left different results (dvc.lock or the runs' metrics): see the copies")
         commit = git_commit(a.source.resolve())
+        edited = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=a.source,
+                                capture_output=True, text=True).stdout.split("\n")
     ratios = {}
     for key in runs[0]["mean"]:
         each = statistics.fmean(r["mean"][key] for r in runs if r["mode"] == "each")
@@ -230,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         ratios[key] = {"each": round(each, 2), "batched": round(batched, 2),
                        "ratio": round(batched / each, 3) if each else None}
     record = {
-        "benchmark": "stage_overhead", "commit": commit, "cpu": cpu_model() or platform.machine(),
+        "benchmark": "stage_overhead", "commit": commit,
+        "edited_since_commit": [line[3:] for line in edited if line.strip()],  # copied as they are in --source
+        "cpu": cpu_model() or platform.machine(),
         "cores": len(os.sched_getaffinity(0)), "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "targets": a.targets, "stages": len(stages), "epochs": a.epochs, "workers": a.workers,
         "repeats": a.repeats, "wall_seconds": round(time.monotonic() - started, 1),

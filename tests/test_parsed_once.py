@@ -42,7 +42,7 @@ def test_a_file_is_parsed_once_per_content_also_by_the_next_process(tmp_path):
 
 def test_dvc_reads_a_params_file_once_and_its_answers_are_unchanged(tmp_path, monkeypatch):
     """In a DVC project with a params dependency, DVC's status of the stage after `install` is the same as
-    without it, and the params file is parsed once however often DVC reads it."""
+    without it, and the params file is parsed once, its values looked up once, however often DVC reads it."""
     import dvc.dependency.param as param
     import dvc.utils.serialize as serialize
     from dvc.dvcfile import Lockfile
@@ -58,11 +58,15 @@ def test_dvc_reads_a_params_file_once_and_its_answers_are_unchanged(tmp_path, mo
     with Repo(str(root)) as repo:
         expected = repo.status()
 
-    for module, name in ((serialize, "load_path"), (param, "load_path"), (Lockfile, "_load_yaml")):
+    for module, name in ((serialize, "load_path"), (param, "load_path"), (param, "read_param_file"),
+                         (Lockfile, "_load_yaml")):
         monkeypatch.setattr(module, name, getattr(module, name))  # put back after the test
-    parses = []
+    parses, lookups = [], []
     load_yaml = serialize.LOADERS[".yaml"]
     monkeypatch.setitem(serialize.LOADERS, ".yaml", lambda path, **kw: parses.append(path) or load_yaml(path, **kw))
+    read_param_file = param.read_param_file
+    monkeypatch.setattr(param, "read_param_file", lambda fs, path, *a, **kw: lookups.append(Path(path).name)
+                        or read_param_file(fs, path, *a, **kw))
     parsed_once.install(root)
     with Repo(str(root)) as repo:
         assert repo.status() == expected == {"s": [{"changed deps": {"knobs.yaml": {"lr": "modified"}}}]}
@@ -70,3 +74,4 @@ def test_dvc_reads_a_params_file_once_and_its_answers_are_unchanged(tmp_path, mo
         for dep in s.deps:
             dep.get_hash()
     assert sorted(Path(p).name for p in parses) == ["knobs.yaml", "params.yaml"]  # each once (params.yaml: `vars`)
+    assert lookups == ["knobs.yaml"]  # the dependency's values looked up once, however often DVC hashes it

@@ -44,7 +44,9 @@ class Parsed:
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
-        self.memory: dict[str, Any] = {}
+        # by md5: the parse as JSON text (a reader's copy is one json.loads, faster than copy.deepcopy), or
+        # the parse itself where JSON cannot carry it
+        self.memory: dict[str, tuple[str | None, Any]] = {}
 
     def _cache_file(self, path: Path, digest: str) -> Path:
         name = hashlib.sha256(str(path).encode()).hexdigest()[:16]
@@ -55,23 +57,26 @@ class Parsed:
         (None, kept nowhere, when `parse` returns None)."""
         path = Path(path).resolve()
         digest = hashlib.md5(raw, usedforsecurity=False).hexdigest()
-        if digest in self.memory:
-            return copy.deepcopy(self.memory[digest])
-        cache = self._cache_file(path, digest)
-        try:
-            data = json.loads(cache.read_text())
-        except (OSError, ValueError):
-            data = parse()
-            if data is None:  # nothing to keep (the parse says the bytes changed meanwhile)
-                return None
-            if plain(data):
-                self._store(path, cache, data)
-        self.memory[digest] = data
-        return copy.deepcopy(data)
+        if digest not in self.memory:
+            cache = self._cache_file(path, digest)
+            text: str | None
+            try:
+                text = cache.read_text()
+                data = json.loads(text)
+            except (OSError, ValueError):
+                data = parse()
+                if data is None:  # nothing to keep (the parse says the bytes changed meanwhile)
+                    return None
+                text = json.dumps(data) if plain(data) else None
+                if text is not None:
+                    self._store(cache, text)
+            self.memory[digest] = (text, data)
+        text, data = self.memory[digest]
+        return json.loads(text) if text is not None else copy.deepcopy(data)
 
-    def _store(self, path: Path, cache: Path, data: Any) -> None:
+    def _store(self, cache: Path, text: str) -> None:
         try:
-            write_text(cache, json.dumps(data))
+            write_text(cache, text)
             for old in cache.parent.glob(f"{cache.name.split('-', 1)[0]}-*.json"):  # earlier contents
                 if old != cache:
                     old.unlink(missing_ok=True)
@@ -84,7 +89,8 @@ class Parsed:
 
 def install(root: str | Path) -> Parsed:
     """Route this process's DVC reads of parameters files (dvc.yaml's `vars`, params dependencies) and of
-    dvc.lock inside `root` through one `Parsed`."""
+    dvc.lock inside `root` through one `Parsed`, and keep a params dependency's values while the file's bytes
+    stay the same."""
     import dvc.dependency.param as param
     import dvc.utils.serialize as serialize
     from dvc.dvcfile import Lockfile
@@ -103,6 +109,29 @@ def install(root: str | Path) -> Parsed:
 
     serialize.load_path = load_path_once  # dvc.parsing imports it from here when it reads `vars`
     param.load_path = load_path_once
+
+    # a params dependency's values: DVC looks each key up by walking the whole file (dpath), every time it
+    # hashes the dependency; the same file, keys and form give the same values
+    read_param_file = param.read_param_file
+    values: dict[tuple[str, str, tuple[str, ...] | None, bool], str] = {}
+
+    def read_param_file_once(fs: Any, path: str, key_paths: list[str] | None = None, flatten: bool = False,
+                             **kwargs: Any) -> Any:
+        if kwargs or getattr(fs, "protocol", None) != "local" or not parsed.inside(path):
+            return read_param_file(fs, path, key_paths, flatten=flatten, **kwargs)
+        try:
+            digest = hashlib.md5(Path(path).read_bytes(), usedforsecurity=False).hexdigest()
+        except OSError:
+            return read_param_file(fs, path, key_paths, flatten=flatten)
+        key = (str(path), digest, tuple(key_paths) if key_paths is not None else None, flatten)
+        if key not in values:
+            found = read_param_file(fs, path, key_paths, flatten=flatten)
+            if not plain(found):
+                return found
+            values[key] = json.dumps(found)
+        return json.loads(values[key])
+
+    param.read_param_file = read_param_file_once
 
     load_yaml = Lockfile._load_yaml
 
