@@ -4,11 +4,13 @@
 each time it hashes the stage's params dependency) and dvc.lock (500 kB, with a schema check) once; at a
 few hundred milliseconds each, that was most of the stage's time outside its command after dvc.lock's
 rewrite (benchmarks/stage_overhead.py). `install` (called by `python -m multitab.files.lock_writes`, in that
-process only) makes DVC's reads of a file inside the project go through `parsed`: the parse of the file's
+process only) makes DVC's reads of a file inside the project go through `Parsed`: the parse of the file's
 bytes, keyed by their md5, kept in this process and in CACHE_DIR as JSON (so that the next stage's process
 reads it back in milliseconds while the file stays the same: runs.yaml for a whole run, dvc.lock until the
-flow's next merge). A file JSON cannot carry as YAML gave it (a date, a key that is not text) is parsed each
-time, as before; each reader gets its own copy. What DVC then does with the data is unchanged.
+flow's next merge). A params dependency's values are looked up once per file content and keys (DVC walks the
+whole file for each key, each time it hashes the dependency). A file JSON cannot carry as YAML gave it (a
+date, a key that is not text) is parsed each time, as before; each reader gets its own copy. What DVC then
+does with the data is unchanged (the stage's run-cache key included).
 """
 
 from __future__ import annotations
