@@ -31,6 +31,7 @@ import httpx
 
 from flows.dag import load_config
 from flows.orchestrate import ALLOWED_ROOTS_ENV, pipeline
+from flows.run_record import this_checkout
 from multitab.config import ConfigError
 
 DEPLOYMENT = "multitab"
@@ -81,24 +82,70 @@ def start_server(
     raise SystemExit(f"flows.deploy: the Prefect server did not answer on {url} within {timeout:.0f} s")
 
 
-def serve(root: Path, params: str) -> None:
-    """Register the scheduled deployment and run its flow runs here until interrupted."""
+def deployment_options(root: Path, params: str) -> dict[str, Any]:
+    """The deployment `make ui` serves (and `make repro` registers when it is not there yet, so that its runs
+    are listed under it: flows/run_record.py), as keyword arguments of Flow.serve / Flow.to_deployment."""
     from prefect.deployments.runner import EntrypointType
     from prefect.schedules import Cron
 
     cfg = load_config(root, params)
+    return {
+        "name": DEPLOYMENT,
+        "schedules": [Cron(cfg.schedule, timezone=cfg.timezone)],
+        "parameters": {"root": str(root), "params": params},
+        "description": "The MultiTab DVC DAG (dvc.yaml), run stage by stage by flows.pipeline.",
+        "tags": ["multitab", "dvc"],
+        # The flow runs in a child process that imports `flows.pipeline` from this checkout.
+        "entrypoint_type": EntrypointType.MODULE_PATH,
+    }
+
+
+def serve(root: Path, params: str) -> None:
+    """Register the scheduled deployment and run its flow runs here until interrupted."""
+    options = deployment_options(root, params)
     # the runs this process starts (in child processes) accept only this project as `root`
     os.environ[ALLOWED_ROOTS_ENV] = str(root.resolve())
-    pipeline.serve(
-        name=DEPLOYMENT,
-        schedules=[Cron(cfg.schedule, timezone=cfg.timezone)],
-        parameters={"root": str(root), "params": params},
-        description="The MultiTab DVC DAG (dvc.yaml), run stage by stage by flows.pipeline.",
-        tags=["multitab", "dvc"],
-        pause_on_shutdown=False,
-        # The flow runs in a child process that imports `flows.pipeline` from this checkout.
-        entrypoint_type=EntrypointType.MODULE_PATH,
-    )
+    pipeline.serve(**options, pause_on_shutdown=False)
+
+
+def run_under_deployment(flow: Any, parameters: dict[str, Any], register: bool) -> Any:
+    """Run `flow` here, in this process, with `parameters` as a flow run of this checkout's deployment, so that
+    the deployment's page lists `make repro`'s runs beside its scheduled ones; returns its final state.
+
+    The flow run is created from the deployment in state Pending (a runner serving the deployment picks up
+    Scheduled runs only) and executed by Prefect's flow engine (`prefect.flow_engine.run_flow` with that flow
+    run: what a runner's child process does). With `register` (Prefect's temporary server: the checkout's own
+    database, .prefect/) the deployment is registered first, as `make ui` registers it, when it is not there
+    yet; otherwise only an existing deployment of this checkout is used, else the run is a plain flow run."""
+    from prefect.flow_engine import run_flow
+    from prefect.states import Pending
+
+    deployment_id = _deployment_id(Path(parameters["root"]).resolve(), parameters.get("params") or "params.yaml",
+                                   register)
+    if deployment_id is None:
+        return flow(**parameters, return_state=True)
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run_from_deployment(deployment_id, parameters=parameters, state=Pending())
+    return run_flow(flow, flow_run=run, parameters=parameters, return_type="state")
+
+
+def _deployment_id(root: Path, params: str, register: bool) -> Any:
+    """The id of this checkout's deployment (its `root` parameter), registered when absent and `register`."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            found = client.read_deployment_by_name(FULL_NAME)
+        except ObjectNotFound:
+            found = None
+    if found is not None:
+        return found.id if this_checkout(found.parameters or {}, root) else None
+    if not register:
+        return None
+    return pipeline.to_deployment(**deployment_options(root, params)).apply()
 
 
 def deploy_to_pool(

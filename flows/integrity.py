@@ -13,10 +13,12 @@ check are hashed (the verified state, .dvc/tmp/multitab-verified.json), so a sec
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from flows.dag import StagePlan
-from multitab.files.integrity import Tally, read_lock, verify_outputs
+from multitab.files.integrity import Tally, VerifiedState, check_out, read_lock, verify_outputs
 from multitab.files.io import remove_stale_temporaries
 
 
@@ -27,19 +29,29 @@ def preflight(root: str | Path, plan: StagePlan) -> Tally:
     return verify_outputs(root, [s for s in plan.order if s not in changed])
 
 
-def check_restored(root: str | Path, stage: str) -> Tally:
+def check_restored(root: str | Path, stage: str, entry: Mapping[str, Any] | None = None) -> Tally:
     """The outputs of `stage` that DVC has just restored from its run cache (copied from cache objects it
-    does not hash); raises IntegrityError as `preflight`."""
-    return verify_outputs(root, [stage])
+    does not hash), as dvc.lock records them, or as `entry` does (its dvc.lock entry while it waits for the
+    flow's next merge: multitab.files.lock_writes); raises IntegrityError as `preflight`."""
+    if entry is None:
+        return verify_outputs(root, [stage])
+    state = VerifiedState(Path(root))
+    try:
+        for out in entry.get("outs") or []:
+            check_out(Path(root), stage, out, state)
+    finally:
+        state.save()
+    return state.tally
 
 
-def sweep_restored(root: str | Path, stage: str, before: float) -> list[Path]:
-    """Remove the temporaries beside the outputs dvc.lock records for `stage` (multitab.files.io's: a killed run's
-    temporary output, with the scratch inside it), those last modified before `before` (when the attempt that
-    restored it started: what a run of the stage started since, from another flow, is left alone). Returns
-    what it removed."""
+def sweep_restored(root: str | Path, stage: str, before: float, entry: dict[str, Any] | None = None) -> list[Path]:
+    """Remove the temporaries beside the outputs of `stage` (as dvc.lock records them, or as `entry`, its waiting
+    entry, does: multitab.files.lock_writes) that multitab.files.io leaves (a killed run's temporary output, with the
+    scratch inside it), those last modified before `before` (when the attempt that restored it started: what a run
+    of the stage started since, from another flow, is left alone). Returns what it removed."""
     root = Path(root)
-    entry = ((read_lock(root) or {}).get("stages") or {}).get(stage) or {}
+    if entry is None:
+        entry = ((read_lock(root) or {}).get("stages") or {}).get(stage) or {}
     removed: list[Path] = []
     for out in entry.get("outs") or []:
         path = root / str(out["path"])

@@ -33,8 +33,10 @@ from flows.dag import load_config, read_stage_graph, select, sync_runs_file
 from flows.gpu import ensure_gpu_limits, gpu_limit_name, gpu_slots_of
 from flows.integrity import preflight
 from flows.provenance import WORKER_ROOT_ENV, label_run, run_name, run_provenance
+from flows.run_record import record_process
 from flows.stage_task import pop_failures, run_stage
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
+from multitab.files import lock_writes
 from multitab.files.integrity import IntegrityError
 from multitab.files.io import write_json
 from multitab.runtime.exit_codes import BAD_INPUT
@@ -115,6 +117,8 @@ def pipeline(
         log.info("running this worker's checkout %s (the run named %s)", worker_root, root)
         root = worker_root
     root = str(check_root(root))
+    record_process(root, log)  # and the runs of this checkout left Running by a killed process: Crashed
+    deferred = lock_writes.batched()  # a bad MULTITAB_LOCK_WRITES stops here, before any stage
     cfg = load_config(root, params)
     sync_runs_file(root, params, groups or ())
     if cfg.sync_remote:
@@ -126,6 +130,7 @@ def pipeline(
     n_workers = workers or cfg.workers
     n_retries = cfg.retries if retries is None else retries
     delay = cfg.retry_delay_seconds if retry_delay is None else retry_delay
+    recover_lock_entries(root, log)  # before DVC looks at dvc.lock
     plan = select(read_stage_graph(root, changed=True), targets)
     try:  # after the remote's pull; a deployment's run has no pre-flight of the CLI's before it
         preflight(root, plan)
@@ -165,6 +170,8 @@ def pipeline(
     bad: set[str] = set()  # failed or not run
     waiting = list(to_run)
     running: dict[PrefectFuture[Any], str] = {}
+    # the dvc.lock entries of completed stages, written in one merge before a stage after them starts
+    lock = PendingLockEntries(root, deferred and not cfg.sync_remote, log)
     while waiting or running:
         for stage in list(waiting):
             ups = plan.upstream[stage]
@@ -186,6 +193,7 @@ def pipeline(
                 continue
             if not budget.try_reserve(stage):  # its expected peak does not fit beside the running stages'
                 continue
+            lock.merge_before(stage, ups)  # it checks its inputs against dvc.lock
             if is_gpu:
                 on_gpu.add(stage)
             waiting.remove(stage)
@@ -210,12 +218,15 @@ def pipeline(
         result = _collect(stage, done, started[stage])
         result.memory = memory.summary_fields(budget, stage)
         results[stage] = result
+        lock.completed(stage, result.status)
         if result.status in ("failed", "not_run"):
             bad.add(stage)
         if result.status == "failed":
             log.error("stage %s failed after %d attempt(s): %s", stage, result.attempts, result.error)
 
+    lock.merge()
     summary = summarise(plan, results, time.monotonic() - started_at, n_workers, n_retries)
+    summary["lock_writes"] = lock.record()
     summary_path = Path(root) / cfg.summary
     try:
         write_json(summary_path, summary)
@@ -230,6 +241,61 @@ def pipeline(
         error = PipelineFailed(failure_line(summary), summary)
         return Failed(message=str(error), data=error)  # type: ignore[return-value]
     return summary
+
+
+class PendingLockEntries:
+    """The dvc.lock entries of the stages this run completed that wait for a merge (multitab.files.lock_writes):
+    merged before a stage after one of them starts, every MERGE_EVERY_SECONDS, and at the end. `active`
+    false (MULTITAB_LOCK_WRITES=each, or the DVC remote's runs, which push what dvc.lock names): nothing waits."""
+
+    def __init__(self, root: str, active: bool, log: Any) -> None:
+        self.root, self.active, self.log = root, active, log
+        self.stages: set[str] = set()
+        self.since: float | None = None
+        self.merges, self.entries, self.seconds = 0, 0, 0.0
+
+    def completed(self, stage: str, status: str) -> None:
+        if self.active and status in ("ran", "restored"):  # DVC wrote an entry (up to date: none)
+            self.stages.add(stage)
+            self.since = self.since or time.monotonic()
+            if time.monotonic() - self.since >= lock_writes.MERGE_EVERY_SECONDS:
+                self.merge()
+
+    def merge_before(self, stage: str, upstream: tuple[str, ...]) -> None:
+        if any(u in self.stages for u in upstream):
+            self.merge()
+
+    def merge(self) -> None:
+        if not self.active:
+            return
+        t0 = time.monotonic()
+        try:
+            written = lock_writes.merge(self.root)
+        except Exception as e:  # noqa: BLE001 - the entries stay pending; the next run writes them
+            self.log.error("dvc.lock: %d completed stage(s) not written (%s: %s); they stay in %s and are "
+                           "written by the next run", len(self.stages), type(e).__name__, e, lock_writes.PENDING_DIR)
+            return
+        self.stages.clear()
+        self.since = None
+        if written:
+            self.merges += 1
+            self.entries += len(written)
+            self.seconds += time.monotonic() - t0
+            self.log.info("dvc.lock: %d stage(s) written in one merge (%.1f s)", len(written), time.monotonic() - t0)
+
+    def record(self) -> dict[str, Any]:
+        return {"batched": self.active, "merges": self.merges, "entries": self.entries,
+                "seconds": round(self.seconds, 2)}
+
+
+def recover_lock_entries(root: str, log: Any) -> None:
+    """The dvc.lock entries a killed run left pending (multitab.files.lock_writes.recover), before DVC reads it."""
+    merged, dropped = lock_writes.recover(root)
+    if merged:
+        log.info("dvc.lock: wrote %d stage(s) an earlier run completed but had not recorded", len(merged))
+    if dropped:
+        log.warning("dvc.lock: %d stage(s) an earlier run completed were not recorded, their outputs changed since "
+                    "(DVC decides again): %s", len(dropped), ", ".join(dropped))
 
 
 def failure_line(summary: dict[str, Any]) -> str:

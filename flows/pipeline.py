@@ -9,13 +9,15 @@ dvc.yaml stays the only DAG. The flow asks DVC once, with the project open, for 
 (`Stage.changed()`, what `dvc status` reports). The changed stages and everything downstream of them run
 as Prefect tasks, `dvc --wait-for-lock repro --single-item <stage>`, in graph order as soon as their
 upstream stages have completed; DVC still decides for each (a downstream stage whose inputs came out the
-same is "Up to date"; one its run cache knows is "Restored") and records what ran in dvc.lock. Every other
+same is "Up to date"; one its run cache knows is "Restored") and computes what dvc.lock records, which the
+flow writes in merges (multitab.files.lock_writes: one rewrite of dvc.lock for many stages). Every other
 stage is up to date and costs no subprocess. With nothing to do, the command answers without starting
 Prefect at all (about the time of `dvc status`; `--record` starts a flow run anyway).
 
 Why this is safe to run in parallel on one repository: `dvc repro` releases the repository lock while a
-stage's command runs and takes it again to hash the outputs and rewrite dvc.lock, so dvc.lock is only
-ever rewritten by one process at a time (`--wait-for-lock` makes the others wait instead of failing).
+stage's command runs and takes it again to hash the outputs and record them, and the flow's merges into
+dvc.lock take it too, so dvc.lock is only ever rewritten by one process at a time (`--wait-for-lock` makes
+the others wait instead of failing).
 What can still fail under contention is DVC's short lock around its rwlock file (three seconds, no wait
 option): such failures are recognised by their message and retried here without spending a retry.
 
@@ -56,6 +58,7 @@ from flows.dag import (
     sync_runs_file,
 )
 from flows.integrity import preflight
+from multitab.files import lock_writes
 from multitab.files.paths import os_error_line
 from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
 from multitab.runtime.process import raise_deferred_ctrl_c
@@ -158,6 +161,11 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg = load_config(args.root, args.params)
         check_local_paths(args.root, args.params)  # before DVC hashes them (a named pipe would hang it)
         sync_runs_file(args.root, args.params, args.groups)
+        lock_writes.batched()  # a bad MULTITAB_LOCK_WRITES: one line
+        merged, _ = lock_writes.recover(args.root)  # what a killed run completed, before DVC reads dvc.lock
+        if merged:
+            print(f"flows.pipeline: dvc.lock: wrote {len(merged)} stage(s) an earlier run completed but had not "
+                  "recorded")
         plan = select(read_stage_graph(args.root, changed=True), args.targets)
         preflight(args.root, plan)  # no corrupted output passes as up to date (flows/integrity.py)
     except UnknownTarget as e:
@@ -173,22 +181,17 @@ def _main(argv: Sequence[str] | None) -> int:
     if not plan.to_run() and not args.record:
         _nothing_to_do(Path(args.root), plan, Path(args.root) / cfg.summary, time.monotonic() - t0)
         return 0
+    from flows.deploy import run_under_deployment
     from flows.orchestrate import PipelineFailed, exit_status, pipeline
 
-    stop_everything_on_signals()
+    stop_everything_on_signals(args.root)
     raise_deferred_ctrl_c()  # one that came before the line above; nothing has started
-    with temporary_server_that_dies_with_us():
-        state = pipeline(
-            root=args.root,
-            targets=args.targets,
-            groups=args.groups,
-            workers=args.workers,
-            retries=args.retries,
-            retry_delay=args.retry_delay,
-            gpu_concurrency=args.gpu_concurrency,
-            params=args.params,
-            return_state=True,
-        )
+    parameters = {"root": str(Path(args.root).resolve()), "targets": args.targets, "groups": args.groups,
+                  "workers": args.workers, "retries": args.retries, "retry_delay": args.retry_delay,
+                  "gpu_concurrency": args.gpu_concurrency, "params": args.params}
+    with temporary_server_that_dies_with_us() as own_server:
+        # listed under the deployment `make ui` serves (registered first on the checkout's own server)
+        state = run_under_deployment(pipeline, parameters, register=own_server)
     if state.is_completed():
         return 0
     if isinstance(state.data, PipelineFailed) and state.data.exit_code is not None:  # no stage ran
@@ -203,12 +206,14 @@ def _main(argv: Sequence[str] | None) -> int:
     return exit_status(summary) if summary.get("failed") else 1
 
 
-def stop_everything_on_signals() -> None:
+def stop_everything_on_signals(root: str = ".") -> None:
     """Ctrl-C (SIGINT) or SIGTERM stop the whole run at once: every process this one started (the running
-    stages' `dvc repro` and their commands, Prefect's temporary server) is terminated, one line says how
-    to continue, and the exit status is 128 + the signal. Nothing is retried and nothing half-written
-    stays: stages write their outputs atomically, DVC records a stage in dvc.lock only once it completed,
-    and training resumes from its last checkpoint, so the same command continues the run."""
+    stages' `dvc repro` and their commands, Prefect's temporary server) is terminated, the dvc.lock entries
+    of the stages that completed are merged (multitab.files.lock_writes; what a busy lock keeps waiting is
+    merged by the next run), one line says how to continue, and the exit status is 128 + the signal.
+    Nothing is retried and nothing half-written stays: stages write their outputs atomically, a stage is
+    recorded only once it completed, dvc.lock is replaced whole, and training resumes from its last
+    checkpoint, so the same command continues the run."""
 
     def stop(signum: int, frame: Any) -> None:
         from flows.stage_task import STOPPING, wait_for_attempts
@@ -220,6 +225,8 @@ def stop_everything_on_signals() -> None:
 
         terminate_descendants()
         wait_for_attempts(5.0)  # each stopped stage logs that it was interrupted (and why) before we exit
+        with contextlib.suppress(Exception):  # the lock held (by a merge this stop interrupted): the next run
+            lock_writes.merge(root, tries=5)
         name = signal.Signals(signum).name
         line = (f"flows.pipeline: stopped by {name}; the stages that completed are recorded in dvc.lock: run "
                 "the same command again to continue\n")
@@ -234,11 +241,12 @@ def stop_everything_on_signals() -> None:
 
 
 @contextlib.contextmanager
-def temporary_server_that_dies_with_us() -> Iterator[None]:
+def temporary_server_that_dies_with_us() -> Iterator[bool]:
     """Without PREFECT_API_URL, Prefect starts a temporary server for the run by itself; start it here
     instead, the same way (its SubprocessASGIServer), but asking the kernel to stop it when this process
     dies, even by SIGKILL (which no handler sees), so that no server is left listening. With
-    PREFECT_API_URL set (a real server, `make ui`, the tests' harness) nothing changes."""
+    PREFECT_API_URL set (a real server, `make ui`, the tests' harness) nothing changes. Yields whether it
+    started one (its database is the checkout's own, in PREFECT_HOME)."""
     import functools
     import subprocess
     from unittest import mock
@@ -246,7 +254,7 @@ def temporary_server_that_dies_with_us() -> Iterator[None]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     if PREFECT_API_URL.value():
-        yield
+        yield False
         return
     from prefect.server.api.server import SubprocessASGIServer
 
@@ -259,7 +267,7 @@ def temporary_server_that_dies_with_us() -> Iterator[None]:
     # Stopped at exit (SubprocessASGIServer.start registers it with atexit), after Prefect's log and event
     # workers have sent what they hold: stopping it here would leave them retrying against a closed port.
     with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-        yield
+        yield True
 
 
 def project_error(e: BaseException) -> str | None:

@@ -25,6 +25,7 @@ from flows import memory
 from flows.dvc_output import LOCK_ERROR, cause, disk_full, dvc_outcome, exit_code, stream_command
 from flows.gpu import gpu_slot
 from flows.integrity import check_restored, sweep_restored
+from multitab.files import lock_writes
 from multitab.files.integrity import IntegrityError
 from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
 
@@ -185,8 +186,11 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
         env["CUDA_VISIBLE_DEVICES"] = gpu
     # --pull: a stage DVC's run cache knows (from any machine, flows/remote.py) is restored with its outputs
     dvc_args = ["--wait-for-lock", "repro", "--single-item", *(["--pull"] if pull else []), stage]
-    # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command
-    cmd = [sys.executable, "-m", "multitab.runtime.process", *dvc_args]
+    # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command;
+    # without the DVC remote, its dvc.lock entry waits for the flow's next merge (multitab.files.lock_writes)
+    deferred = not pull and lock_writes.batched()
+    runner = "multitab.files.lock_writes" if deferred else "multitab.runtime.process"
+    cmd = [sys.executable, "-m", runner, *dvc_args]
     attempt = runtime.task_run.run_count
     budget = memory.ACTIVE
     if budget is not None and attempt > 1:  # a retry waits until its expected peak (raised by a kill) fits
@@ -205,15 +209,16 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
             if budget is not None:
                 budget.measure(stage, peak, ran=outcome == "ran", failed=False)
             if outcome == "restored":  # copied from cache objects DVC does not hash: before any stage reads them
+                waiting = lock_writes.pending_entry(root, stage) if deferred else None
                 try:
-                    check_restored(root, stage)
+                    check_restored(root, stage, waiting)
                 except IntegrityError as e:
                     error = StageFailed(stage, BAD_INPUT, str(e), attempt)
                     _record_failure(str(runtime.task_run.id), str(error))
                     log.error("%s", error)
                     raise error from None
                 try:  # what a killed earlier run left: the stage's command, which would remove it, did not run
-                    for path in sweep_restored(root, stage, before=started):
+                    for path in sweep_restored(root, stage, before=started, entry=waiting):
                         log.info("removed %s (left by a killed earlier run)", path)
                 except (OSError, ValueError) as e:
                     log.warning("%s: what a killed earlier run left beside its outputs stays (%s)", stage, e)

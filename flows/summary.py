@@ -102,20 +102,23 @@ def format_summary(summary: dict[str, Any]) -> str:
 OUTCOME_WORDS = {
     "ran": "ran",
     "up_to_date": "up to date",
-    "restored": "restored from run cache",
+    "restored": "restored",
     "failed": "**FAILED**",
     "not_run": "not run",
 }
+COUNT_WORDS = {"ran": "ran", "restored": "restored from DVC's run cache", "up_to_date": "up to date",
+               "failed": "failed", "not_run": "not run"}
 
 
 def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
-    """The `pipeline-summary` artifact: counts, one row per stage, and the headline results when
-    `aggregate` ran."""
-    counts = ", ".join(
-        f"{len(summary[k])} {OUTCOME_WORDS[k].strip('*').lower()}"
-        for k in ("ran", "restored", "up_to_date", "failed", "not_run")
-        if summary[k]
-    )
+    """The `pipeline-summary` artifact: counts, the headline results when `aggregate` ran, one row per stage,
+    and why each stage failed, was retried or did not run.
+
+    The Prefect UI draws a Markdown table's cells on one line each and cuts what is wider than its column of
+    the page (about 700 px in a 1280 px window): the stage table holds short cells only (the stage's name,
+    its outcome, seconds and peak memory: 650 px with the default DAG's longest name), and the causes, which
+    can be long, follow it as a list."""
+    counts = ", ".join(f"{len(summary[k])} {COUNT_WORDS[k]}" for k in COUNT_WORDS if summary[k])
     aggregated = summary["stages"].get("aggregate", {}).get("status") in ("ran", "restored")
     out = [
         f"# multitab pipeline: {len(summary['stages'])} stages in {summary['wall_seconds']:.1f} s",
@@ -126,22 +129,24 @@ def summary_markdown(root: Path, summary: dict[str, Any]) -> str:
     ]
     if aggregated:
         out += [*headline_markdown(root), ""]  # the results first, the stage table after
-    out += [
-        "## Stages",
-        "",
-        "| stage | outcome | attempts | time (s) | peak memory (GB) | cause |",
-        "|---|---|---:|---:|---:|---|",
-    ]
+    out += ["## Stages", "", "| stage | outcome | s | GB |", "|---|---|---:|---:|"]
+    why = []
     for stage, s in summary["stages"].items():
-        outcome = OUTCOME_WORDS[s["status"]] + (" (retried)" if s["attempts"] > 1 else "")
-        why = s["error"] or ""
-        if s["failed_attempts"] and s["status"] != "failed":
-            why = "earlier attempts: " + "; ".join(s["failed_attempts"])
+        outcome = OUTCOME_WORDS[s["status"]] + (f" ×{s['attempts']}" if s["attempts"] > 1 else "")
         peak = f"{s['peak_rss_bytes'] / 1e9:.2f}" if s.get("peak_rss_bytes") else ""
-        out.append(f"| {md_text(stage)} | {outcome} | {s['attempts']} | {s['seconds']:.1f} | {peak} | {md_text(why)} |")
+        out.append(f"| {md_text(stage)} | {outcome} | {s['seconds']:.1f} | {peak} |")
+        causes = [*s["failed_attempts"], *([s["error"]] if s["error"] else [])]
+        if causes:
+            why.append(f"- {md_text(stage)} ({OUTCOME_WORDS[s['status']]}): " + "; ".join(md_text(c) for c in causes))
+    out += ["", "s: seconds in this run; GB: the peak memory of its largest process; ×N: N attempts."]
+    if why:
+        out += ["", "Why (each attempt that failed, in order; a stage not run names the stage it waited for):", "",
+                *why]
     return "\n".join(out) + "\n"
 
 
+# datasets side by side in the headline table: the Prefect UI cuts a wider table (see summary_markdown)
+DATASETS_PER_TABLE = 3
 # |Δm| from here on is flagged: Δm divides by the single-task baseline's metric, so a baseline near zero (an
 # explained variance after a few epochs) makes it large whatever the model did
 LARGE_DELTA_M = 100.0
@@ -175,21 +180,28 @@ def headline_markdown(root: Path) -> list[str]:
     models = list(dict.fromkeys(m for per in delta.values() for m in per))
     if delta and models:
         standin = metrics.get("standin") or {}
-        heads = [md_text(d) + (" (stand-in data)" if standin.get(d) else "") for d in delta]
         out += ["Δm (%) against the single-task baseline (Table 3):", ""]
-        out += ["| model | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(delta)]
         large = False
-        for m in models:
-            cells = []
-            for per in delta.values():
-                c = per.get(m, "")
-                if isinstance(c, int | float) and not isinstance(c, bool):
-                    flag = abs(c) >= LARGE_DELTA_M
-                    large |= flag
-                    cells.append(f"{c:+.2f}" + (" †" if flag else ""))
-                else:
-                    cells.append(md_text(c))
-            out.append(f"| {md_text(m)} | " + " | ".join(cells) + " |")
+        datasets = list(delta)
+        for start in range(0, len(datasets), DATASETS_PER_TABLE):  # as many columns as fit the UI's page
+            part = datasets[start:start + DATASETS_PER_TABLE]
+            heads = [md_text(d) + (" \\*" if standin.get(d) else "") for d in part]
+            out += ["| model | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(part)]
+            for m in models:
+                cells = []
+                for d in part:
+                    c = delta[d].get(m, "")
+                    if isinstance(c, int | float) and not isinstance(c, bool):
+                        flag = abs(c) >= LARGE_DELTA_M
+                        large |= flag
+                        cells.append(f"{c:+.2f}" + (" †" if flag else ""))
+                    else:
+                        cells.append(md_text(c))
+                out.append(f"| {md_text(m)} | " + " | ".join(cells) + " |")
+            out.append("")
+        if any(standin.get(d) for d in datasets):
+            out += ["\\* stand-in data: generated, not the real dataset; its numbers check the pipeline, not the "
+                    "paper."]
         if large:
             out += ["", f"† |Δm| ≥ {LARGE_DELTA_M:.0f} %: Δm divides by the single-task baseline's metric, which "
                     "is near zero there (e.g. an explained variance after a few epochs): the ratio is large whatever "

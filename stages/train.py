@@ -33,7 +33,7 @@ from multitab.runs.document import entry, stack_entry
 from multitab.runs.record import RecordError, RunConfig
 from multitab.runs.types import KEY, RUNS_FILE, STACKS, Run
 from multitab.training.run import RunSpec, run_training
-from stages._common import parser, run
+from stages._common import exit_without_teardown, parser, run
 
 log = logging.getLogger("stages.train")
 
@@ -154,4 +154,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_without_teardown(main())

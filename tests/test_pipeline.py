@@ -280,8 +280,8 @@ def test_bad_input_fails_at_once_and_a_killed_stage_is_retried(tmp_path):
     assert summary["retried"] == ["killed"]
     assert states == {"bad": "Failed", "after_bad": "Not run", "killed": "Ran (attempt 2)"}
     table = artifacts["pipeline-summary"]
-    assert "| bad | **FAILED** | 1 |" in table and "| killed | ran (retried) | 2 |" in table
-    assert "| after_bad | not run | 0 |" in table and "upstream stage bad did not complete" in table
+    assert "| bad | **FAILED** |" in table and "| killed | ran ×2 |" in table and "| after_bad | not run |" in table
+    assert "- after_bad (not run): upstream stage bad did not complete" in table
 
 
 def test_a_stage_stopped_by_ctrl_c_is_called_interrupted_and_not_retried(tmp_path, monkeypatch):
@@ -417,7 +417,7 @@ def test_only_stale_stages_get_a_task_and_states_say_what_dvc_did(tmp_path):
     assert sorted(summary["up_to_date"]) == ["a", "b", "d"] and summary["ran"] == ["c"]
     assert summary["subprocesses"] == 2
     assert states == {"c": "Ran", "d": "Up to date"}  # a and b: no task at all
-    assert "| a | up to date | 0 |" in artifacts["pipeline-summary"]
+    assert "| a | up to date | 0.0 |  |" in artifacts["pipeline-summary"]
 
     # c's old output again: DVC's run cache restores it instead of running the command; what a run of c killed
     # with SIGKILL left beside its output (its temporary, scratch beside that) goes too, though c's script,
@@ -475,9 +475,9 @@ def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_pat
         "> **REDUCED TRAINING**: run group real, real data (higgs): at most 2 epochs on 2,048 training rows per "
         "run, 1 seed.\n\n## What ran\n\n> **NOT CONVERGED**: a warning of a later section\n")
     text = summary_markdown(tmp_path, summary)
-    assert "| aggregate | ran | 1 | 3.0 |  |" in text
+    assert "| aggregate | ran | 3.0 |  |" in text
     # a row per model, a column per dataset (fits the UI's width however many models)
-    assert "| model | higgs (stand-in data) | acs_income |" in text
+    assert "| model | higgs \\* | acs_income |" in text and "\\* stand-in data: generated, not the real" in text
     assert "| MMoE | +1.23 | -0.50 |" in text and "| PLE | missing | +2.00 |" in text
     assert 'MultiTab-Bench verdict (bench_verdict): {"claim": "holds"}' in text
     # the report's caveats lead (its banners, not a later section's warning), the results follow, then the stages
@@ -495,6 +495,31 @@ def test_summary_artifact_quotes_the_headline_results_when_aggregate_ran(tmp_pat
     # not quoted when aggregate did not run
     summary["stages"]["aggregate"]["status"] = "up_to_date"
     assert "Headline" not in summary_markdown(tmp_path, summary)
+
+
+def test_the_stage_table_of_the_summary_artifact_fits_the_ui_at_1280_px(tmp_path):
+    """The Prefect UI draws each cell of a Markdown table on one line and cuts what is wider than its column of
+    the artifact page (about 720 px at 1280 px, 14 px text: about 90 characters of cells, padding aside). With
+    the default DAG's stage names, a failure, a retry and a stage not run, the stage table stays within 80,
+    and the causes (long) are listed after it."""
+    from flows.summary import StageResult, summarise, summary_markdown
+
+    runs = yaml.safe_load((REPO / "runs.yaml").read_text())["train_runs"]
+    names = ["acquire@aliexpress", "validate_processed@acs_income", *(f"train@{k}" for k in runs), "aggregate"]
+    longest = max(names, key=len)
+    cause = "stage x exited with code 1 (attempt 3): RuntimeError: " + "a long cause " * 20
+    results = {n: StageResult(n, "ran", 1, 1234.5, memory={"peak_rss_bytes": 12_340_000_000}) for n in names}
+    results[longest] = StageResult(longest, "failed", 3, 40.0, error=cause, failed_attempts=["killed", "killed"])
+    results[names[0]] = StageResult(names[0], "ran", 2, 3.0, failed_attempts=["killed by SIGKILL"])
+    results[names[1]] = StageResult(names[1], "not_run", error=f"upstream stage {longest} did not complete")
+    plan = StagePlan(order=tuple(names), upstream={n: () for n in names})
+    text = summary_markdown(tmp_path, summarise(plan, results, 99.0, 2, 2))
+    table = text[text.index("| stage |"):].split("\n\n", 1)[0].splitlines()
+    cells = [[c.strip().replace("**", "") for c in row.strip("|").split(" | ")]  # as shown: bold is no text
+             for row in table if not row.startswith("|---")]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    assert len(cells) == len(names) + 1 and sum(widths) <= 80, (widths, longest)
+    assert cause.strip() in text and all(cause.strip() not in row for row in table)
 
 
 def test_sweep_select_publishes_the_sweep_report_and_every_point_as_artifacts(tmp_path):

@@ -61,7 +61,7 @@ def test_summary_headline_quotes_dataset_and_model_names_as_text(tmp_path: Path)
     plan = StagePlan(order=("aggregate",), upstream={"aggregate": ()})
     md = summary_markdown(tmp_path, summarise(plan, {"aggregate": StageResult("aggregate", "ran", 1)}, 1.0, 1, 0))
     markdown_shows_as_text(md, COLUMN)
-    assert f"| model | {md_text(COLUMN)} (stand-in data) |" in md and f"| {md_text(GROUP)} | +1.50 |" in md
+    assert f"| model | {md_text(COLUMN)} \\* |" in md and f"| {md_text(GROUP)} | +1.50 |" in md
 
 
 def test_report_tables_and_banner_quote_task_and_column_names_as_text() -> None:
