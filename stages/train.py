@@ -49,29 +49,23 @@ def check_verdict(path: Path, dataset: str) -> None:
 
 
 def write_dvclive(history: list[dict[str, float]], out: Path) -> None:
-    """Per-epoch curves as a dvclive log (plots/metrics/*.tsv), written whole from the history. Only the
-    curves: dvclive's own summary (`metrics.json`, the last epoch's values) is dropped, since the stage
-    declares the curves alone and an undeclared file in the runs folder made the aggregate's dependency
-    hash differ between a clone that trained and one that restored the runs from the DVC cache (so the
-    latter re-ran the aggregate); the run's record is the run folder's metrics.json."""
-    from dvclive import Live
-    from scmrepo.exceptions import SCMError
+    """Per-epoch curves as a dvclive log (plots/metrics/*.tsv), written whole from the history with dvclive's own
+    writer (`dvclive.plots.Metric`, the files `Live.log_metric` writes, byte for byte). Only the curves: no summary
+    (`metrics.json`: the stage declares the curves alone, and an undeclared file in the runs folder made the
+    aggregate's dependency hash differ between a clone that trained and one that restored the runs from the DVC
+    cache); the run's record is the run folder's metrics.json. `Live` itself is not used: it opens the DVC
+    repository and reads git's HEAD (half a second per run) for experiment tracking this stage does not do."""
+    from dvclive.plots import Metric
 
     with atomic_dir(out) as tmp:
-        try:
-            live = Live(dir=str(tmp), save_dvc_exp=False, dvcyaml=None, report=None)
-        except SCMError as e:  # dvclive reads the project's git HEAD, which fails before the first commit
-            raise RuntimeError(
-                f"dvclive could not read the git repository around {out} ({e}): commit once "
-                "(`git add -A && git commit -m init`), then re-run the stage"
-            ) from e
-        with live:
-            for row in history:
-                for key, value in row.items():
-                    if key != "epoch" and value is not None and value == value:  # skip NaN
-                        live.log_metric(file_key(key), float(value))  # a task's name in a file's
-                live.next_step()
-        (tmp / "metrics.json").unlink(missing_ok=True)
+        metrics: dict[str, Metric] = {}
+        for step, row in enumerate(history):
+            for key, value in row.items():
+                if key != "epoch" and value is not None and value == value:  # skip NaN
+                    name = file_key(key)  # a task's name in a file's
+                    metric = metrics.setdefault(name, Metric(name, tmp / "plots"))
+                    metric.step = step
+                    metric.dump(float(value))
 
 
 def _spec(root: Path, run_: Run) -> RunSpec:

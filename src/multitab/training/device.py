@@ -34,10 +34,19 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     cuda = torch.cuda.is_available()
     if deterministic and cuda:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(deterministic, warn_only=cuda)
+    # torch.use_deterministic_algorithms also sets torch.compile's flag, and importing the compiler to do so costs
+    # 1.3 s per run: the kernels' flag here, the compiler's where a run compiles (compiler_determinism)
+    torch._C._set_deterministic_algorithms(deterministic, warn_only=cuda)
     tune_cpu_runtime()  # flush denormals, keep freed memory (multitab/runtime.py)
     if cuda:
         torch.backends.cudnn.benchmark = not deterministic
+
+
+def compiler_determinism() -> None:
+    """Give torch.compile the determinism seed_everything set for the kernels (torch.use_deterministic_algorithms
+    sets both; seed_everything, to spare every run the compiler's import, only the kernels')."""
+    torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
+                                       warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:

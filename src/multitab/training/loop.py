@@ -40,7 +40,7 @@ import multitab.training.checkpoint as ckpt
 from multitab.metrics import mean_metric
 from multitab.models.accelerate import accelerate_cpu
 from multitab.training.data import ProcessedData, TensorSplit, iterate_batches, place
-from multitab.training.device import autocast, resolve_device, seed_everything
+from multitab.training.device import autocast, compiler_determinism, resolve_device, seed_everything
 from multitab.training.early_stopping import EarlyStopping
 from multitab.training.epochs import (
     EpochStats,
@@ -200,6 +200,7 @@ def train(
     if settings.compile and device.type == "cuda":
         # Static shapes: the full batch and the last partial batch each get their own graph, instead of a
         # recompile with dynamic shapes (slower kernels) when the second size shows up.
+        compiler_determinism()  # the compiler's determinism as the kernels'
         forward = torch.compile(model, dynamic=False)  # type: ignore[assignment]
     train_split = place(data.splits["train"], device)
     data.splits = {"train": train_split, **{k: place(v, device) for k, v in data.splits.items() if k != "train"}}
