@@ -94,6 +94,23 @@ def test_the_record_shown_is_the_newest_complete_one_by_its_data(tmp_path):
     assert "a_newer" in page.read_text().split("</section>")[0]
 
 
+def test_a_record_whose_configurations_ran_different_seeds_is_not_shown(tmp_path):
+    """Seeds added configuration by configuration (the five-seed study's partial records): a record where one
+    configuration has more seeds than the others is partial, however new; the box's "x N seeds" stays true."""
+    complete = next(p.parent for p in sorted(STUDY.glob("*/ladder.csv")) if _complete_in_csv(p.parent)
+                    and (p.parent / "figures" / "figure5_layers.png").is_file())
+    study = tmp_path / "study"
+    _copy_record(complete, study / "older_equal_seeds", "2027-03-01")
+    uneven = _copy_record(complete, study / "newer_uneven_seeds", "2027-03-02")
+    metrics = pd.read_csv(uneven / "metrics.csv")
+    assert metrics.groupby(["config", "model"]).seed.nunique().nunique() == 1  # the copy is even before
+    assert newest_complete(study, FIGURE_CONFIGS) == uneven
+    one = sorted(FIGURE_CONFIGS)[0]
+    top = metrics.seed.max()
+    metrics[(metrics.config != one) | (metrics.seed != top)].to_csv(uneven / "metrics.csv", index=False)
+    assert newest_complete(study, FIGURE_CONFIGS) == study / "older_equal_seeds"
+
+
 def test_a_record_whose_ladder_cannot_be_read_is_named(tmp_path):
     """A committed record with a broken ladder.csv: an error naming the file and how to write it again (the stage
     exits with BAD_INPUT on it), not a traceback and not an answer from the records that remain."""

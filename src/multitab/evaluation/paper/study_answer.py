@@ -6,7 +6,9 @@ A both-layers record (`make layers`; docs/study.md, "Both layers") holds an attr
 arms.csv, metrics.csv) whose arms differ in MultiTab-Net's inter-sample layer alone, and draws Figures 5 and 6
 with a bar per layer (figures/figure5_layers.png, figure6_layers.png). It is complete when its ladder gives
 every arm a verdict on every configuration of Figures 5 and 6 (params `bench.configs`, the groups
-bench.numbers.FIGURE5_GROUPS and FIGURE6_GROUPS). Of the complete records the newest is the one with the
+bench.numbers.FIGURE5_GROUPS and FIGURE6_GROUPS) and every configuration and model ran the same seeds (a record
+written while seeds are added configuration by configuration, e.g. layers_n100k_5seeds_1of9, is partial: the
+box's "x N seeds" would be true of some configurations only). Of the complete records the newest is the one with the
 latest date in its header.md; on the same date, the one that reuses more earlier records' runs (each record
 built on another names it in its header: "the runs of results/study/<record>"). Nothing here names a record.
 The verdict lines are the record's own (bench/layers.py `figure_answer`, as its section.md opens with them).
@@ -89,6 +91,12 @@ def is_complete(table: pd.DataFrame, configs: Iterable[str]) -> bool:
     return bool(configs) and bool(arms) and all((c, a) in given for c in configs for a in arms)
 
 
+def equal_seeds(metrics: pd.DataFrame) -> bool:
+    """Whether every configuration x model of a record's metrics.csv ran the same seeds."""
+    runs = metrics.drop_duplicates(["config", "model", "seed"])
+    return runs.groupby(["config", "model"])["seed"].agg(frozenset).nunique() <= 1
+
+
 def _header(folder: Path) -> str:
     path = folder / "header.md"
     return path.read_text(encoding="utf-8") if path.is_file() else ""
@@ -105,7 +113,8 @@ def newest_complete(study: Path, configs: Iterable[str]) -> Path | None:
     """The newest complete both-layers record under `study` (module docstring); None when there is none."""
     configs = set(configs)
     complete = [f for f in sorted(Path(study).iterdir()) if f.is_dir()
-                and (table := _ladder(f)) is not None and is_complete(table, configs)] if Path(study).is_dir() else []
+                and (table := _ladder(f)) is not None and is_complete(table, configs)
+                and equal_seeds(read_metrics_csv(f / "metrics.csv"))] if Path(study).is_dir() else []
     return max(complete, key=_newness, default=None)
 
 
