@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multitab.datasets.schema import SCHEMAS, DatasetSchema, Feature, RawColumn, Task
 from multitab.hparams import BENCH, load
 from multitab.models import MODELS, as_schema, build_model, hyperparameters
+from multitab.models.contract import batch as batch  # the model contract's own batches and losses
+from multitab.models.contract import task_loss
 from multitab.models.multitab_net import INTER_SAMPLE
 from multitab.registry import REGISTRY
 
@@ -50,31 +51,6 @@ def make_schema(n_num: int = 3, cards: tuple[int, ...] = (4, 3)) -> DatasetSchem
 
 
 SCHEMA = make_schema()
-
-
-def batch(schema: DatasetSchema, n: int, seed: int = 0) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-    g = torch.Generator().manual_seed(seed)
-    x_num = torch.randn(n, schema.n_num, generator=g)
-    cards = [f.cardinality or 1 for f in schema.features if f.kind == "categorical"]
-    x_cat = (
-        torch.stack([torch.randint(0, c, (n,), generator=g) for c in cards], 1)
-        if cards
-        else torch.zeros(n, 0, dtype=torch.long)
-    )
-    y = {
-        "b": torch.randint(0, 2, (n,), generator=g).float(),
-        "m": torch.randint(0, 3, (n,), generator=g),
-        "r": torch.randn(n, generator=g),
-    }
-    return x_num, x_cat, y
-
-
-def task_loss(name: str, out: Tensor, y: Tensor) -> Tensor:
-    if name == "b":
-        return F.binary_cross_entropy_with_logits(out, y.float())
-    if name == "m":
-        return F.cross_entropy(out, y)
-    return F.mse_loss(out, y)
 
 
 def loss_and_outputs(model: nn.Module, x_num: Tensor, x_cat: Tensor, y: dict[str, Tensor]) -> tuple[Tensor, Any]:
