@@ -39,6 +39,8 @@ ORCHESTRATION = {
     "sync_remote": False,
     "memory_budget_gb": None,
     "stage_memory": "results/stage_memory.json",
+    "max_train_stages": 2000,
+    "stage_server": True,
 }
 
 

@@ -7,8 +7,9 @@ each stage itself (plain DVC, as before) and in merges (multitab.files.lock_writ
 The project is a copy of the repository's tracked files (a fresh clone: the committed dvc.lock and runs.yaml,
 every stage), with the bench group's training cut to `--epochs` epochs (the overhead does not depend on the
 command's length); the targets' upstream stages are reproduced once with plain DVC, then the same copy is
-timed through `python -m flows.pipeline --targets ...` once per mode (MULTITAB_LOCK_WRITES=each, then
-batched; the order alternates between repeats), from the same starting state each time. Per stage:
+timed through `python -m flows.pipeline --targets ...` (warm starts off: each command in its own process)
+once per mode (MULTITAB_LOCK_WRITES=each, then batched; the order alternates between repeats), from the same
+starting state each time. Per stage:
 
 - `outside_command_seconds`: the stage's time in the flow (submitted to done, results/pipeline_summary.json)
   less its command's time from its process's start to its result (its atexit: recorded by a sitecustomize.py
@@ -100,6 +101,9 @@ def copy_project(source: Path, dest: Path, epochs: int, env: dict[str, str]) -> 
             shutil.copy2(src, dest / rel, follow_symlinks=False)
     params = read_yaml(dest / "params.yaml")
     params["runs"]["bench"]["train"]["max_epochs"] = epochs
+    # each command in its own process, whose start and end the sitecustomize.py records (a warm start forks it
+    # from the flow's stage server instead: benchmarks/repro_wall.py measures that)
+    params["orchestration"]["stage_server"] = False
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-c", "commit.gpgsign=false"]
     run(["git", "init", "-q"], dest, env)

@@ -36,6 +36,7 @@ from flows.provenance import WORKER_ROOT_ENV, label_run, run_name, run_provenanc
 from flows.run_record import record_process
 from flows.stage_task import pop_failures, run_stage
 from flows.summary import StageResult, format_summary, publish_artifacts, summarise
+from flows.warm_starts import running as warm_starts
 from multitab.files import lock_writes
 from multitab.files.integrity import IntegrityError
 from multitab.files.io import write_json
@@ -172,57 +173,58 @@ def pipeline(
     running: dict[PrefectFuture[Any], str] = {}
     # the dvc.lock entries of completed stages, written in one merge before a stage after them starts
     lock = PendingLockEntries(root, deferred and not cfg.sync_remote, log)
-    while waiting or running:
-        for stage in list(waiting):
-            ups = plan.upstream[stage]
-            if any(u in bad for u in ups):
+    with warm_starts(root, cfg.stage_server and bool(to_run), log):  # flows/warm_starts.py
+        while waiting or running:
+            for stage in list(waiting):
+                ups = plan.upstream[stage]
+                if any(u in bad for u in ups):
+                    waiting.remove(stage)
+                    bad.add(stage)
+                    futures[stage] = stage_task.submit(
+                        stage, root, upstream_failed=[u for u in ups if u in bad], return_state=False
+                    )
+                    running[futures[stage]] = stage
+                    started[stage] = time.monotonic()
+                    continue
+                if not all(u in results for u in ups):
+                    continue
+                n_busy = sum(1 for s in running.values() if s not in bad)
+                is_gpu = gpus is not None and stage.split("@", 1)[0] in cfg.gpu_stages
+                # GPU stages beyond the slots would only wait on the limit while holding a worker
+                if n_busy >= n_workers or (is_gpu and len(on_gpu) >= n_gpu_slots):
+                    continue
+                if not budget.try_reserve(stage):  # its expected peak does not fit beside the running stages'
+                    continue
+                lock.merge_before(stage, ups)  # it checks its inputs against dvc.lock
+                if is_gpu:
+                    on_gpu.add(stage)
                 waiting.remove(stage)
-                bad.add(stage)
+                started[stage] = time.monotonic()
                 futures[stage] = stage_task.submit(
-                    stage, root, upstream_failed=[u for u in ups if u in bad], return_state=False
+                    stage,
+                    root,
+                    sorted(gpus) if is_gpu and gpus else None,
+                    cfg.lock_retries,
+                    sync_remote=cfg.sync_remote,
+                    checkpoints=plan.checkpoints.get(stage),
+                    return_state=False,
+                    wait_for=[futures[u] for u in ups if u in futures],
                 )
                 running[futures[stage]] = stage
-                started[stage] = time.monotonic()
-                continue
-            if not all(u in results for u in ups):
-                continue
-            n_busy = sum(1 for s in running.values() if s not in bad)
-            is_gpu = gpus is not None and stage.split("@", 1)[0] in cfg.gpu_stages
-            # GPU stages beyond the slots would only wait on the limit while holding a worker
-            if n_busy >= n_workers or (is_gpu and len(on_gpu) >= n_gpu_slots):
-                continue
-            if not budget.try_reserve(stage):  # its expected peak does not fit beside the running stages'
-                continue
-            lock.merge_before(stage, ups)  # it checks its inputs against dvc.lock
-            if is_gpu:
-                on_gpu.add(stage)
-            waiting.remove(stage)
-            started[stage] = time.monotonic()
-            futures[stage] = stage_task.submit(
-                stage,
-                root,
-                sorted(gpus) if is_gpu and gpus else None,
-                cfg.lock_retries,
-                sync_remote=cfg.sync_remote,
-                checkpoints=plan.checkpoints.get(stage),
-                return_state=False,
-                wait_for=[futures[u] for u in ups if u in futures],
-            )
-            running[futures[stage]] = stage
-        if not running:
-            raise RuntimeError(f"flows.pipeline: no stage can start; waiting: {waiting}")  # a cycle: DVC forbids
-        done = next(as_completed(list(running)))
-        stage = running.pop(done)
-        on_gpu.discard(stage)
-        budget.release(stage)
-        result = _collect(stage, done, started[stage])
-        result.memory = memory.summary_fields(budget, stage)
-        results[stage] = result
-        lock.completed(stage, result.status)
-        if result.status in ("failed", "not_run"):
-            bad.add(stage)
-        if result.status == "failed":
-            log.error("stage %s failed after %d attempt(s): %s", stage, result.attempts, result.error)
+            if not running:
+                raise RuntimeError(f"flows.pipeline: no stage can start; waiting: {waiting}")  # a cycle: DVC forbids
+            done = next(as_completed(list(running)))
+            stage = running.pop(done)
+            on_gpu.discard(stage)
+            budget.release(stage)
+            result = _collect(stage, done, started[stage])
+            result.memory = memory.summary_fields(budget, stage)
+            results[stage] = result
+            lock.completed(stage, result.status)
+            if result.status in ("failed", "not_run"):
+                bad.add(stage)
+            if result.status == "failed":
+                log.error("stage %s failed after %d attempt(s): %s", stage, result.attempts, result.error)
 
     lock.merge()
     summary = summarise(plan, results, time.monotonic() - started_at, n_workers, n_retries)

@@ -7,9 +7,11 @@ code and its cause.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,6 +29,7 @@ from flows.gpu import gpu_slot
 from flows.integrity import check_restored, sweep_restored
 from multitab.files import lock_writes
 from multitab.files.integrity import IntegrityError
+from multitab.runtime import warm_command
 from multitab.runtime.exit_codes import BAD_INPUT, INTERRUPTED
 
 # Set when the run is being stopped (Ctrl-C / SIGTERM, flows.pipeline): no stage starts or is retried.
@@ -171,19 +174,27 @@ def _repro(
     stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool = False
 ) -> State[dict[str, Any]]:
     _count_attempt(1)
+    # a warm stage's command (multitab.runtime.stage_server) writes its stage's peak memory here: the process
+    # that ran the stage is not below DVC, where wait4 counts (flows/memory.py)
+    peak_fd, peak_file = tempfile.mkstemp(prefix="multitab-peak-")
+    os.close(peak_fd)
     try:
-        return _repro_attempt(stage, root, gpu, lock_retries, log, pull)
+        return _repro_attempt(stage, root, gpu, lock_retries, log, pull, peak_file)
     finally:
         _count_attempt(-1)
+        with contextlib.suppress(OSError):
+            os.unlink(peak_file)
 
 
-def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool
-                   ) -> State[dict[str, Any]]:
+def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, log: Any, pull: bool,
+                   peak_file: str) -> State[dict[str, Any]]:
     env = dict(os.environ)
     # The stages' `python -m stages...` must mean the interpreter running this flow (the project's venv).
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+        env.pop(warm_command.STAGE_SERVER_ENV, None)  # CUDA starts in the stage's own process, not a warm one
+    env[warm_command.PEAK_FILE_ENV] = peak_file
     # --pull: a stage DVC's run cache knows (from any machine, flows/remote.py) is restored with its outputs
     dvc_args = ["--wait-for-lock", "repro", "--single-item", *(["--pull"] if pull else []), stage]
     # DVC, run so that a SIGTERM to it (ours, or the kernel's if this process dies) stops the stage's command;
@@ -191,6 +202,8 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
     deferred = not pull and lock_writes.batched()
     runner = "multitab.files.lock_writes" if deferred else "multitab.runtime.process"
     cmd = [sys.executable, "-m", runner, *dvc_args]
+    if env.get(warm_command.STAGE_SERVER_ENV):  # DVC too starts warm (multitab.runtime.stage_server)
+        cmd[2:2] = ["multitab.runtime.warm_command"]
     attempt = runtime.task_run.run_count
     budget = memory.ACTIVE
     if budget is not None and attempt > 1:  # a retry waits until its expected peak (raised by a kill) fits
@@ -204,6 +217,7 @@ def _repro_attempt(stage: str, root: str, gpu: str | None, lock_retries: int, lo
         kills_before = memory.oom_kills()
         started = time.time()
         rc, lines, peak = stream_command(cmd, root, env, log)
+        peak = max(peak, warm_command.read_peak(peak_file))
         if rc == 0:
             outcome = dvc_outcome(lines)
             if budget is not None:

@@ -36,6 +36,9 @@ from multitab.training.run import RunSpec, run_training
 from stages._common import exit_without_teardown, parser, run
 
 log = logging.getLogger("stages.train")
+# imported only once a run starts (its dvclive log, the optimiser's torch._dynamo, the data's readers): a warm
+# process of the flow's stage server has them already (multitab.runtime.stage_server)
+WARM_IMPORTS = ("dvclive", "torch._dynamo", "pandas", "pyarrow.parquet")
 
 
 def check_verdict(path: Path, dataset: str) -> None:

@@ -42,6 +42,7 @@ ORCHESTRATION = {
     "max_train_stages": 2000,
     "memory_budget_gb": None,
     "stage_memory": "results/stage_memory.json",
+    "stage_server": True,
 }
 
 

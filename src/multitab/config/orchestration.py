@@ -32,6 +32,10 @@ class OrchestrationConfig:
     # machine is kept in `stage_memory`
     memory_budget_gb: float | None
     stage_memory: str
+    # Warm starts (multitab.runtime.stage_server): a stage's command is run by a fork of a process that has
+    # imported its module (torch, pandas, Great Expectations) instead of importing them again; false: each
+    # command imports its own (docs/orchestration.md, "Warm starts")
+    stage_server: bool
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -40,6 +40,7 @@ from multitab.files.integrity import IntegrityError, VerifiedState, check_out
 from multitab.files.io import write_json, write_text
 from multitab.files.parsed_once import install as install_parsed_once
 from multitab.files.parsed_once import plain
+from multitab.runtime.process import WARM_IMPORTS  # noqa: F401 - for the flow's warm processes that run this
 
 PENDING_DIR = Path(".dvc") / "tmp" / "multitab-lock-pending"
 MODE_ENV = "MULTITAB_LOCK_WRITES"

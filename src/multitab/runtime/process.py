@@ -26,6 +26,11 @@ import sys
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+# what a `dvc repro` imports once it runs: a warm process of the flow's stage server (multitab.runtime.stage_server)
+# that runs this module or multitab.files.lock_writes has them already
+WARM_IMPORTS = ("dvc.cli", "dvc.repo", "dvc.repo.reproduce", "dvc.commands.repro", "dvc.stage", "dvc.stage.cache",
+                "dvc.output", "dvc.dependency", "dvc.lock", "dvc.rwlock", "dvc.parsing", "dvc.dvcfile", "dvc.schema",
+                "dvc.config", "dvc.fs", "dvc_data.index", "dvc_objects.fs", "scmrepo.git", "dulwich.repo", "sqlite3")
 _PR_SET_CHILD_SUBREAPER = 36
 
 
