@@ -13,6 +13,10 @@ from multitab.datasets.bench import synthesize_config, write_dataset
 from multitab.runs.profiles import profiled
 from stages._common import parser, run
 
+# imported only once the stage runs (its quantile maps: scikit-learn, SciPy): a warm process of the flow's stage
+# server has them already (multitab.runtime.stage_server)
+WARM_IMPORTS = ("multitab.datasets.preprocess", "pyarrow.parquet")
+
 log = logging.getLogger("stages.synthesize")
 
 

@@ -177,3 +177,25 @@ def test_the_server_ends_with_its_block(project: Path) -> None:
     assert not Path(path).exists()
     with running(str(project), enabled=False) as off:
         assert off is None and warm_command.STAGE_SERVER_ENV not in os.environ
+
+
+def test_every_warm_import_named_exists() -> None:
+    """A name in a module's WARM_IMPORTS that does not import would make its template decline every stage
+    (each would then start cold, silently slower): each name must be found."""
+    import ast
+    import importlib.util
+
+    from multitab.runtime.stage_server import WARM_RUNNERS
+
+    files = sorted((ROOT / "stages").glob("[!_]*.py"))
+    files += [ROOT / "src" / (name.replace(".", "/") + ".py") for name in WARM_RUNNERS]
+    named = {}
+    for path in files:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "WARM_IMPORTS" for t in node.targets):
+                named[path.name] = ast.literal_eval(node.value)
+    assert {"train.py", "synthesize.py"} <= named.keys()  # the runners import theirs from multitab.runtime.process
+    from multitab.runtime.process import WARM_IMPORTS
+
+    for module in [m for names in named.values() for m in names] + list(WARM_IMPORTS):
+        assert importlib.util.find_spec(module) is not None, module
