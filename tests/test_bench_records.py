@@ -69,8 +69,12 @@ def test_the_records_name_every_commit_their_runs_came_from_and_the_readme_what_
     import json
 
     index = json.loads((STUDY / "progress" / "index.json").read_text())
-    saved = sorted(v["commit"][:7] for k, v in index.items() if "-p06_pd5_t3_" in k)
+    saved = sorted(v["commit"][:7] for k, v in index.items() if "-p06_pd5_t3_" in k and k.rsplit("-", 1)[1] in "012")
     assert saved == ["5fd4623"] * 4 + ["9d9ac7d"] * 14
+    # its seeds 3 and 4 (the five-seed study) were saved at one commit, which the record that trained them names
+    later = sorted(v["commit"][:7] for k, v in index.items() if "-p06_pd5_t3_" in k and k.rsplit("-", 1)[1] in "34")
+    assert later == ["ccf8aa7"] * 12
+    assert "p06_pd5_t3: 12 at ccf8aa7 (AMD EPYC)" in (STUDY / "layers_n100k_5seeds_4of9" / "header.md").read_text()
     for name in ("layers_n100k_3seeds_7of9", "layers_n100k_3seeds_8of9", "layers_n100k_3seeds_9of9"):
         header = (STUDY / name / "header.md").read_text()
         assert "p06_pd5_t3: 14 at 9d9ac7d (AMD EPYC), 4 at 5fd4623 (AMD EPYC)" in header, name
