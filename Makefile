@@ -161,11 +161,14 @@ layers-save: $(STAMP) ## keep the finished runs of an interrupted make layers (r
 
 # A committed record's runs that reached their epoch cap still improving, continued until early stopping ends
 # them (CONTINUE_RECORD, e.g. results/study/layers_n100k_3seeds_9of9: its 5 capped runs; their seeds must be in
-# runs.attribution.seeds). `make layers-continue CONTINUE_ACTION=list` only lists them.
+# runs.attribution.seeds). `make layers-continue CONTINUE_ACTION=list` only lists them; CONTINUE_RUNS (a glob
+# over run keys, e.g. 'attribution-p06_pd3_t5_*') keeps only those: their configurations' data must be made.
 CONTINUE_RECORD ?=
 CONTINUE_ACTION ?= run
+CONTINUE_RUNS ?=
 layers-continue: $(STAMP) ## a record's runs that reached their epoch cap still improving, continued until early stopping
-	$(BIN)/python -m stages.continue_runs $(CONTINUE_ACTION) $(if $(CONTINUE_RECORD),--record $(CONTINUE_RECORD))
+	set -f; $(BIN)/python -m stages.continue_runs $(CONTINUE_ACTION) $(if $(CONTINUE_RECORD),--record $(CONTINUE_RECORD)) \
+	  $(if $(CONTINUE_RUNS),--runs '$(CONTINUE_RUNS)')
 
 # The paired fp32/bf16 comparison (run group runs.study_bf16; docs/study.md, "bf16"): the study's runs of that
 # group's configurations in fp32 (run group study, results/study_runs, shared with `make study`) and in bf16

@@ -7,7 +7,8 @@ early stopping with its patience and no cap that binds; docs/study.md, "Five see
 A run of runs.yaml (matching --runs) is capped when its metrics.json says it was not ended by early stopping: it
 stopped at its `max_epochs` with fewer than `patience` epochs since its best. With --record the capped runs are
 those of a committed record's metrics.csv instead (their keys found in runs.yaml by their run folder, so the
-group's seeds must include theirs). `list` prints them; `run` continues each under the epoch budget --safety-cap
+group's seeds must include theirs; --runs, when given, keeps those whose key matches, e.g. the configurations whose
+data this checkout has made). `list` prints them; `run` continues each under the epoch budget --safety-cap
 (far above any run's stopping epoch: a run that reaches it is counted by the record, zero is the goal):
 
 - from its own checkpoint when it is there (copied into --checkpoints first, so that the train stage's own
@@ -195,7 +196,8 @@ def continue_one(root: Path, capped: Capped, out: Path, checkpoints: Path, cap: 
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("action", choices=["list", "run"])
-    p.add_argument("--runs", default="attribution-*", help="which runs of runs.yaml (a glob over keys)")
+    p.add_argument("--runs", default=None, help="which runs of runs.yaml (a glob over keys; default "
+                   "'attribution-*', with --record every capped run of the record)")
     p.add_argument("--record", type=Path, default=None, help="the capped runs of this committed record instead")
     p.add_argument("--progress", type=Path, default=Path("results/study/progress"), help="flows.progress's folder")
     p.add_argument("--safety-cap", type=int, default=SAFETY_CAP, help=f"the epoch budget (default {SAFETY_CAP})")
@@ -207,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         params = load_params(a.params)
         root = Path(a.params).parent
         found = (from_record(params, root, a.record, root / a.progress) if a.record is not None
-                 else from_runs(params, root, a.runs))
+                 else from_runs(params, root, a.runs or "attribution-*"))
+        if a.record is not None and a.runs is not None:
+            found = [c for c in found if fnmatch.fnmatchcase(c.key, a.runs)]
         for capped in found:
             o = capped.original
             print(f"{capped.key}: {o['epochs']} of {o['max_epochs']} epochs, best {o['best_epoch']} ({capped.folder})")

@@ -98,15 +98,19 @@ def _record(root: Path, folder: Path) -> Path:
 
 
 def test_a_records_capped_run_without_its_checkpoint_is_trained_again_and_taken_in_its_place(
-        tiny: Path, tmp_path: Path) -> None:
+        tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     uncapped = _project(tmp_path / "uncapped", tiny, SAFETY).parent
     root = _project(tmp_path / "capped", tiny, CAP).parent
     record = _record(root, tmp_path / "record")
     shutil.rmtree(root / CHECKPOINT)  # a later session: the checkpoints stayed on another machine
     metrics, curves = pd.read_csv(record / "metrics.csv"), pd.read_csv(record / "curves.csv")
     assert at_cap(metrics) == ["tiny/tiny/seed0"]
-    assert continue_runs.main(["run", "--record", str(record), "--safety-cap", str(SAFETY), "--params",
+    # --runs keeps the record's capped runs whose key matches: none here, so nothing is trained
+    assert continue_runs.main(["run", "--record", str(record), "--runs", "attribution-*", "--params",
                                str(root / "params.yaml")]) == 0
+    assert "0 capped run(s)" in capsys.readouterr().out and not (root / CONTINUED).exists()
+    assert continue_runs.main(["run", "--record", str(record), "--runs", "real-*", "--safety-cap", str(SAFETY),
+                               "--params", str(root / "params.yaml")]) == 0
     info = json.loads((root / CONTINUED / "continuation.json").read_text())
     assert info["start"] == "trained from scratch (no usable checkpoint of the capped run)"
     assert info["first_epochs"]["precision"] == "6 significant digits" and info["first_epochs"]["identical"]
