@@ -19,7 +19,7 @@ from multitab.config.aggregate import SyntheticConfig
 from multitab.evaluation.bench.continued import at_cap, continued_rows
 from multitab.evaluation.bench.numbers import StudyError, run_rows
 from multitab.evaluation.bench.same_results import run_files, tsv_curve
-from stages import continue_runs
+from stages import continue_runs, first_epoch_check
 from stages import train as train_stage
 
 torch.set_num_threads(1)
@@ -134,3 +134,31 @@ def test_a_records_capped_run_without_its_checkpoint_is_trained_again_and_taken_
     (root / CONTINUED / "continuation.json").write_text(json.dumps(info))
     with pytest.raises(StudyError, match="continues a run of 4 epochs"):
         continued_rows(metrics, curves, root / "results/study/continued")
+
+
+def test_the_first_epoch_check_says_whether_this_machine_trains_the_records_run(tiny: Path, tmp_path: Path) -> None:
+    """stages/first_epoch_check.py: a run trained here again for one epoch repeats the record's first epoch; a
+    record whose epoch 1 is not what this code trains is reported as different; section.md comes from the files."""
+    root = _project(tmp_path / "capped", tiny, CAP).parent
+    record = _record(root, tmp_path / "record")
+    params = str(root / "params.yaml")
+    args = ["run", "--record", str(record), "--seed", "0", "--configs", "tiny", "--params", params]
+    assert first_epoch_check.main([*args, "--to", str(tmp_path / "check"), "--note", "tiny"]) == 0
+    table = pd.read_csv(tmp_path / "check" / "results.csv")
+    assert len(table) == 1 and bool(table["same"].iloc[0])
+    header = (tmp_path / "check" / "header.md").read_text()
+    assert header.startswith("> tiny") and "PyTorch CPU capability" in header
+    section = (tmp_path / "check" / "section.md").read_text()
+    assert section.startswith("## First epoch trained again: check") and "**1 of 1 runs repeat" in section
+    (tmp_path / "check" / "section.md").unlink()
+    assert first_epoch_check.main(["section", str(tmp_path / "check")]) == 0
+    assert (tmp_path / "check" / "section.md").read_text() == section
+    curves = pd.read_csv(record / "curves.csv")
+    curves.loc[curves["epoch"] == 1, "train_loss"] *= 1.001  # another machine's epoch 1
+    curves.to_csv(record / "curves.csv", index=False, float_format="%.6g")
+    assert first_epoch_check.main([*args, "--to", str(tmp_path / "check2")]) == 0
+    assert not bool(pd.read_csv(tmp_path / "check2" / "results.csv")["same"].iloc[0])
+    assert "**0 of 1 runs repeat" in (tmp_path / "check2" / "section.md").read_text()
+    # a configuration the record lacks: a one-line error, nothing written
+    assert first_epoch_check.main([*args[:6], "absent", "--params", params, "--to", str(tmp_path / "c3")]) != 0
+    assert not (tmp_path / "c3").exists()
