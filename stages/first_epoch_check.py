@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from multitab.config import load_params
+from multitab.evaluation.bench.generator import header_line, version_of
 from multitab.evaluation.bench.numbers import StudyError, read_metrics_csv
 from multitab.files.io import atomic_dir
 from multitab.runs.record import RunConfig
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             header = [f"> {a.note}" if a.note else "", "",
                       f"- Record: {a.record.as_posix()}; seed {a.seed}; configurations {a.configs}.",
                       f"- Commit: `{git_commit(root)}`; machine: {machine()}; kernels: {kernels()}.",
+                      header_line(version_of(git_commit(root))),
                       "- Each run trained here for one epoch (`python -m stages.first_epoch_check`); compared: epoch "
                       "1's val_mean and train_loss with the record's curves.csv, 6 significant digits."]
             (tmp / HEADER).write_text("\n".join(header).lstrip("\n") + "\n")

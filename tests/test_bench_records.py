@@ -76,7 +76,8 @@ def test_the_records_name_every_commit_their_runs_came_from_and_the_readme_what_
     assert later == ["ccf8aa7"] * 12
     assert "p06_pd5_t3: 12 at ccf8aa7 (AMD EPYC)" in (STUDY / "layers_n100k_5seeds_4of9" / "header.md").read_text()
     # p02_pd3_t3's and p06_pd3_t3's likewise, at 0c57e8d (ea2cf0e's code): the records that hold them name it
-    for config, records in (("p02_pd3_t3", ("5of9", "6of9")), ("p06_pd3_t3", ("6of9",))):
+    for config, records in (("p02_pd3_t3", ("5of9", "6of9", "8of9")), ("p06_pd3_t3", ("6of9", "8of9")),
+                            ("p10_pd3_t3", ("8of9",)), ("p06_pd4_t3", ("8of9",))):
         later = sorted(v["commit"][:7] for k, v in index.items() if f"-{config}_" in k and k.rsplit("-", 1)[1] in "34")
         assert later == ["0c57e8d"] * 12, config
         for name in records:
@@ -88,3 +89,24 @@ def test_the_records_name_every_commit_their_runs_came_from_and_the_readme_what_
     readme = (STUDY / "README.md").read_text()
     assert "same data by SHA-256" in readme and "No two records here were compared" not in readme
     assert "One pair of\nrecords was compared on its data" in readme
+
+
+def test_the_first_epoch_checks_say_which_seed_0_runs_this_machine_repeats():
+    """first_epoch_seed0_native / _avx2 (stages/first_epoch_check.py): their section.md comes from their files, and
+    what the README says of them is what their results.csv holds."""
+    import pandas as pd
+
+    from stages.first_epoch_check import render
+
+    counts = {}
+    for name in ("first_epoch_seed0_native", "first_epoch_seed0_avx2"):
+        folder = STUDY / name
+        assert (folder / "section.md").read_text() == render(folder)
+        table = pd.read_csv(folder / "results.csv")
+        counts[name] = table.groupby("config")["same"].agg(["sum", "count"])
+    native, avx2 = counts["first_epoch_seed0_native"], counts["first_epoch_seed0_avx2"]
+    assert (int(native["sum"].sum()), int(native["count"].sum())) == (38, 48)
+    assert sorted(native.index[native["sum"] < native["count"]]) == ["p02_pd3_t3", "p06_pd234_t3"]
+    assert (int(avx2["sum"].sum()), int(avx2["count"].sum())) == (12, 12)
+    readme = (STUDY / "README.md").read_text()
+    assert "**38 of 48** repeat it" in readme and "**12 of 12** repeat" in readme
