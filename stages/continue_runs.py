@@ -74,19 +74,19 @@ class Capped:
     precision: str  # "exact" or "6 significant digits"
 
 
-def _runs(params: Params, root: Path) -> dict[str, tuple[Run, dict[str, Any]]]:
+def written_runs(params: Params, root: Path) -> dict[str, tuple[Run, dict[str, Any]]]:
     written = check_current(params, root / RUNS_FILE)[KEY]
     return {k: (r, written[k]) for k, r in expand(params).items() if k in written}
 
 
-def _folder(params: Params, run_: Run) -> str:
+def run_folder(params: Params, run_: Run) -> str:
     return run_.out.removeprefix(params.runs[run_.group].out.rstrip("/") + "/")
 
 
 def from_runs(params: Params, root: Path, pattern: str) -> list[Capped]:
     """The capped runs of runs.yaml whose key matches `pattern` (their metrics.json and dvclive log, exact)."""
     found = []
-    for key, (run_, written) in _runs(params, root).items():
+    for key, (run_, written) in written_runs(params, root).items():
         path = root / run_.out / "metrics.json"
         if not fnmatch.fnmatchcase(key, pattern) or not path.is_file():
             continue
@@ -94,7 +94,7 @@ def from_runs(params: Params, root: Path, pattern: str) -> list[Capped]:
         if record.get("stopped_early") is False:
             files = run_files(root / run_.out)
             reference = {c: {s + 1: v for s, v in tsv_curve(files[f"dvclive/{c}.tsv"]).items()} for c in CURVES}
-            found.append(Capped(key, run_, written, _folder(params, run_), _original(record, path.as_posix()),
+            found.append(Capped(key, run_, written, run_folder(params, run_), _original(record, path.as_posix()),
                                 reference, "exact"))
     return found
 
@@ -114,7 +114,7 @@ def from_record(params: Params, root: Path, record: Path, progress: Path) -> lis
         raise StudyError(f"{record}: not an attribution record (metrics.csv with `arm` and `run`, curves.csv)")
     curves = pd.read_csv(record / "curves.csv")
     capped = metrics[metrics["stopped_early"].astype(str).str.lower() != "true"].drop_duplicates("run")
-    by_folder = {(r.group, _folder(params, r)): (k, r, w) for k, (r, w) in _runs(params, root).items()}
+    by_folder = {(r.group, run_folder(params, r)): (k, r, w) for k, (r, w) in written_runs(params, root).items()}
     saved = saved_index(progress) if (progress / "index.json").is_file() else {}
     found = []
     for row in capped.itertuples():

@@ -30,13 +30,13 @@ import pandas as pd
 from multitab.config import load_params
 from multitab.evaluation.bench.generator import header_line, version_of
 from multitab.evaluation.bench.numbers import StudyError, read_metrics_csv
-from multitab.files.io import atomic_dir
+from multitab.files.io import atomic_dir, write_csv
 from multitab.runs.record import RunConfig
 from multitab.runs.types import KEY, RUNS_FILE
 from multitab.runtime.provenance import git_commit, machine
 from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
-from stages.continue_runs import _folder, _runs
+from stages.continue_runs import run_folder, written_runs
 
 CURVES = ("val_mean", "train_loss")
 ISA_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
@@ -56,7 +56,7 @@ def check(root: Path, record: Path, seed: int, configs: list[str]) -> pd.DataFra
     params = load_params(root / "params.yaml")
     metrics = read_metrics_csv(record / "metrics.csv")
     curves = pd.read_csv(record / "curves.csv")
-    by_folder = {_folder(params, r): (k, r, w) for k, (r, w) in _runs(params, root).items()}
+    by_folder = {run_folder(params, r): (k, r, w) for k, (r, w) in written_runs(params, root).items()}
     chosen = metrics[(metrics["seed"] == seed) & metrics["config"].isin(configs)].drop_duplicates("run")
     missing = sorted(set(configs) - set(chosen["config"]))
     if missing:
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(a.params).parent
         table = check(root, a.record, a.seed, a.configs)
         with atomic_dir(a.target) as tmp:
-            table.to_csv(tmp / RESULTS, index=False)
+            write_csv(tmp / RESULTS, table)
             header = [f"> {a.note}" if a.note else "", "",
                       f"- Record: {a.record.as_posix()}; seed {a.seed}; configurations {a.configs}.",
                       f"- Commit: `{git_commit(root)}`; machine: {machine()}; kernels: {kernels()}.",
