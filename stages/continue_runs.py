@@ -74,19 +74,49 @@ class Capped:
     precision: str  # "exact" or "6 significant digits"
 
 
-def written_runs(params: Params, root: Path) -> dict[str, tuple[Run, dict[str, Any]]]:
+def _runs(params: Params, root: Path) -> dict[str, tuple[Run, dict[str, Any]]]:
     written = check_current(params, root / RUNS_FILE)[KEY]
     return {k: (r, written[k]) for k, r in expand(params).items() if k in written}
 
 
-def run_folder(params: Params, run_: Run) -> str:
+def _folder(params: Params, run_: Run) -> str:
     return run_.out.removeprefix(params.runs[run_.group].out.rstrip("/") + "/")
+
+
+def runs_by_folder(params: Params, root: Path) -> dict[str, tuple[str, Run, dict[str, Any]]]:
+    """runs.yaml's runs (key, run, record) by their folder under their group's runs folder, as records name them
+    (a folder two groups share: the first group's run)."""
+    found: dict[str, tuple[str, Run, dict[str, Any]]] = {}
+    for key, (run_, written) in _runs(params, root).items():
+        found.setdefault(_folder(params, run_), (key, run_, written))
+    return found
+
+
+def run_of(by_folder: dict[str, tuple[str, Run, dict[str, Any]]], folder: str,
+           source: Path) -> tuple[str, Run, dict[str, Any]]:
+    """The run a record (`source`) names by its folder, or an error that says how to put it in runs.yaml."""
+    if folder not in by_folder:
+        raise StudyError(f"{source}: run {folder} is not in {RUNS_FILE}; put its seed in the run group's seeds and "
+                         "run `python -m multitab.runs --groups <group>`")
+    return by_folder[folder]
+
+
+def train_again(root: Path, key: str, run_: Run, written: dict[str, Any], max_epochs: int,
+                checkpoint_dir: Path) -> tuple[dict[str, Any], list[dict[str, float]]]:
+    """runs.yaml's run `key` trained again under the epoch budget `max_epochs` (all else as its record says), its
+    checkpoints in `checkpoint_dir` (resumed from one there); its metrics record and per-epoch history."""
+    config = RunConfig.from_record(written, f"{RUNS_FILE}: {KEY}.{key}")
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, max_epochs=max_epochs))
+    check_verdict(root / run_.verdict, run_.dataset)
+    spec = RunSpec(dataset=run_.dataset, model=run_.model, seed=run_.seed, data_path=root / run_.data,
+                   checkpoint_dir=checkpoint_dir)
+    return run_training(spec, config)
 
 
 def from_runs(params: Params, root: Path, pattern: str) -> list[Capped]:
     """The capped runs of runs.yaml whose key matches `pattern` (their metrics.json and dvclive log, exact)."""
     found = []
-    for key, (run_, written) in written_runs(params, root).items():
+    for key, (run_, written) in _runs(params, root).items():
         path = root / run_.out / "metrics.json"
         if not fnmatch.fnmatchcase(key, pattern) or not path.is_file():
             continue
@@ -94,7 +124,7 @@ def from_runs(params: Params, root: Path, pattern: str) -> list[Capped]:
         if record.get("stopped_early") is False:
             files = run_files(root / run_.out)
             reference = {c: {s + 1: v for s, v in tsv_curve(files[f"dvclive/{c}.tsv"]).items()} for c in CURVES}
-            found.append(Capped(key, run_, written, run_folder(params, run_), _original(record, path.as_posix()),
+            found.append(Capped(key, run_, written, _folder(params, run_), _original(record, path.as_posix()),
                                 reference, "exact"))
     return found
 
@@ -114,15 +144,11 @@ def from_record(params: Params, root: Path, record: Path, progress: Path) -> lis
         raise StudyError(f"{record}: not an attribution record (metrics.csv with `arm` and `run`, curves.csv)")
     curves = pd.read_csv(record / "curves.csv")
     capped = metrics[metrics["stopped_early"].astype(str).str.lower() != "true"].drop_duplicates("run")
-    by_folder = {(r.group, run_folder(params, r)): (k, r, w) for k, (r, w) in written_runs(params, root).items()}
+    by_folder = runs_by_folder(params, root)
     saved = saved_index(progress) if (progress / "index.json").is_file() else {}
     found = []
     for row in capped.itertuples():
-        hit = next((v for (g, f), v in by_folder.items() if f == row.run), None)
-        if hit is None:
-            raise StudyError(f"{record / 'metrics.csv'}: run {row.run} is not in {RUNS_FILE}; put its seed in the "
-                             "run group's seeds and run `python -m multitab.runs --groups <group>`")
-        key, run_, written = hit
+        key, run_, written = run_of(by_folder, row.run, record / "metrics.csv")
         original = _original({k: getattr(row, k) for k in ("epochs", "best_epoch", "max_epochs")},
                              f"{record.as_posix()} (metrics.csv, curves.csv)")
         if key in saved:
@@ -161,9 +187,6 @@ def continue_one(root: Path, capped: Capped, out: Path, checkpoints: Path, cap: 
         if done.get("run") == capped.key and done.get("original", {}).get("epochs") == capped.original["epochs"]:
             log.info("%s: continued already (%s)", capped.key, target / CONTINUATION)
             return None
-    config = RunConfig.from_record(capped.written, f"{RUNS_FILE}: {KEY}.{capped.key}")
-    config = dataclasses.replace(config, train=dataclasses.replace(config.train, max_epochs=cap))
-    check_verdict(root / capped.run.verdict, capped.run.dataset)
     ckpt = checkpoints / capped.folder
     own = root / capped.run.checkpoints
     copied = False
@@ -173,9 +196,7 @@ def continue_one(root: Path, capped: Capped, out: Path, checkpoints: Path, cap: 
                 if (own / name).is_file():
                     shutil.copy2(own / name, tmp / name)
         copied = True
-    spec = RunSpec(dataset=capped.run.dataset, model=capped.run.model, seed=capped.run.seed,
-                   data_path=root / capped.run.data, checkpoint_dir=ckpt)
-    record, history = run_training(spec, config)
+    record, history = train_again(root, capped.key, capped.run, capped.written, cap, ckpt)
     record |= {"group": capped.run.group, "stacked": None, "params": capped.written["params"]}
     if capped.written.get("attribution") is not None:
         record["attribution"] = capped.written["attribution"]

@@ -20,7 +20,6 @@ Writes --to/results.csv (one row per run: the record's and this machine's values
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -31,12 +30,9 @@ from multitab.config import load_params
 from multitab.evaluation.bench.generator import header_line, version_of
 from multitab.evaluation.bench.numbers import StudyError, read_metrics_csv
 from multitab.files.io import atomic_dir, write_csv
-from multitab.runs.record import RunConfig
-from multitab.runs.types import KEY, RUNS_FILE
 from multitab.runtime.provenance import git_commit, machine
-from multitab.training.run import RunSpec, run_training
 from stages._common import parser, run
-from stages.continue_runs import run_folder, written_runs
+from stages.continue_runs import run_of, runs_by_folder, train_again
 
 CURVES = ("val_mean", "train_loss")
 ISA_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
@@ -56,23 +52,16 @@ def check(root: Path, record: Path, seed: int, configs: list[str]) -> pd.DataFra
     params = load_params(root / "params.yaml")
     metrics = read_metrics_csv(record / "metrics.csv")
     curves = pd.read_csv(record / "curves.csv")
-    by_folder = {run_folder(params, r): (k, r, w) for k, (r, w) in written_runs(params, root).items()}
+    by_folder = runs_by_folder(params, root)
     chosen = metrics[(metrics["seed"] == seed) & metrics["config"].isin(configs)].drop_duplicates("run")
     missing = sorted(set(configs) - set(chosen["config"]))
     if missing:
         raise StudyError(f"{record / 'metrics.csv'}: no runs of seed {seed} for {missing}")
     rows = []
     for row in chosen.itertuples():
-        if row.run not in by_folder:
-            raise StudyError(f"{record / 'metrics.csv'}: run {row.run} is not in {RUNS_FILE}; put its seed in the "
-                             "run group's seeds and run `python -m multitab.runs --groups <group>`")
-        key, run_, written = by_folder[row.run]
-        config = RunConfig.from_record(written, f"{RUNS_FILE}: {KEY}.{key}")
-        config = dataclasses.replace(config, train=dataclasses.replace(config.train, max_epochs=1))
+        key, run_, written = run_of(by_folder, row.run, record / "metrics.csv")
         with tempfile.TemporaryDirectory() as tmp:  # no checkpoint to resume from
-            spec = RunSpec(dataset=run_.dataset, model=run_.model, seed=run_.seed, data_path=root / run_.data,
-                           checkpoint_dir=Path(tmp))
-            _, history = run_training(spec, config)
+            _, history = train_again(root, key, run_, written, 1, Path(tmp))
         ref = curves[(curves["arm"] == row.arm) & (curves["config"] == row.config) & (curves["model"] == row.model)
                      & (curves["seed"] == seed) & (curves["epoch"] == 1)]
         if len(ref) != 1:
@@ -124,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         table = check(root, a.record, a.seed, a.configs)
         with atomic_dir(a.target) as tmp:
             write_csv(tmp / RESULTS, table)
+            commit = git_commit(root)
             header = [f"> {a.note}" if a.note else "", "",
                       f"- Record: {a.record.as_posix()}; seed {a.seed}; configurations {a.configs}.",
-                      f"- Commit: `{git_commit(root)}`; machine: {machine()}; kernels: {kernels()}.",
-                      header_line(version_of(git_commit(root))),
+                      f"- Commit: `{commit}`; machine: {machine()}; kernels: {kernels()}.",
+                      header_line(version_of(commit)),
                       "- Each run trained here for one epoch (`python -m stages.first_epoch_check`); compared: epoch "
                       "1's val_mean and train_loss with the record's curves.csv, 6 significant digits."]
             (tmp / HEADER).write_text("\n".join(header).lstrip("\n") + "\n")
