@@ -19,7 +19,9 @@ data this checkout has made). `list` prints them; `run` continues each under the
   record's curves.csv;
 - written, outside DVC, to --out/<its run folder>: metrics.json, the dvclive log and continuation.json (the
   capped run, the safety cap, where it started, the check, the commit and the CPU). A continued run is not
-  continued again; a killed one resumes from its checkpoint.
+  continued again; a killed one resumes from its checkpoint. continuation.json names the CPU's kernels too
+  (`kernels`: PyTorch's CPU capability and the ISA caps set), since a run continued on other kernels than it
+  was trained on does not repeat its first epochs.
 
 The record command takes the continuations in place of the capped runs (`python -m
 multitab.evaluation.bench.attribution record ... --continued results/study/continued`).
@@ -32,6 +34,7 @@ import datetime
 import fnmatch
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +62,7 @@ OUT = Path("results/study/continued")
 CHECKPOINTS = Path("results/continued_checkpoints")
 CONTINUATION = "continuation.json"
 CURVES = ("val_mean", "train_loss")
+ISA_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 
 @dataclass
@@ -72,6 +76,15 @@ class Capped:
     original: dict[str, Any]  # epochs, best_epoch, max_epochs, source
     reference: dict[str, dict[int, float]]  # curve -> epoch (1-based) -> value of the capped run
     precision: str  # "exact" or "6 significant digits"
+
+
+def kernels() -> str:
+    """The capability PyTorch's CPU kernels run at here, and the variables that cap it (ISA_ENV): the CPU's model
+    name alone does not tell an AVX2 run from an AVX-512 one, and their float results part (docs/study.md)."""
+    import torch
+
+    caps = ", ".join(f"{k}={os.environ[k]}" for k in ISA_ENV if os.environ.get(k)) or "none set"
+    return f"PyTorch CPU capability {torch.backends.cpu.get_cpu_capability()}; ISA caps: {caps}"
 
 
 def _runs(params: Params, root: Path) -> dict[str, tuple[Run, dict[str, Any]]]:
@@ -206,7 +219,7 @@ def continue_one(root: Path, capped: Capped, out: Path, checkpoints: Path, cap: 
     info = {"run": capped.key, "run_folder": capped.folder, "original": capped.original, "safety_cap": cap,
             "start": start, "first_epochs": check_first_epochs(history, capped),
             "result": {k: record[k] for k in ("epochs", "best_epoch", "stopped_early")},
-            "commit": git_commit(root), "cpu": cpu_model(),
+            "commit": git_commit(root), "cpu": cpu_model(), "kernels": kernels(),
             "finished": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     write_dvclive(history, target / "dvclive")
     write_json(target / "metrics.json", record)

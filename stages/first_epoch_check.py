@@ -20,7 +20,6 @@ Writes --to/results.csv (one row per run: the record's and this machine's values
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -32,19 +31,10 @@ from multitab.evaluation.bench.numbers import StudyError, read_metrics_csv
 from multitab.files.io import atomic_dir, write_csv
 from multitab.runtime.provenance import git_commit, machine
 from stages._common import parser, run
-from stages.continue_runs import run_of, runs_by_folder, train_again
+from stages.continue_runs import kernels, run_of, runs_by_folder, train_again
 
 CURVES = ("val_mean", "train_loss")
-ISA_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 RESULTS, HEADER, SECTION = "results.csv", "header.md", "section.md"
-
-
-def kernels() -> str:
-    """The capability PyTorch's CPU kernels run at here, and the variables that cap it (ISA_ENV)."""
-    import torch
-
-    caps = ", ".join(f"{k}={os.environ[k]}" for k in ISA_ENV if os.environ.get(k)) or "none set"
-    return f"PyTorch CPU capability {torch.backends.cpu.get_cpu_capability()}; ISA caps: {caps}"
 
 
 def check(root: Path, record: Path, seed: int, configs: list[str]) -> pd.DataFrame:

@@ -98,7 +98,7 @@ def _record(root: Path, folder: Path) -> Path:
 
 
 def test_a_records_capped_run_without_its_checkpoint_is_trained_again_and_taken_in_its_place(
-        tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     uncapped = _project(tmp_path / "uncapped", tiny, SAFETY).parent
     root = _project(tmp_path / "capped", tiny, CAP).parent
     record = _record(root, tmp_path / "record")
@@ -113,6 +113,7 @@ def test_a_records_capped_run_without_its_checkpoint_is_trained_again_and_taken_
                                "--params", str(root / "params.yaml")]) == 0
     info = json.loads((root / CONTINUED / "continuation.json").read_text())
     assert info["start"] == "trained from scratch (no usable checkpoint of the capped run)"
+    assert info["kernels"] == continue_runs.kernels() and info["kernels"].startswith("PyTorch CPU capability ")
     assert info["first_epochs"]["precision"] == "6 significant digits" and info["first_epochs"]["identical"]
     assert _curves(root / CONTINUED) == _curves(uncapped / RUN)
     # the record takes the continuation in place of the capped run, and says so
@@ -123,6 +124,11 @@ def test_a_records_capped_run_without_its_checkpoint_is_trained_again_and_taken_
     assert lines[0].startswith("- Continued past their epoch cap, until early stopping or the safety cap ended them "
                                "(1 run(s)")
     assert f"{CAP} of {CAP} epochs" in lines[1] and "trained from scratch" in lines[1]
+    assert f"on {info['cpu']} ({info['kernels']}) under a safety cap" in lines[1]
+    for name in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a cap is named (read from the environment; nothing trains)
+    assert continue_runs.kernels().endswith("; ISA caps: ONEDNN_MAX_CPU_ISA=AVX2")
     assert f"ended by early stopping after {free['epochs']} epochs" in lines[1]
     # a continuation whose first epochs are not the capped run's is another run: refused
     info["first_epochs"] |= {"identical": False, "first_difference": {"epoch": 2}}

@@ -60,6 +60,7 @@ def continued_rows(metrics: pd.DataFrame, curves: pd.DataFrame, folder: Path
         if rows is None:
             raise StudyError(f"{folder / str(run)}: continuation.json without its metrics.json")
         arms = list(dict.fromkeys(part["arm"]))
+        kernels = f" ({info['kernels']})" if info.get("kernels") else ""
         metrics = pd.concat([metrics[metrics["run"] != run],
                              pd.DataFrame([{"arm": arm, "run": run, **r} for arm in arms for r in rows[0]])],
                             ignore_index=True)[metrics.columns]
@@ -69,7 +70,8 @@ def continued_rows(metrics: pd.DataFrame, curves: pd.DataFrame, folder: Path
                            ignore_index=True)[curves.columns]
         lines.append(f"  - {run} ({', '.join(arms)}): {original['epochs']} of {original['max_epochs']} epochs, best "
                      f"{original['best_epoch']}, not ended by early stopping; continued at `{info.get('commit')}` on "
-                     f"{info.get('cpu')} under a safety cap of {info.get('safety_cap')} epochs, {info.get('start')}; "
+                     f"{info.get('cpu')}{kernels} under a safety cap of {info.get('safety_cap')} epochs, "
+                     f"{info.get('start')}; "
                      f"its first {first['epochs']} epochs repeat the capped run's curves ({first['precision']}; "
                      f"{original['source']}); {'' if result['stopped_early'] else 'NOT '}ended by early stopping "
                      f"after {result['epochs']} epochs, best {result['best_epoch']}.")
