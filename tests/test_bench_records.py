@@ -111,6 +111,11 @@ def test_the_first_epoch_checks_say_which_seed_0_runs_this_machine_repeats():
     assert (int(avx2["sum"].sum()), int(avx2["count"].sum())) == (12, 12)
     readme = (STUDY / "README.md").read_text()
     assert "**38 of 48** repeat it" in readme and "**12 of 12** repeat" in readme
+    t7 = STUDY / "first_epoch_seed0_p06_pd3_t7_native"  # the ninth configuration, checked later
+    assert (t7 / "section.md").read_text() == render(t7)
+    table = pd.read_csv(t7 / "results.csv")
+    assert set(table["config"]) == {"p06_pd3_t7"} and bool(table["same"].all()) and len(table) == 6
+    assert "**6 of 6** repeat" in readme and "44 of the 54 seed-0 runs" in readme
 
 
 def test_the_five_seed_record_holds_every_configuration_model_and_layer_at_five_seeds():
