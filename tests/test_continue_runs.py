@@ -135,6 +135,18 @@ def test_a_records_capped_run_without_its_checkpoint_is_trained_again_and_taken_
     (root / CONTINUED / "continuation.json").write_text(json.dumps(info))
     with pytest.raises(StudyError, match="another run, not its continuation"):
         continued_rows(metrics, curves, root / "results/study/continued")
+    # ... unless the record is told to take a run trained again from scratch (other kernels), and then it says so
+    info["first_epochs"]["first_difference"] |= {"curve": "val_mean", "capped": 0.5, "continued": 0.6}
+    (root / CONTINUED / "continuation.json").write_text(json.dumps(info))
+    again, _, again_lines = continued_rows(metrics, curves, root / "results/study/continued", retrained=True)
+    assert at_cap(again) == [] and set(again["epochs"]) == {free["epochs"]}
+    assert "1 of them trained again from scratch on other kernels rather than continued" in again_lines[0]
+    assert "NOT the capped run continued" in again_lines[1] and "parting at epoch 2 (val_mean 0.5 there, 0.6 here)" \
+        in again_lines[1] and "; trained again at `" in again_lines[1] and " epochs repeat " not in again_lines[1]
+    resumed = info | {"start": "resumed from the capped run's own checkpoint"}  # a resumed run is not trained again
+    (root / CONTINUED / "continuation.json").write_text(json.dumps(resumed))
+    with pytest.raises(StudyError, match="another run, not its continuation"):
+        continued_rows(metrics, curves, root / "results/study/continued", retrained=True)
     info["first_epochs"]["identical"] = True
     info["original"]["epochs"] = CAP + 1
     (root / CONTINUED / "continuation.json").write_text(json.dumps(info))

@@ -31,6 +31,9 @@ def add_record_options(rec: argparse.ArgumentParser) -> None:
                      "trained since the reused record); every configuration's other seeds come from --reuse")
     rec.add_argument("--continued", type=Path, default=None, help="the runs continued past their epoch cap "
                      "(python -m stages.continue_runs; e.g. results/study/continued), in place of the capped runs")
+    rec.add_argument("--retrained", action="store_true", help="with --continued: take a run trained again from "
+                     "scratch whose first epochs differ from the capped run's (other kernels) in its place, saying so "
+                     "(bench/continued.py)")
     rec.add_argument("--progress", type=Path, default=PROGRESS_INDEX, help="flows.progress's index, for the "
                      f"runs by commit in the header (default {PROGRESS_INDEX}; left out when absent)")
 
@@ -64,7 +67,7 @@ def assemble(a: Any) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     index = a.progress if a.progress is not None and Path(a.progress).is_file() else None
     metrics, curves, extra = reused_record(a.source, a.target, a.reuse, a.configs, a.seeds, index)
     if a.continued is not None:
-        metrics, curves, lines = continued_rows(metrics, curves, a.continued)
+        metrics, curves, lines = continued_rows(metrics, curves, a.continued, retrained=a.retrained)
         extra += lines
     header = record_header(metrics, commit=git_commit(a.source), machine=machine(), note=a.note,
                            flow_wall_seconds=a.flow_wall_seconds)
