@@ -25,6 +25,7 @@ from multitab.runs.document import document
 from multitab.runs.expand import expand
 from multitab.runs.profiles import group_train, run_train
 from multitab.runs.types import point_id
+from multitab.runtime.provenance import machine
 from stages.aggregate_study import arm_note, collect_study, data_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,6 +197,12 @@ def test_ladder_flip_and_record_regenerated_byte_for_byte(tmp_path):
     assert attribution_main(["record", "--from", str(record), "--to", str(tmp_path / "rec"), "--note", "Tiny."]) == 0
     header = (tmp_path / "rec" / "header.md").read_text()
     assert "> Tiny." in header and "30 distinct runs for 30 arm-runs" in header
+    assert f"; machine: {machine()}." in header
+    # written on another machine than the report's runs trained on: the header names both
+    assert attribution_main(["record", "--from", str(record), "--to", str(tmp_path / "elsewhere"), "--note", "Tiny.",
+                             "--machine", "Other CPU, 2 CPUs, Linux"]) == 0
+    assert f"; machine: Other CPU, 2 CPUs, Linux (given; this record written on {machine()})." in (
+        tmp_path / "elsewhere" / "header.md").read_text()
     assert (tmp_path / "rec" / "ladder.csv").read_bytes() == (record / "ladder.csv").read_bytes()
     # an arm without its runs reads missing and is skipped over by the flip
     partial = ladder(metrics[metrics.arm == "A0"], arms, settings)

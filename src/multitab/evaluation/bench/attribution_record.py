@@ -34,6 +34,8 @@ def add_record_options(rec: argparse.ArgumentParser) -> None:
     rec.add_argument("--retrained", action="store_true", help="with --continued: take a run trained again from "
                      "scratch whose first epochs differ from the capped run's (other kernels) in its place, saying so "
                      "(bench/continued.py)")
+    rec.add_argument("--machine", default=None, help="the machine the report's runs trained on, when the record "
+                     "is written on another (default: this one); the header names both")
     rec.add_argument("--progress", type=Path, default=PROGRESS_INDEX, help="flows.progress's index, for the "
                      f"runs by commit in the header (default {PROGRESS_INDEX}; left out when absent)")
 
@@ -69,7 +71,9 @@ def assemble(a: Any) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     if a.continued is not None:
         metrics, curves, lines = continued_rows(metrics, curves, a.continued, retrained=a.retrained)
         extra += lines
-    header = record_header(metrics, commit=git_commit(a.source), machine=machine(), note=a.note,
+    here = machine()
+    trained_on = here if a.machine in (None, here) else f"{a.machine} (given; this record written on {here})"
+    header = record_header(metrics, commit=git_commit(a.source), machine=trained_on, note=a.note,
                            flow_wall_seconds=a.flow_wall_seconds)
     return metrics, curves, header[:-1] + extra + [""]
 
