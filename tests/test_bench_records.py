@@ -132,3 +132,30 @@ def test_the_five_seed_record_holds_every_configuration_model_and_layer_at_five_
     distinct = metrics.drop_duplicates("run")
     assert len(distinct) == 9 * 6 * 5  # the rivals' runs count once; MultiTab-Net's differ by layer
     assert "- Generator: MultiTab-Bench v2 " in (STUDY / "layers_n100k_5seeds_9of9" / "header.md").read_text()
+
+
+def test_the_five_seed_record_has_no_run_at_a_cap_and_names_what_replaced_each_capped_run():
+    """layers_n100k_5seeds (issue 63): the same 9 x 6 x 5 runs, none ended at a cap; each run the 9-of-9 record
+    holds at its cap is named in the header with what took its place (continued, or trained again on other
+    kernels), and the record's row of it is that run's: its epochs and best epoch as continuation.json says."""
+    import json
+
+    from multitab.evaluation.bench.continued import at_cap
+    from multitab.evaluation.bench.numbers import read_metrics_csv
+
+    record = STUDY / "layers_n100k_5seeds"
+    metrics = read_metrics_csv(record / "metrics.csv")
+    assert len(metrics.drop_duplicates("run")) == 9 * 6 * 5 and at_cap(metrics) == []
+    capped = at_cap(read_metrics_csv(STUDY / "layers_n100k_3seeds_9of9" / "metrics.csv"))
+    assert len(capped) == 5
+    header = (record / "header.md").read_text()
+    assert "(6 run(s), 3 of them trained again from scratch on other kernels rather than continued;" in header
+    for run in capped:
+        info = json.loads((STUDY / "continued" / run / "continuation.json").read_text())
+        line = next(line for line in header.splitlines() if line.startswith(f"  - {run} ("))
+        assert ("NOT the capped run continued" in line) == (not info["first_epochs"]["identical"]), run
+        rows = metrics[metrics["run"] == run]
+        assert set(rows["epochs"].astype(int)) == {info["result"]["epochs"]} and info["result"]["stopped_early"]
+        assert set(rows["best_epoch"].astype(int)) == {info["result"]["best_epoch"]}
+    assert "; machine: AMD EPYC, 2 CPUs, Linux (given; this record written on Intel(R) Xeon(R) Processor" in header
+    assert "0 of 270." in (record / "section.md").read_text()
