@@ -22,6 +22,8 @@ for _k, _v in {
     "DVC_NO_UPDATER": "1",
     "GX_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # flows/__init__.py's, set before any test imports Prefect (its settings are read when it is imported)
+    "PREFECT_API_REQUEST_TIMEOUT": "300",
 }.items():
     os.environ.setdefault(_k, _v)
 

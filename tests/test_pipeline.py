@@ -256,6 +256,27 @@ def test_gpu_stages_take_turns_on_the_visible_devices(tmp_path, monkeypatch):
     assert float(seen["other"][1]) < released[0], "a CPU stage waited for the GPU"
 
 
+def test_the_client_waits_longer_for_an_answer_than_the_server_waits_for_its_database():
+    """Prefect's client retries a request that timed out. When its timeout equals the server's SQLite busy
+    timeout, a GPU slot granted after a minute's wait for the database is granted just as the client gives up,
+    and its retry waits for that lost grant forever (test_gpu_stages_take_turns_on_the_visible_devices hung so,
+    the limit's slot taken 60.2 s after the last release, no acquisition event, on an ephemeral server that
+    never reclaims leases). flows/ (and tests/conftest.py) set the client's timeout above every busy timeout the
+    server's database configuration sets."""
+    import inspect
+    import re
+
+    import prefect.server.database.configurations as configurations
+    from prefect.settings import PREFECT_API_REQUEST_TIMEOUT
+
+    import flows
+
+    busy = [int(ms) / 1000 for ms in re.findall(r"PRAGMA busy_timeout = (\d+)", inspect.getsource(configurations))]
+    assert busy, "Prefect's SQLite configuration no longer sets a busy timeout: check this test's reasoning"
+    ours = float(flows._OFFLINE_DEFAULTS["PREFECT_API_REQUEST_TIMEOUT"])
+    assert ours > max(busy) and PREFECT_API_REQUEST_TIMEOUT.value() == ours
+
+
 def test_bad_input_fails_at_once_and_a_killed_stage_is_retried(tmp_path):
     # `bad` exits with BAD_INPUT (a failed validation, a schema error): a retry cannot help.
     bad = write_stage("bad", extra=f"""
