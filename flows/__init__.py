@@ -30,7 +30,7 @@ _OFFLINE_DEFAULTS = {
     "PREFECT_HOME": str(Path(__file__).resolve().parent.parent / ".prefect"),
     # The ephemeral server's first start migrates a fresh SQLite database: slow on a busy laptop.
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-    # Longer than the server's SQLite busy timeout (60 s; tests/test_flows_settings.py). Prefect's client retries
+    # Longer than the server's SQLite busy timeout (60 s; tests/test_pipeline.py checks it). Prefect's client retries
     # a request that timed out; at its default (60 s, as long as the busy timeout) a GPU slot's acquisition that
     # waited on the database for a minute was granted the moment the client gave up, and the retry found the slot
     # taken by that lost grant: the stage waited for it forever (an ephemeral server never reclaims a lease).

@@ -43,6 +43,7 @@ from typing import Any
 import pandas as pd
 
 from multitab.config import Params, load_params
+from multitab.evaluation.bench.continued import FROM_SCRATCH
 from multitab.evaluation.bench.numbers import StudyError, read_metrics_csv
 from multitab.evaluation.bench.same_results import run_files, saved_index, saved_run, tsv_curve
 from multitab.files.io import atomic_dir, read_json, write_json
@@ -214,7 +215,7 @@ def continue_one(root: Path, capped: Capped, out: Path, checkpoints: Path, cap: 
     if capped.written.get("attribution") is not None:
         record["attribution"] = capped.written["attribution"]
     start = ("resumed from the capped run's own checkpoint" if copied and record["resumed_from_epoch"] > 0 else
-             "trained from scratch (no usable checkpoint of the capped run)" if record["resumed_from_epoch"] == 0
+             f"{FROM_SCRATCH} (no usable checkpoint of the capped run)" if record["resumed_from_epoch"] == 0
              else f"resumed from its continuation's checkpoint at epoch {record['resumed_from_epoch']}")
     info = {"run": capped.key, "run_folder": capped.folder, "original": capped.original, "safety_cap": cap,
             "start": start, "first_epochs": check_first_epochs(history, capped),

@@ -22,10 +22,11 @@ for _k, _v in {
     "DVC_NO_UPDATER": "1",
     "GX_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    # flows/__init__.py's, set before any test imports Prefect (its settings are read when it is imported)
-    "PREFECT_API_REQUEST_TIMEOUT": "300",
 }.items():
     os.environ.setdefault(_k, _v)
+# flows/__init__.py's defaults (Prefect's client request timeout among them) before any test imports Prefect, whose
+# settings are read when it is imported; PREFECT_HOME, which it also defaults, is set to this process's below
+import flows  # noqa: E402,F401
 
 STATE = Path(tempfile.mkdtemp(prefix="multitab-tests-state-"))
 atexit.register(shutil.rmtree, STATE, ignore_errors=True)

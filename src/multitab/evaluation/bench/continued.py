@@ -26,6 +26,8 @@ import pandas as pd
 from multitab.evaluation.bench.numbers import StudyError, configs_from_metrics, run_rows
 
 CONTINUATION = "continuation.json"
+# how continuation.json's `start` begins for a run trained again from scratch (stages/continue_runs.py writes it)
+FROM_SCRATCH = "trained from scratch"
 
 
 def _continuation(path: Path) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def continued_rows(metrics: pd.DataFrame, curves: pd.DataFrame, folder: Path, re
             raise StudyError(f"{path}: continues a run of {original['epochs']} epochs (best {original['best_epoch']}), "
                              f"but the record's {run} ran {row['epochs']} (best {row['best_epoch']})")
         again = not first.get("identical")
-        if again and not (retrained and "from scratch" in str(info.get("start"))):
+        if again and not (retrained and str(info.get("start")).startswith(FROM_SCRATCH)):
             raise StudyError(f"{path}: its first {first.get('epochs')} epochs differ from the capped run's "
                              f"({first.get('first_difference')}): another run, not its continuation; train the "
                              "configuration's runs again at this commit, or (trained from scratch) take it as the "
